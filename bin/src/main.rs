@@ -1,0 +1,28 @@
+//! The `rayscale` command line.
+
+mod plan;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// rayscale: a fast, restart-safe autoscaler for Ray clusters.
+#[derive(Parser)]
+#[command(name = "rayscale", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one scheduling pass on a frozen snapshot and print the decision as JSON.
+    Plan(plan::PlanArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Plan(args) => plan::run(&args),
+    }
+}

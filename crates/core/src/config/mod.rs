@@ -1,0 +1,240 @@
+//! Ray cluster config (`ray up` YAML) loading and validation.
+//!
+//! Every key Ray 2.60's schema allows is accepted (and kept in `raw`); the keys rayscale
+//! uses are extracted into typed fields. Anything Ray's schema or Ray's own post-schema
+//! checks reject is an error naming the offending path.
+
+pub mod schema;
+
+use serde_json::Value;
+
+use crate::CoreError;
+use crate::model::ResourceMap;
+use schema::{describe, join};
+
+/// Ray's default idle timeout (minutes) when the config does not set one.
+pub const DEFAULT_IDLE_TIMEOUT_MINUTES: f64 = 5.0;
+
+/// One entry of `available_node_types`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeTypeConfig {
+    /// Type name (the map key).
+    pub name: String,
+    /// Resources a node of this type offers.
+    pub resources: ResourceMap,
+    /// Static labels of nodes of this type.
+    pub labels: Vec<(String, String)>,
+    /// Minimum number of worker nodes.
+    pub min_workers: u64,
+    /// Maximum number of worker nodes, `None` for no cap.
+    pub max_workers: Option<u64>,
+    /// Idle timeout overriding the global one.
+    pub idle_timeout_s: Option<f64>,
+    /// Tie-break priority (higher wins exact score ties).
+    pub priority: i64,
+    /// The cloud-specific `node_config`, kept verbatim.
+    pub node_config: Value,
+    /// Hash of `node_config` (hex SHA-1 of its canonical JSON), used to find outdated nodes.
+    pub launch_config_hash: String,
+}
+
+/// A validated Ray cluster config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterConfig {
+    /// `cluster_name`.
+    pub cluster_name: String,
+    /// Global `max_workers` (head excluded); `None` for no cap.
+    pub max_workers: Option<u64>,
+    /// `upscaling_speed` (default 1.0 as in Ray v1 configs; v2 treats 0 as "one per type").
+    pub upscaling_speed: Option<f64>,
+    /// `idle_timeout_minutes` (default 5).
+    pub idle_timeout_minutes: f64,
+    /// `head_node_type`.
+    pub head_node_type: Option<String>,
+    /// `provider.type`.
+    pub provider_type: String,
+    /// `provider.disable_launch_config_check` (default true, as in Ray v2).
+    pub disable_launch_config_check: bool,
+    /// Node types in file order (the order breaks ties).
+    pub node_types: Vec<NodeTypeConfig>,
+    /// The whole document as given.
+    pub raw: Value,
+}
+
+impl ClusterConfig {
+    /// Parses YAML (or JSON) text. `origin` names the source in errors.
+    pub fn from_yaml_str(text: &str, origin: &str) -> Result<Self, CoreError> {
+        let v = parse_yaml(text, origin)?;
+        Self::from_value(&v, "")
+    }
+
+    /// Validates and extracts a config from a parsed document; `path` prefixes error paths.
+    pub fn from_value(v: &Value, path: &str) -> Result<Self, CoreError> {
+        schema::validate(v, &schema::Node::Object(&schema::CLUSTER), path)?;
+        // After the schema check, the shapes below are known to be right.
+        let obj = v.as_object().ok_or_else(|| CoreError::invalid(path, "expected a mapping"))?;
+        let get = |k: &str| obj.get(k);
+        let cluster_name = get("cluster_name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let max_workers = get("max_workers").and_then(Value::as_f64).map(|f| f as u64);
+        let upscaling_speed = get("upscaling_speed").and_then(Value::as_f64);
+        let idle_timeout_minutes = get("idle_timeout_minutes")
+            .and_then(Value::as_f64)
+            .unwrap_or(DEFAULT_IDLE_TIMEOUT_MINUTES);
+        let head_node_type = get("head_node_type")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let provider = get("provider").and_then(Value::as_object);
+        let provider_type = provider
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let disable_launch_config_check = match provider.and_then(|p| p.get("disable_launch_config_check")) {
+            None => true,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(CoreError::invalid(
+                    join(&join(path, "provider"), "disable_launch_config_check"),
+                    format!("expected a boolean, got {}", describe(other)),
+                ));
+            }
+        };
+
+        let types_path = join(path, "available_node_types");
+        let mut node_types = Vec::new();
+        if let Some(types) = get("available_node_types").and_then(Value::as_object) {
+            for (name, t) in types {
+                let tpath = join(&types_path, name);
+                node_types.push(node_type_from_value(
+                    name,
+                    t,
+                    &tpath,
+                    max_workers,
+                    head_node_type.as_deref() == Some(name.as_str()),
+                )?);
+            }
+            // Ray's own checks after the schema (`validate_config`).
+            match &head_node_type {
+                None => {
+                    return Err(CoreError::invalid(
+                        join(path, "head_node_type"),
+                        "required when available_node_types is set",
+                    ));
+                }
+                Some(h) if !types.contains_key(h) => {
+                    return Err(CoreError::invalid(
+                        join(path, "head_node_type"),
+                        format!("{h:?} is not one of available_node_types"),
+                    ));
+                }
+                Some(_) => {}
+            }
+            if let Some(max) = max_workers {
+                let sum: u64 = node_types.iter().map(|t| t.min_workers).sum();
+                if sum > max {
+                    return Err(CoreError::invalid(
+                        join(path, "max_workers"),
+                        format!("{max} is smaller than the sum of min_workers of all node types ({sum})"),
+                    ));
+                }
+            }
+        }
+
+        Ok(ClusterConfig {
+            cluster_name,
+            max_workers,
+            upscaling_speed,
+            idle_timeout_minutes,
+            head_node_type,
+            provider_type,
+            disable_launch_config_check,
+            node_types,
+            raw: v.clone(),
+        })
+    }
+
+    /// The node type called `name`.
+    pub fn node_type(&self, name: &str) -> Option<&NodeTypeConfig> {
+        self.node_types.iter().find(|t| t.name == name)
+    }
+
+    /// The global idle timeout in seconds.
+    pub fn idle_timeout_s(&self) -> f64 {
+        self.idle_timeout_minutes * 60.0
+    }
+}
+
+fn node_type_from_value(
+    name: &str,
+    t: &Value,
+    path: &str,
+    global_max: Option<u64>,
+    is_head: bool,
+) -> Result<NodeTypeConfig, CoreError> {
+    let obj = t
+        .as_object()
+        .ok_or_else(|| CoreError::invalid(path, format!("expected a mapping, got {}", describe(t))))?;
+    let resources = match obj.get("resources").and_then(Value::as_object) {
+        Some(m) => ResourceMap::from_f64_pairs(
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or_default())),
+        ),
+        None => ResourceMap::default(),
+    };
+    let labels = obj
+        .get("labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let as_int = |k: &str| obj.get(k).and_then(Value::as_f64).map(|f| f as i64);
+    let min_workers = as_int("min_workers").unwrap_or(0);
+    if min_workers < 0 {
+        return Err(CoreError::invalid(join(path, "min_workers"), "must not be negative"));
+    }
+    let max_workers = match as_int("max_workers") {
+        Some(m) if m < 0 => {
+            return Err(CoreError::invalid(join(path, "max_workers"), "must not be negative"));
+        }
+        Some(m) => Some(m as u64),
+        None if is_head => Some(0),
+        None => global_max,
+    };
+    let node_config = obj.get("node_config").cloned().unwrap_or(Value::Object(Default::default()));
+    Ok(NodeTypeConfig {
+        name: name.to_string(),
+        resources,
+        labels,
+        min_workers: min_workers as u64,
+        max_workers,
+        idle_timeout_s: obj.get("idle_timeout_s").and_then(Value::as_f64),
+        priority: as_int("priority").unwrap_or(0),
+        launch_config_hash: launch_config_hash(&node_config),
+        node_config,
+    })
+}
+
+/// Hex SHA-1 of the canonical JSON of `node_config` (keys sorted, no spaces, non-ASCII
+/// escaped: the same text as Python's `json.dumps(v, sort_keys=True, separators=(",", ":"))`).
+pub fn launch_config_hash(node_config: &Value) -> String {
+    let mut s = String::new();
+    crate::scenario::python_json(node_config, &mut s);
+    sha1_smol::Sha1::from(s.as_bytes()).digest().to_string()
+}
+
+/// Parses YAML (a superset of JSON) into a JSON value, keeping mapping order.
+pub fn parse_yaml(text: &str, origin: &str) -> Result<Value, CoreError> {
+    serde_yaml_ng::from_str::<Value>(text).map_err(|e| CoreError::Parse {
+        origin: origin.to_string(),
+        message: e.to_string().replace('\n', " "),
+    })
+}
+
+#[cfg(test)]
+mod tests;

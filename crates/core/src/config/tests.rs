@@ -1,0 +1,94 @@
+use super::*;
+
+const BASIC: &str = r#"
+cluster_name: demo
+max_workers: 10
+provider: {type: local_processes}
+head_node_type: head
+available_node_types:
+  head: {resources: {CPU: 0}, node_config: {}}
+  cpu4: {resources: {CPU: 4, memory: 16000000000}, min_workers: 1, node_config: {a: 1}, labels: {zone: a}}
+  gpu: {resources: {CPU: 8, GPU: 1}, max_workers: 4, node_config: {}, idle_timeout_s: 30, priority: 1}
+"#;
+
+#[test]
+fn loads_basic_config_in_order() {
+    let c = ClusterConfig::from_yaml_str(BASIC, "basic").expect("valid");
+    let names: Vec<_> = c.node_types.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["head", "cpu4", "gpu"]);
+    assert_eq!(c.max_workers, Some(10));
+    assert_eq!(c.node_types[0].max_workers, Some(0), "head defaults to 0");
+    assert_eq!(c.node_types[1].max_workers, Some(10), "defaults to global");
+    assert_eq!(c.node_types[2].max_workers, Some(4));
+    assert_eq!(c.node_types[2].idle_timeout_s, Some(30.0));
+    assert_eq!(c.node_types[2].priority, 1);
+    assert_eq!(c.node_types[1].labels, vec![("zone".into(), "a".into())]);
+    assert!(c.disable_launch_config_check);
+    assert_eq!(c.idle_timeout_s(), 300.0);
+}
+
+fn err(text: &str) -> String {
+    ClusterConfig::from_yaml_str(text, "t").expect_err("must fail").to_string()
+}
+
+#[test]
+fn rejects_wrong_types_with_paths() {
+    let bad = BASIC.replace("GPU: 1}", "GPU: one}");
+    assert_eq!(
+        err(&bad),
+        "available_node_types.gpu.resources.GPU: expected an integer, got \"one\""
+    );
+    let bad = BASIC.replace("max_workers: 10", "max_workers: -1");
+    assert!(err(&bad).starts_with("max_workers: must be at least 0"));
+}
+
+#[test]
+fn rejects_unknown_keys_and_missing_required() {
+    let bad = BASIC.replace("priority: 1}", "priority: 1, colour: red}");
+    assert_eq!(
+        err(&bad),
+        "available_node_types.gpu.colour: unknown key (not allowed by Ray's cluster schema)"
+    );
+    let bad = BASIC.replace("cluster_name: demo\n", "");
+    assert_eq!(err(&bad), "cluster_name: required key is missing");
+    let bad = BASIC.replace("node_config: {}, idle", "idle");
+    assert_eq!(err(&bad), "available_node_types.gpu.node_config: required key is missing");
+}
+
+#[test]
+fn provider_accepts_extra_keys_and_fractional_resources_are_rejected() {
+    let ok = BASIC.replace("{type: local_processes}", "{type: aws, region: us-west-2, anything: [1]}");
+    assert!(ClusterConfig::from_yaml_str(&ok, "t").is_ok());
+    let bad = BASIC.replace("CPU: 0}", "CPU: 0.5}");
+    assert!(err(&bad).starts_with("available_node_types.head.resources.CPU: expected an integer"));
+}
+
+#[test]
+fn ray_post_schema_checks() {
+    let bad = BASIC.replace("head_node_type: head\n", "");
+    assert_eq!(err(&bad), "head_node_type: required when available_node_types is set");
+    let bad = BASIC.replace("head_node_type: head", "head_node_type: nope");
+    assert_eq!(err(&bad), "head_node_type: \"nope\" is not one of available_node_types");
+    let bad = BASIC.replace("max_workers: 10", "max_workers: 0");
+    assert!(err(&bad).starts_with("max_workers: 0 is smaller than the sum of min_workers"));
+}
+
+#[test]
+fn malformed_yaml_is_one_line() {
+    let e = err("cluster_name: [unclosed\n  provider: x\n");
+    assert!(!e.contains('\n'));
+    assert!(e.starts_with("t: "));
+}
+
+#[test]
+fn launch_config_hash_matches_python() {
+    // sha1 of '{"InstanceType":"m5.large","x":[1,2.5]}'
+    let v: serde_json::Value =
+        serde_json::json!({"x": [1, 2.5], "InstanceType": "m5.large"});
+    assert_eq!(
+        launch_config_hash(&v),
+        sha1_smol::Sha1::from(r#"{"InstanceType":"m5.large","x":[1,2.5]}"#)
+            .digest()
+            .to_string()
+    );
+}

@@ -1,0 +1,17 @@
+//! `rayscale-core`: the pure heart of rayscale.
+//!
+//! What lives here: the domain model (resources in exact fixed-point arithmetic, labels,
+//! instance statuses), the Ray cluster config loader with path-naming validation, and the
+//! Ray-compatible scheduler (`scheduler::schedule`), a deterministic function of a snapshot.
+//!
+//! What must NOT live here: any I/O. No tonic, prost, HTTP client, cloud SDK, file system
+//! access beyond parsing text handed in, wall clock or unseeded randomness. Protobuf types
+//! never cross into this crate; each I/O crate converts at its edge.
+
+pub mod config;
+pub mod error;
+pub mod model;
+pub mod scenario;
+pub mod scheduler;
+
+pub use error::CoreError;

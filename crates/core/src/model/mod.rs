@@ -1,0 +1,12 @@
+//! Domain model shared by the scheduler, the config and (later) the instance manager.
+
+pub mod instance;
+pub mod resources;
+pub mod state;
+
+pub use instance::InstanceStatus;
+pub use resources::{Fixed, ResourceMap};
+pub use state::{
+    ClusterConstraint, ClusterResourceState, GangRequest, LabelConstraint, LabelOperator, LabelSelector, NodeState,
+    NodeStatus, PlacementConstraint, ResourceRequest, ResourceRequestByCount,
+};

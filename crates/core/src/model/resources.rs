@@ -1,0 +1,94 @@
+//! Exact resource arithmetic.
+//!
+//! Ray's raylet keeps resource quantities as fixed-point numbers with four decimal digits
+//! (`FixedPoint`, 1/10000 units). rayscale does the same, so that `0.1 * 10` fits in `1`
+//! exactly and repeated subtraction never drifts.
+
+/// Number of fixed-point units in one resource unit.
+pub const SCALE: i64 = 10_000;
+
+/// A resource quantity in 1/10000 units.
+pub type Fixed = i64;
+
+/// Converts a floating quantity into fixed-point units (rounded to nearest, saturating).
+pub fn to_fixed(v: f64) -> Fixed {
+    // `as` saturates at i64::MIN/MAX and maps NaN to 0.
+    (v * SCALE as f64).round() as i64
+}
+
+/// Converts fixed-point units back into a floating quantity.
+pub fn to_f64(v: Fixed) -> f64 {
+    v as f64 / SCALE as f64
+}
+
+/// An ordered resource map (name -> quantity), keeping insertion order.
+///
+/// Order matters: Ray iterates resource dicts in insertion order when it sums utilisation,
+/// and several tie-breaks depend on floating sums in that order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ResourceMap(pub Vec<(String, Fixed)>);
+
+impl ResourceMap {
+    /// Builds a map from (name, float) pairs, keeping order; a repeated name keeps the last value
+    /// at the position of its first occurrence.
+    pub fn from_f64_pairs<I: IntoIterator<Item = (String, f64)>>(pairs: I) -> Self {
+        let mut out: Vec<(String, Fixed)> = Vec::new();
+        for (k, v) in pairs {
+            let f = to_fixed(v);
+            if let Some(e) = out.iter_mut().find(|(n, _)| *n == k) {
+                e.1 = f;
+            } else {
+                out.push((k, f));
+            }
+        }
+        ResourceMap(out)
+    }
+
+    /// Quantity of `name`, if present.
+    pub fn get(&self, name: &str) -> Option<Fixed> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+
+    /// True when the map has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Iterates the entries in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Fixed)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), *v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_point_is_exact_for_tenths() {
+        let tenth = to_fixed(0.1);
+        let mut left = to_fixed(1.0);
+        for _ in 0..10 {
+            assert!(left >= tenth);
+            left -= tenth;
+        }
+        assert_eq!(left, 0);
+    }
+
+    #[test]
+    fn round_trip_of_common_values() {
+        for v in [0.0, 0.25, 0.5, 1.0, 3.0, 16e9, 1e-4] {
+            assert_eq!(to_f64(to_fixed(v)), v);
+        }
+    }
+
+    #[test]
+    fn map_keeps_first_position_and_last_value() {
+        let m = ResourceMap::from_f64_pairs([
+            ("CPU".to_string(), 1.0),
+            ("GPU".to_string(), 2.0),
+            ("CPU".to_string(), 3.0),
+        ]);
+        assert_eq!(m.0, vec![("CPU".into(), 30000), ("GPU".into(), 20000)]);
+    }
+}

@@ -1,0 +1,164 @@
+//! The Ray-compatible scheduler: a pure function from a snapshot to a decision.
+//!
+//! [`schedule`] makes the same decisions as Ray 2.60's `ResourceDemandScheduler.schedule`,
+//! step by step in Ray's order: outdated nodes, `min_workers` per type, `max_workers` per
+//! type, the global `max_workers`, the cluster resource constraint, each gang (placement
+//! group) request, the task/actor requests, and idle termination. Every placement pass fills
+//! existing (and pending) nodes first, then new nodes, choosing nodes by Ray's score tuple
+//! (label-selector rank, GPU avoidance, matching resource types, minimum and mean
+//! utilisation) with the per-type priority as the last tie-break and Ray's list orders
+//! deciding exact ties.
+//!
+//! It is not a line-by-line port. Requests are interned into shapes and kept as run-length
+//! lists (a run of identical requests is placed with one division, not one check per
+//! request); identical pending nodes are evaluated once; each candidate node's trial result
+//! is cached and reused for as long as the requests it took are still there, so a placement
+//! pass over many nodes does not re-simulate every node in every round.
+//!
+//! Where Ray 2.60 plainly has a bug, this scheduler does what Ray evidently intends; each
+//! such case is listed in the README's compatibility section:
+//! - `MIN_WORKERS_ALIASING`: Ray creates the nodes it adds for `min_workers` as one object
+//!   repeated, so cutting one of them (global `max_workers`) cuts them all. Here each is
+//!   its own node.
+//! - `PENDING_LAUNCH_HASH`: Ray builds pending (not yet running) nodes without their
+//!   instance's launch config hash, so with `disable_launch_config_check: false` every
+//!   pending instance looks outdated and is terminated. Here pending nodes keep their hash.
+
+mod engine;
+
+use std::cmp::Ordering;
+
+use crate::config::NodeTypeConfig;
+use crate::model::{
+    ClusterConstraint, GangRequest, InstanceStatus, ResourceMap, ResourceRequest,
+    ResourceRequestByCount,
+};
+
+pub use engine::Score;
+
+/// Why an existing instance is to be terminated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TerminationCause {
+    /// Idle longer than its idle timeout and not needed.
+    Idle,
+    /// Over the global `max_workers`.
+    MaxNumNodes,
+    /// Over its type's `max_workers`.
+    MaxNumNodePerType,
+    /// Its launch config changed (or its type is gone).
+    Outdated,
+}
+
+impl TerminationCause {
+    /// Ray's enum value name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TerminationCause::Idle => "IDLE",
+            TerminationCause::MaxNumNodes => "MAX_NUM_NODES",
+            TerminationCause::MaxNumNodePerType => "MAX_NUM_NODE_PER_TYPE",
+            TerminationCause::Outdated => "OUTDATED",
+        }
+    }
+}
+
+/// The Ray node of a running instance, as the GCS reports it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RayNodeInput {
+    /// Node id in hex.
+    pub node_id_hex: String,
+    /// Total resources.
+    pub total: ResourceMap,
+    /// Available resources.
+    pub available: ResourceMap,
+    /// Static labels merged with dynamic labels (dynamic ones win).
+    pub labels: Vec<(String, String)>,
+    /// Idle duration in ms.
+    pub idle_duration_ms: i64,
+}
+
+/// One instance known to the instance manager, joined with its Ray node if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceInput {
+    /// Instance manager id.
+    pub instance_id: String,
+    /// Node type name.
+    pub node_type: String,
+    /// Instance status.
+    pub status: InstanceStatus,
+    /// True for the head node.
+    pub is_head: bool,
+    /// Launch config hash the instance was launched with.
+    pub launch_config_hash: String,
+    /// The Ray node, when Ray runs on the instance.
+    pub ray_node: Option<RayNodeInput>,
+}
+
+/// Everything one scheduling pass looks at.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SchedulingRequest {
+    /// Node types, in config order (the order breaks ties).
+    pub node_types: Vec<NodeTypeConfig>,
+    /// The head node type: its `max_workers` does not count the head itself.
+    pub head_node_type: Option<String>,
+    /// Maximum number of nodes including the head (`max_workers + 1`); `None` for no cap.
+    pub max_num_nodes: Option<u64>,
+    /// Global idle timeout in seconds; `None` disables idle termination.
+    pub idle_timeout_s: Option<f64>,
+    /// When false, nodes whose launch config hash differs from their type's are outdated.
+    pub disable_launch_config_check: bool,
+    /// Task/actor demand.
+    pub resource_requests: Vec<ResourceRequestByCount>,
+    /// Placement groups.
+    pub gang_requests: Vec<GangRequest>,
+    /// `request_resources` constraints (at most one is used).
+    pub cluster_constraints: Vec<ClusterConstraint>,
+    /// Current instances.
+    pub instances: Vec<InstanceInput>,
+}
+
+/// One existing instance to terminate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Termination {
+    /// Instance manager id.
+    pub instance_id: String,
+    /// Ray node id in hex, empty when Ray does not run on it.
+    pub ray_node_id: String,
+    /// Node type.
+    pub node_type: String,
+    /// Status the instance had.
+    pub instance_status: InstanceStatus,
+    /// Why.
+    pub cause: TerminationCause,
+    /// Idle duration when the cause is idleness.
+    pub idle_duration_ms: i64,
+}
+
+/// The outcome of one scheduling pass.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Decision {
+    /// New instances to launch per node type (config order; zero counts omitted).
+    pub launch: Vec<(String, u64)>,
+    /// Existing instances to terminate, in Ray's order.
+    pub terminate: Vec<Termination>,
+    /// Task/actor requests that fit nowhere, with their counts (in scheduling order).
+    pub infeasible_requests: Vec<(ResourceRequest, u64)>,
+    /// Indices (into the request's `gang_requests`) of infeasible gang requests.
+    pub infeasible_gang_requests: Vec<usize>,
+    /// Indices (into `cluster_constraints`) of infeasible constraints.
+    pub infeasible_constraints: Vec<usize>,
+    /// Error-free but noteworthy: more than one constraint was given (only the first is used).
+    pub extra_constraints_ignored: bool,
+}
+
+/// Runs one scheduling pass.
+pub fn schedule(req: &SchedulingRequest) -> Decision {
+    engine::Engine::new(req).run()
+}
+
+/// Total order on f64 as Python compares them (no NaN can occur here).
+pub(crate) fn fcmp(a: f64, b: f64) -> Ordering {
+    a.partial_cmp(&b).unwrap_or(Ordering::Equal)
+}
+
+#[cfg(test)]
+mod tests;

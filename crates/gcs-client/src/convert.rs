@@ -1,0 +1,241 @@
+//! Pure conversions between Ray's wire types and `rayscale-core`'s model.
+
+use std::collections::BTreeMap;
+
+use rayscale_core::model::{
+    ClusterConstraint, ClusterResourceState, GangRequest, LabelConstraint, LabelOperator,
+    LabelSelector, NodeState, NodeStatus, PlacementConstraint, ResourceMap, ResourceRequest,
+    ResourceRequestByCount,
+};
+
+use crate::GcsError;
+use crate::proto::ray::rpc as pb_common;
+use crate::proto::ray::rpc::autoscaler as pb;
+
+fn resources(m: &BTreeMap<String, f64>, path: &str) -> Result<ResourceMap, GcsError> {
+    for (k, v) in m {
+        if !v.is_finite() || *v < 0.0 {
+            return Err(GcsError::Invalid {
+                path: format!("{path}.{k}"),
+                message: format!("resource amounts must be finite and non-negative, got {v}"),
+            });
+        }
+    }
+    Ok(ResourceMap::from_f64_pairs(
+        m.iter().map(|(k, v)| (k.clone(), *v)),
+    ))
+}
+
+fn labels(m: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn selector(s: &pb_common::LabelSelector) -> LabelSelector {
+    LabelSelector {
+        constraints: s
+            .label_constraints
+            .iter()
+            .map(|c| LabelConstraint {
+                key: c.label_key.clone(),
+                operator: match pb_common::LabelSelectorOperator::try_from(c.operator) {
+                    Ok(pb_common::LabelSelectorOperator::LabelOperatorIn) => LabelOperator::In,
+                    Ok(pb_common::LabelSelectorOperator::LabelOperatorNotIn) => {
+                        LabelOperator::NotIn
+                    }
+                    _ => LabelOperator::Unspecified,
+                },
+                values: c.label_values.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Converts one `ResourceRequest`.
+pub fn resource_request(r: &pb::ResourceRequest, path: &str) -> Result<ResourceRequest, GcsError> {
+    Ok(ResourceRequest {
+        resources: resources(&r.resources_bundle, &format!("{path}.resources_bundle"))?,
+        placement_constraints: r
+            .placement_constraints
+            .iter()
+            .map(|c| match (&c.anti_affinity, &c.affinity) {
+                (Some(a), _) => PlacementConstraint::AntiAffinity {
+                    label_name: a.label_name.clone(),
+                    label_value: a.label_value.clone(),
+                },
+                (None, Some(a)) => PlacementConstraint::Affinity {
+                    label_name: a.label_name.clone(),
+                    label_value: a.label_value.clone(),
+                },
+                (None, None) => PlacementConstraint::Empty,
+            })
+            .collect(),
+        label_selectors: r.label_selectors.iter().map(selector).collect(),
+    })
+}
+
+fn by_count(
+    list: &[pb::ResourceRequestByCount],
+    path: &str,
+) -> Result<Vec<ResourceRequestByCount>, GcsError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, rc)| {
+            let p = format!("{path}[{i}]");
+            if rc.count < 0 {
+                return Err(GcsError::Invalid {
+                    path: format!("{p}.count"),
+                    message: format!("must not be negative, got {}", rc.count),
+                });
+            }
+            Ok(ResourceRequestByCount {
+                request: resource_request(
+                    rc.request.as_ref().unwrap_or(&pb::ResourceRequest::default()),
+                    &format!("{p}.request"),
+                )?,
+                count: rc.count as u64,
+            })
+        })
+        .collect()
+}
+
+fn node_status(s: i32) -> Option<NodeStatus> {
+    match pb::NodeStatus::try_from(s) {
+        Ok(pb::NodeStatus::Unspecified) => None,
+        Ok(pb::NodeStatus::Running) => Some(NodeStatus::Running),
+        Ok(pb::NodeStatus::Dead) => Some(NodeStatus::Dead),
+        Ok(pb::NodeStatus::Idle) => Some(NodeStatus::Idle),
+        Ok(pb::NodeStatus::Draining) => Some(NodeStatus::Draining),
+        Err(_) => None,
+    }
+}
+
+/// Converts a `ClusterResourceState`. `path` prefixes error paths.
+pub fn cluster_resource_state(
+    s: &pb::ClusterResourceState,
+    path: &str,
+) -> Result<ClusterResourceState, GcsError> {
+    let mut node_states = Vec::with_capacity(s.node_states.len());
+    for (i, n) in s.node_states.iter().enumerate() {
+        let p = format!("{path}.node_states[{i}]");
+        node_states.push(NodeState {
+            node_id: n.node_id.clone(),
+            instance_id: n.instance_id.clone(),
+            ray_node_type_name: n.ray_node_type_name.clone(),
+            available_resources: resources(
+                &n.available_resources,
+                &format!("{p}.available_resources"),
+            )?,
+            total_resources: resources(&n.total_resources, &format!("{p}.total_resources"))?,
+            dynamic_labels: labels(&n.dynamic_labels),
+            labels: labels(&n.labels),
+            idle_duration_ms: n.idle_duration_ms,
+            status: node_status(n.status),
+        });
+    }
+    let mut gangs = Vec::with_capacity(s.pending_gang_resource_requests.len());
+    for (i, g) in s.pending_gang_resource_requests.iter().enumerate() {
+        let p = format!("{path}.pending_gang_resource_requests[{i}]");
+        let requests = g
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(j, r)| resource_request(r, &format!("{p}.requests[{j}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let first_bundle_selector = match g.bundle_selectors.first() {
+            Some(b) => Some(
+                b.resource_requests
+                    .iter()
+                    .enumerate()
+                    .map(|(j, r)| {
+                        resource_request(r, &format!("{p}.bundle_selectors[0].resource_requests[{j}]"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            None => None,
+        };
+        gangs.push(GangRequest {
+            requests,
+            details: g.details.clone(),
+            first_bundle_selector,
+        });
+    }
+    let mut constraints = Vec::new();
+    for (i, c) in s.cluster_resource_constraints.iter().enumerate() {
+        constraints.push(ClusterConstraint {
+            resource_requests: by_count(
+                &c.resource_requests,
+                &format!("{path}.cluster_resource_constraints[{i}].resource_requests"),
+            )?,
+        });
+    }
+    Ok(ClusterResourceState {
+        node_states,
+        pending_resource_requests: by_count(
+            &s.pending_resource_requests,
+            &format!("{path}.pending_resource_requests"),
+        )?,
+        pending_gang_resource_requests: gangs,
+        cluster_resource_constraints: constraints,
+    })
+}
+
+/// Decodes a proto3 JSON `ClusterResourceState` (snake_case or lowerCamelCase names,
+/// base64 bytes, int64 as number or string) and converts it. `path` prefixes error paths.
+pub fn cluster_resource_state_from_json(
+    v: &serde_json::Value,
+    path: &str,
+) -> Result<ClusterResourceState, GcsError> {
+    let state: pb::ClusterResourceState = serde_path_to_error::deserialize(v).map_err(|e| {
+        let inner = e.path().to_string();
+        GcsError::Json {
+            path: if inner == "." || inner.is_empty() {
+                path.to_string()
+            } else {
+                format!("{path}.{inner}")
+            },
+            message: e.into_inner().to_string(),
+        }
+    })?;
+    cluster_resource_state(&state, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_accepts_both_casings_and_string_int64() {
+        let v = serde_json::json!({
+            "nodeStates": [{"node_id": "AAEC", "totalResources": {"CPU": 4.0},
+                            "idleDurationMs": "1500", "status": "IDLE"}],
+            "pending_resource_requests": [{"request": {"resources_bundle": {"CPU": 1}}, "count": "3"}]
+        });
+        let s = cluster_resource_state_from_json(&v, "crs").expect("decodes");
+        assert_eq!(s.node_states[0].node_id, vec![0, 1, 2]);
+        assert_eq!(s.node_states[0].idle_duration_ms, 1500);
+        assert_eq!(s.node_states[0].status, Some(NodeStatus::Idle));
+        assert_eq!(s.pending_resource_requests[0].count, 3);
+    }
+
+    #[test]
+    fn json_errors_name_the_path() {
+        let v = serde_json::json!({"node_states": [{"total_resources": {"CPU": "four"}}]});
+        let e = cluster_resource_state_from_json(&v, "cluster_resource_state")
+            .expect_err("must fail")
+            .to_string();
+        assert!(
+            e.starts_with("cluster_resource_state.node_states[0].total_resources.CPU"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn negative_resources_are_rejected() {
+        let v = serde_json::json!({"node_states": [{"total_resources": {"CPU": -1}}]});
+        let e = cluster_resource_state_from_json(&v, "crs").expect_err("fails").to_string();
+        assert_eq!(
+            e,
+            "crs.node_states[0].total_resources.CPU: resource amounts must be finite and non-negative, got -1"
+        );
+    }
+}

@@ -1,0 +1,35 @@
+//! `rayscale-gcs-client`: Ray 2.60's GCS protocol, written by rayscale and compiled with
+//! prost/tonic, plus the conversions between those wire types and `rayscale-core`'s model.
+//!
+//! What lives here: the generated protobuf/gRPC types (`proto`), their proto3 JSON
+//! (pbjson), and pure conversions (`convert`). What must NOT live here: scheduling or
+//! reconciling decisions (those are `rayscale-core`'s), cloud provider code, or any
+//! protobuf type leaking into `rayscale-core`'s API.
+
+pub mod convert;
+pub mod error;
+
+pub use error::GcsError;
+
+/// Generated code for Ray's protobuf packages.
+#[allow(missing_docs, clippy::all, clippy::pedantic, clippy::unwrap_used)]
+pub mod proto {
+    /// Package `ray`.
+    pub mod ray {
+        /// Package `ray.rpc`.
+        pub mod rpc {
+            include!(concat!(env!("OUT_DIR"), "/ray.rpc.rs"));
+            include!(concat!(env!("OUT_DIR"), "/ray.rpc.serde.rs"));
+            /// Package `ray.rpc.autoscaler`.
+            pub mod autoscaler {
+                include!(concat!(env!("OUT_DIR"), "/ray.rpc.autoscaler.rs"));
+                include!(concat!(env!("OUT_DIR"), "/ray.rpc.autoscaler.serde.rs"));
+                /// Package `ray.rpc.autoscaler.im` (the instance manager).
+                pub mod im {
+                    include!(concat!(env!("OUT_DIR"), "/ray.rpc.autoscaler.im.rs"));
+                    include!(concat!(env!("OUT_DIR"), "/ray.rpc.autoscaler.im.serde.rs"));
+                }
+            }
+        }
+    }
+}
