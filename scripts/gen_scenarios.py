@@ -161,15 +161,15 @@ class Gen:
         if self.disable_check is False:
             f["launch_config_check_enabled"] += 1
 
-        mode_aliasing = self.chance(0.14)
+        mode_aliasing = self.chance(0.16)
         self.mode_aliasing = mode_aliasing
         r = rng.random()
         if mode_aliasing:
             global_max = rng.randint(1, 5)
-        elif r < 0.3:
+        elif r < 0.35:
             global_max = None
-        elif r < 0.65:
-            global_max = rng.randint(0, 6)
+        elif r < 0.6:
+            global_max = rng.choice([0, 1, 2, 3, 4, 5, 6, 6])
         else:
             global_max = rng.randint(15, 100)
         self.global_max = global_max
@@ -206,8 +206,10 @@ class Gen:
             r = rng.random()
             if r < 0.4:
                 tmax = None
+            elif r < 0.45:
+                tmax = 0
             elif r < 0.8:
-                tmax = rng.randint(0, 8)
+                tmax = rng.randint(1, 8)
             else:
                 tmax = rng.randint(10, 60)
             w["max_workers"] = tmax
@@ -430,8 +432,27 @@ class Gen:
         worker_types = [t for t in self.types if t is not self.head]
         if self.head.get("max_workers", 0) > 0:
             worker_types.append(self.head)
+        # Most scenarios respect the caps (the usual state of a cluster); the
+        # others have too many nodes (caps lowered since the nodes started).
+        consistent = self.chance(0.7)
+        if not consistent:
+            f["nodes_over_caps_possible"] += 1
+        caps = {}
+        for t in worker_types:
+            m = t.get("max_workers")
+            if m is None:
+                m = 0 if t is self.head else self.global_max
+            caps[t["name"]] = (1 << 30) if m is None else m
+        global_left = (1 << 30) if self.global_max is None else self.global_max
         for _ in range(n_workers):
-            t = rng.choice(worker_types)
+            choices = worker_types
+            if consistent:
+                choices = [t for t in worker_types if caps[t["name"]] > 0]
+                if not choices or global_left <= 0:
+                    break
+            t = rng.choice(choices)
+            caps[t["name"]] -= 1
+            global_left -= 1
             total = self.type_total(t)
             kind = rng.choice(["idle", "idle", "partial", "full"])
             avail = self.usage(total, kind)
@@ -546,15 +567,20 @@ class Gen:
     def shape(self, infeasible_ok=True):
         rng = self.rng
         r = rng.random()
-        if infeasible_ok and r < 0.07:
+        if infeasible_ok and r < 0.04:
             self.features["infeasible_shape"] += 1
             return rng.choice([{"CPU": 10000}, {"GPU": 100}, {"FPGA": 1}, {"CPU": 1, "GPU": 1, "TPU": 1},
                                {"memory": 10 ** 15}])
         if r < 0.45:
-            return rng.choice([{"CPU": 1}, {"CPU": 0.5}, {"CPU": 0.25}, {"CPU": 2}, {"CPU": 4},
-                               {"CPU": 1, "memory": 2 * GB}, {"GPU": 1}, {"GPU": 1, "CPU": 1},
-                               {"GPU": 0.5, "CPU": 1}, {"TPU": 4, "CPU": 1}, {"accel_x": 1},
-                               {"accel_x": 0.25, "CPU": 0.5}, {"CPU": 8}, {"CPU": 1.5}])
+            generic = [{"CPU": 1}, {"CPU": 0.5}, {"CPU": 0.25}, {"CPU": 2}, {"CPU": 4},
+                       {"CPU": 1, "memory": 2 * GB}, {"GPU": 1}, {"GPU": 1, "CPU": 1},
+                       {"GPU": 0.5, "CPU": 1}, {"TPU": 4, "CPU": 1}, {"accel_x": 1},
+                       {"accel_x": 0.25, "CPU": 0.5}, {"CPU": 8}, {"CPU": 1.5}]
+            if self.chance(0.85):  # mostly shapes some node type can hold
+                fitting = [g for g in generic
+                           if any(all(v <= t["resources"].get(k, 0) for k, v in g.items()) for t in self.types)]
+                generic = fitting or generic
+            return dict(rng.choice(generic))
         t = rng.choice(self.types)
         res = t["resources"]
         if not res:
@@ -582,16 +608,31 @@ class Gen:
         return out
 
     def label_selectors(self):
+        """1-3 selectors (the 2nd and 3rd are fallbacks), each 1-2 constraints.
+        Mostly built from labels some node type has, so that they can match."""
         rng = self.rng
+        present = sorted({(k, v) for t in self.types for k, v in (t.get("labels") or {}).items()})
         sels = []
         for _ in range(rng.choice([1, 1, 2, 3])):
             cons = []
-            for key in rng.sample(sorted(LABEL_UNIVERSE) + ["nolabel"], rng.choice([1, 1, 2])):
-                vals = LABEL_UNIVERSE.get(key, ["x"]) + ["zz-none"]
-                op = rng.choice(["LABEL_OPERATOR_IN", "LABEL_OPERATOR_IN", "LABEL_OPERATOR_NOT_IN"])
-                self.features["selector_" + op.split("_")[-1].lower()] += 1
-                cons.append({"label_key": key, "operator": op,
-                             "label_values": rng.sample(vals, rng.choice([1, 1, 2]))})
+            if present and self.chance(0.75):
+                for key, val in rng.sample(present, min(len(present), rng.choice([1, 1, 2]))):
+                    if any(c["label_key"] == key for c in cons):
+                        continue
+                    if self.chance(0.75):
+                        op, vals = "LABEL_OPERATOR_IN", [val] + ([rng.choice(LABEL_UNIVERSE[key])] if self.chance(0.3) else [])
+                    else:
+                        others = [v for v in LABEL_UNIVERSE[key] if v != val]
+                        op, vals = "LABEL_OPERATOR_NOT_IN", [rng.choice(others or [val])]
+                    cons.append({"label_key": key, "operator": op, "label_values": sorted(set(vals))})
+                    self.features["selector_" + op.split("_")[-1].lower()] += 1
+            else:
+                for key in rng.sample(sorted(LABEL_UNIVERSE) + ["nolabel"], rng.choice([1, 1, 2])):
+                    vals = LABEL_UNIVERSE.get(key, ["x"]) + ["zz-none"]
+                    op = rng.choice(["LABEL_OPERATOR_IN", "LABEL_OPERATOR_IN", "LABEL_OPERATOR_NOT_IN"])
+                    self.features["selector_" + op.split("_")[-1].lower()] += 1
+                    cons.append({"label_key": key, "operator": op,
+                                 "label_values": rng.sample(vals, rng.choice([1, 1, 2]))})
             sels.append({"label_constraints": cons})
         if len(sels) > 1:
             self.features["selector_fallbacks"] += 1

@@ -18,6 +18,8 @@ Usage (with the Ray venv's interpreter, /opt/rayvenv/bin/python):
 --both writes {"ray": D, "intended": D', "rules": [...]} where D' is the
 decision of "Ray as intended" (see MIN_WORKERS_ALIASING below) and rules is
 ["MIN_WORKERS_ALIASING"] when D != D', else [].
+--expected writes the decision rayscale must print: D' when a rule applies,
+else D (used for examples/scenarios/*.expected.json).
 
 Errors: a scenario the spec calls malformed (wrong type, key rejected by
 Ray's cluster schema, unknown node type of a running/pending node or
@@ -573,40 +575,53 @@ def _min_workers_unaliased(ctx) -> None:
     ctx.update([copy.deepcopy(n) for n in ctx.get_nodes()])
 
 
+class _AliasProbe:
+    """Ray's own _enforce_min_workers_per_type, unchanged, plus a look at
+    whether the node list it left behind holds one object several times."""
+
+    def __init__(self):
+        self.aliased = False
+
+    def __call__(self, ctx) -> None:
+        _ORIG_MIN_WORKERS(ctx)
+        nodes = ctx._nodes
+        self.aliased = len({id(n) for n in nodes}) < len(nodes)
+
+
 def run_ray(req: SchedulingRequest, intended: bool):
-    # Ray's scheduler does not mutate the request (it builds its own nodes),
-    # so the same request serves both runs.
-    if intended:
-        ResourceDemandScheduler._enforce_min_workers_per_type = staticmethod(_min_workers_unaliased)
+    """One scheduling pass. Returns (reply, aliased): aliased tells whether
+    Ray's min_workers step produced aliased nodes (only then can "Ray as
+    intended" differ). Ray's scheduler does not mutate the request (it builds
+    its own nodes), so the same request serves both runs."""
+    probe = _AliasProbe()
+    ResourceDemandScheduler._enforce_min_workers_per_type = staticmethod(
+        _min_workers_unaliased if intended else probe
+    )
     try:
-        return ResourceDemandScheduler(event_logger=None).schedule(req)
+        return ResourceDemandScheduler(event_logger=None).schedule(req), probe.aliased
     finally:
         ResourceDemandScheduler._enforce_min_workers_per_type = staticmethod(_ORIG_MIN_WORKERS)
 
 
-def _aliasing_possible(req: SchedulingRequest) -> bool:
-    """The aliasing only matters when a type gets >= 2 min_workers nodes and
-    a global cap exists; skip the second run otherwise (pure speed-up)."""
-    if req.max_num_nodes is None:
-        return False
-    return any(c.min_worker_nodes >= 2 for c in req.node_type_configs.values())
-
-
-def plan(path: str, both: bool) -> Tuple[dict, int]:
+def plan(path: str, both: bool, expected: bool = False) -> Tuple[dict, int]:
     """Returns (output object, exit code)."""
+    if expected:
+        obj, rc = plan(path, True)
+        return (obj["intended"] if rc == 0 else obj), rc
     try:
         scn = load_scenario(path)
         req, real_ids = build_request(scn)
     except ScenarioError as e:
         return {"error": str(e), "exit": 2}, 2
     try:
-        ray_dec = to_decision(run_ray(req, intended=False), real_ids)
+        reply, aliased = run_ray(req, intended=False)
+        ray_dec = to_decision(reply, real_ids)
         if not both:
             return ray_dec, 0
-        if not _aliasing_possible(req):
+        if not aliased:
             int_dec = ray_dec
         else:
-            int_dec = to_decision(run_ray(req, intended=True), real_ids)
+            int_dec = to_decision(run_ray(req, intended=True)[0], real_ids)
         rules = [RULE_ALIASING] if dumps(ray_dec) != dumps(int_dec) else []
         return {"ray": ray_dec, "intended": int_dec, "rules": rules}, 0
     except Exception as e:  # noqa: BLE001 - Ray assertion or bug
@@ -619,6 +634,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scenarios", nargs="*")
     ap.add_argument("--both", action="store_true", help="also compute Ray-as-intended")
+    ap.add_argument("--expected", action="store_true",
+                    help="print the decision rayscale must print (intended if a rule applies)")
     ap.add_argument("--dir", help="input directory (all *.yaml, *.yml, *.json)")
     ap.add_argument("--out", help="output directory for --dir")
     args = ap.parse_args(argv)
@@ -634,7 +651,7 @@ def main(argv=None) -> int:
         )
         worst = 0
         for p in files:
-            obj, rc = plan(str(p), args.both)
+            obj, rc = plan(str(p), args.both, args.expected)
             (out / (p.stem + ".json")).write_text(dumps(obj) + "\n")
             if rc == 1:
                 worst = 1
@@ -644,7 +661,7 @@ def main(argv=None) -> int:
     if not args.scenarios:
         ap.error("give SCENARIO files or --dir IN --out OUT")
     if len(args.scenarios) == 1:
-        obj, rc = plan(args.scenarios[0], args.both)
+        obj, rc = plan(args.scenarios[0], args.both, args.expected)
         if rc:
             print(obj["error"], file=sys.stderr)
             return rc
@@ -652,7 +669,7 @@ def main(argv=None) -> int:
         return 0
     worst = 0
     for s in args.scenarios:
-        obj, rc = plan(s, args.both)
+        obj, rc = plan(s, args.both, args.expected)
         worst = max(worst, rc)
         print(dumps(obj))
     return worst

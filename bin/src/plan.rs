@@ -48,7 +48,10 @@ fn plan(args: &PlanArgs) -> Result<String> {
         .as_object()
         .ok_or_else(|| anyhow!("{origin}: expected a mapping at the top level"))?;
     for k in top.keys() {
-        if !matches!(k.as_str(), "config" | "cluster_resource_state" | "instances") {
+        if !matches!(
+            k.as_str(),
+            "config" | "cluster_resource_state" | "instances"
+        ) {
             return Err(anyhow!("{k}: unknown key in scenario"));
         }
     }
@@ -61,10 +64,18 @@ fn plan(args: &PlanArgs) -> Result<String> {
         None | Some(serde_json::Value::Null) => &empty,
         Some(v) => v,
     };
-    let state =
-        rayscale_gcs_client::convert::cluster_resource_state_from_json(crs, "cluster_resource_state")?;
+    let state = rayscale_gcs_client::convert::cluster_resource_state_from_json(
+        crs,
+        "cluster_resource_state",
+    )?;
     let instances = parse_instances(top.get("instances"), "instances")?;
-    let request = build_request(&config, &state, &instances, "cluster_resource_state", "instances")?;
+    let request = build_request(
+        &config,
+        &state,
+        &instances,
+        "cluster_resource_state",
+        "instances",
+    )?;
     let decision = schedule(&request);
     Ok(decision_json(&decision, &request))
 }

@@ -45,7 +45,10 @@ pub fn parse_instances(v: Option<&Value>, path: &str) -> Result<Vec<InstanceReco
     for (i, item) in arr.iter().enumerate() {
         let ipath = format!("{path}[{i}]");
         let obj = item.as_object().ok_or_else(|| {
-            CoreError::invalid(&ipath, format!("expected a mapping, got {}", describe(item)))
+            CoreError::invalid(
+                &ipath,
+                format!("expected a mapping, got {}", describe(item)),
+            )
         })?;
         for k in obj.keys() {
             if !matches!(
@@ -58,9 +61,10 @@ pub fn parse_instances(v: Option<&Value>, path: &str) -> Result<Vec<InstanceReco
         let string = |k: &str, required: bool| -> Result<Option<String>, CoreError> {
             match obj.get(k) {
                 None | Some(Value::Null) if !required => Ok(None),
-                None | Some(Value::Null) => {
-                    Err(CoreError::invalid(join(&ipath, k), "required key is missing"))
-                }
+                None | Some(Value::Null) => Err(CoreError::invalid(
+                    join(&ipath, k),
+                    "required key is missing",
+                )),
                 Some(Value::String(s)) => Ok(Some(s.clone())),
                 Some(other) => Err(CoreError::invalid(
                     join(&ipath, k),
@@ -146,7 +150,11 @@ pub fn build_request(
         };
         let found = instances.iter().enumerate().position(|(ii, inst)| {
             !joined[ii]
-                && inst.cloud_instance_id.as_deref().unwrap_or(&inst.instance_id) == ns.instance_id
+                && inst
+                    .cloud_instance_id
+                    .as_deref()
+                    .unwrap_or(&inst.instance_id)
+                    == ns.instance_id
         });
         let hex = ns.node_id_hex();
         let (instance_id, node_type, status, hash) = match found {

@@ -89,7 +89,9 @@ fn by_count(
             }
             Ok(ResourceRequestByCount {
                 request: resource_request(
-                    rc.request.as_ref().unwrap_or(&pb::ResourceRequest::default()),
+                    rc.request
+                        .as_ref()
+                        .unwrap_or(&pb::ResourceRequest::default()),
                     &format!("{p}.request"),
                 )?,
                 count: rc.count as u64,
@@ -147,7 +149,10 @@ pub fn cluster_resource_state(
                     .iter()
                     .enumerate()
                     .map(|(j, r)| {
-                        resource_request(r, &format!("{p}.bundle_selectors[0].resource_requests[{j}]"))
+                        resource_request(
+                            r,
+                            &format!("{p}.bundle_selectors[0].resource_requests[{j}]"),
+                        )
                     })
                     .collect::<Result<Vec<_>, _>>()?,
             ),
@@ -232,7 +237,9 @@ mod tests {
     #[test]
     fn negative_resources_are_rejected() {
         let v = serde_json::json!({"node_states": [{"total_resources": {"CPU": -1}}]});
-        let e = cluster_resource_state_from_json(&v, "crs").expect_err("fails").to_string();
+        let e = cluster_resource_state_from_json(&v, "crs")
+            .expect_err("fails")
+            .to_string();
         assert_eq!(
             e,
             "crs.node_states[0].total_resources.CPU: resource amounts must be finite and non-negative, got -1"

@@ -72,7 +72,9 @@ impl ClusterConfig {
     pub fn from_value(v: &Value, path: &str) -> Result<Self, CoreError> {
         schema::validate(v, &schema::Node::Object(&schema::CLUSTER), path)?;
         // After the schema check, the shapes below are known to be right.
-        let obj = v.as_object().ok_or_else(|| CoreError::invalid(path, "expected a mapping"))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| CoreError::invalid(path, "expected a mapping"))?;
         let get = |k: &str| obj.get(k);
         let cluster_name = get("cluster_name")
             .and_then(Value::as_str)
@@ -92,16 +94,17 @@ impl ClusterConfig {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let disable_launch_config_check = match provider.and_then(|p| p.get("disable_launch_config_check")) {
-            None => true,
-            Some(Value::Bool(b)) => *b,
-            Some(other) => {
-                return Err(CoreError::invalid(
-                    join(&join(path, "provider"), "disable_launch_config_check"),
-                    format!("expected a boolean, got {}", describe(other)),
-                ));
-            }
-        };
+        let disable_launch_config_check =
+            match provider.and_then(|p| p.get("disable_launch_config_check")) {
+                None => true,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(CoreError::invalid(
+                        join(&join(path, "provider"), "disable_launch_config_check"),
+                        format!("expected a boolean, got {}", describe(other)),
+                    ));
+                }
+            };
 
         let types_path = join(path, "available_node_types");
         let mut node_types = Vec::new();
@@ -137,7 +140,9 @@ impl ClusterConfig {
                 if sum > max {
                     return Err(CoreError::invalid(
                         join(path, "max_workers"),
-                        format!("{max} is smaller than the sum of min_workers of all node types ({sum})"),
+                        format!(
+                            "{max} is smaller than the sum of min_workers of all node types ({sum})"
+                        ),
                     ));
                 }
             }
@@ -174,9 +179,9 @@ fn node_type_from_value(
     global_max: Option<u64>,
     is_head: bool,
 ) -> Result<NodeTypeConfig, CoreError> {
-    let obj = t
-        .as_object()
-        .ok_or_else(|| CoreError::invalid(path, format!("expected a mapping, got {}", describe(t))))?;
+    let obj = t.as_object().ok_or_else(|| {
+        CoreError::invalid(path, format!("expected a mapping, got {}", describe(t)))
+    })?;
     let resources = match obj.get("resources").and_then(Value::as_object) {
         Some(m) => ResourceMap::from_f64_pairs(
             m.iter()
@@ -196,17 +201,26 @@ fn node_type_from_value(
     let as_int = |k: &str| obj.get(k).and_then(Value::as_f64).map(|f| f as i64);
     let min_workers = as_int("min_workers").unwrap_or(0);
     if min_workers < 0 {
-        return Err(CoreError::invalid(join(path, "min_workers"), "must not be negative"));
+        return Err(CoreError::invalid(
+            join(path, "min_workers"),
+            "must not be negative",
+        ));
     }
     let max_workers = match as_int("max_workers") {
         Some(m) if m < 0 => {
-            return Err(CoreError::invalid(join(path, "max_workers"), "must not be negative"));
+            return Err(CoreError::invalid(
+                join(path, "max_workers"),
+                "must not be negative",
+            ));
         }
         Some(m) => Some(m as u64),
         None if is_head => Some(0),
         None => global_max,
     };
-    let node_config = obj.get("node_config").cloned().unwrap_or(Value::Object(Default::default()));
+    let node_config = obj
+        .get("node_config")
+        .cloned()
+        .unwrap_or(Value::Object(Default::default()));
     Ok(NodeTypeConfig {
         name: name.to_string(),
         resources,

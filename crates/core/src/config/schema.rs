@@ -50,7 +50,10 @@ static ANY: Node = Node::Any;
 static STR: Node = Node::Str;
 
 static SECURITY_GROUP: Obj = Obj {
-    props: &[("GroupName", Node::Str), ("IpPermissions", Node::Array(&ANY))],
+    props: &[
+        ("GroupName", Node::Str),
+        ("IpPermissions", Node::Array(&ANY)),
+    ],
     required: &[],
     other: None,
 };
@@ -245,7 +248,8 @@ pub fn is_integer(v: &Value) -> bool {
 
 /// Validates `v` against `node`, naming the first offending path.
 pub fn validate(v: &Value, node: &Node, path: &str) -> Result<(), CoreError> {
-    let bad = |what: &str| CoreError::invalid(path, format!("expected {what}, got {}", describe(v)));
+    let bad =
+        |what: &str| CoreError::invalid(path, format!("expected {what}, got {}", describe(v)));
     match node {
         Node::Any => Ok(()),
         Node::Str => v.is_string().then_some(()).ok_or_else(|| bad("a string")),

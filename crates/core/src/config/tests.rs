@@ -28,7 +28,9 @@ fn loads_basic_config_in_order() {
 }
 
 fn err(text: &str) -> String {
-    ClusterConfig::from_yaml_str(text, "t").expect_err("must fail").to_string()
+    ClusterConfig::from_yaml_str(text, "t")
+        .expect_err("must fail")
+        .to_string()
 }
 
 #[test]
@@ -52,12 +54,18 @@ fn rejects_unknown_keys_and_missing_required() {
     let bad = BASIC.replace("cluster_name: demo\n", "");
     assert_eq!(err(&bad), "cluster_name: required key is missing");
     let bad = BASIC.replace("node_config: {}, idle", "idle");
-    assert_eq!(err(&bad), "available_node_types.gpu.node_config: required key is missing");
+    assert_eq!(
+        err(&bad),
+        "available_node_types.gpu.node_config: required key is missing"
+    );
 }
 
 #[test]
 fn provider_accepts_extra_keys_and_fractional_resources_are_rejected() {
-    let ok = BASIC.replace("{type: local_processes}", "{type: aws, region: us-west-2, anything: [1]}");
+    let ok = BASIC.replace(
+        "{type: local_processes}",
+        "{type: aws, region: us-west-2, anything: [1]}",
+    );
     assert!(ClusterConfig::from_yaml_str(&ok, "t").is_ok());
     let bad = BASIC.replace("CPU: 0}", "CPU: 0.5}");
     assert!(err(&bad).starts_with("available_node_types.head.resources.CPU: expected an integer"));
@@ -66,9 +74,15 @@ fn provider_accepts_extra_keys_and_fractional_resources_are_rejected() {
 #[test]
 fn ray_post_schema_checks() {
     let bad = BASIC.replace("head_node_type: head\n", "");
-    assert_eq!(err(&bad), "head_node_type: required when available_node_types is set");
+    assert_eq!(
+        err(&bad),
+        "head_node_type: required when available_node_types is set"
+    );
     let bad = BASIC.replace("head_node_type: head", "head_node_type: nope");
-    assert_eq!(err(&bad), "head_node_type: \"nope\" is not one of available_node_types");
+    assert_eq!(
+        err(&bad),
+        "head_node_type: \"nope\" is not one of available_node_types"
+    );
     let bad = BASIC.replace("max_workers: 10", "max_workers: 0");
     assert!(err(&bad).starts_with("max_workers: 0 is smaller than the sum of min_workers"));
 }
@@ -83,8 +97,7 @@ fn malformed_yaml_is_one_line() {
 #[test]
 fn launch_config_hash_matches_python() {
     // sha1 of '{"InstanceType":"m5.large","x":[1,2.5]}'
-    let v: serde_json::Value =
-        serde_json::json!({"x": [1, 2.5], "InstanceType": "m5.large"});
+    let v: serde_json::Value = serde_json::json!({"x": [1, 2.5], "InstanceType": "m5.large"});
     assert_eq!(
         launch_config_hash(&v),
         sha1_smol::Sha1::from(r#"{"InstanceType":"m5.large","x":[1,2.5]}"#)

@@ -7,6 +7,7 @@ pub mod state;
 pub use instance::InstanceStatus;
 pub use resources::{Fixed, ResourceMap};
 pub use state::{
-    ClusterConstraint, ClusterResourceState, GangRequest, LabelConstraint, LabelOperator, LabelSelector, NodeState,
-    NodeStatus, PlacementConstraint, ResourceRequest, ResourceRequestByCount,
+    ClusterConstraint, ClusterResourceState, GangRequest, LabelConstraint, LabelOperator,
+    LabelSelector, NodeState, NodeStatus, PlacementConstraint, ResourceRequest,
+    ResourceRequestByCount,
 };

@@ -5,15 +5,16 @@
 //! exactly and repeated subtraction never drifts.
 
 /// Number of fixed-point units in one resource unit.
-pub const SCALE: i64 = 10_000;
+pub const SCALE: i128 = 10_000;
 
-/// A resource quantity in 1/10000 units.
-pub type Fixed = i64;
+/// A resource quantity in 1/10000 units (128-bit: memory in bytes times 10^4 overflows 64 bits
+/// from about 0.9 PB, and a snapshot may hold such a request).
+pub type Fixed = i128;
 
 /// Converts a floating quantity into fixed-point units (rounded to nearest, saturating).
 pub fn to_fixed(v: f64) -> Fixed {
-    // `as` saturates at i64::MIN/MAX and maps NaN to 0.
-    (v * SCALE as f64).round() as i64
+    // `as` saturates at the i128 bounds and maps NaN to 0.
+    (v * SCALE as f64).round() as i128
 }
 
 /// Converts fixed-point units back into a floating quantity.

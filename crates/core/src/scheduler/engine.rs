@@ -4,7 +4,8 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
 
 use super::{
-    Decision, InstanceInput, SchedulingRequest, Termination, TerminationCause, fcmp,
+    Decision, InstanceInput, NodeFate, NodeView, SchedulingRequest, Termination, TerminationCause,
+    fcmp,
 };
 use crate::model::resources::{Fixed, to_f64};
 use crate::model::{
@@ -53,8 +54,6 @@ impl Score {
 /// An interned, canonical resource request.
 #[derive(Debug, Clone)]
 struct Shape {
-    /// All bundle entries (zeros included), sorted by name.
-    res: Vec<(ResId, Fixed)>,
     /// Entries with a positive amount.
     pos: Vec<(ResId, Fixed)>,
     /// The bundle names `GPU` (even with 0).
@@ -106,10 +105,7 @@ fn get(map: &[(ResId, Fixed)], k: ResId) -> Option<Fixed> {
 }
 
 fn label<'a>(labels: &'a [(String, String)], k: &str) -> Option<&'a str> {
-    labels
-        .iter()
-        .find(|(n, _)| n == k)
-        .map(|(_, v)| v.as_str())
+    labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
 }
 
 /// One trial of a node against a request list.
@@ -139,7 +135,14 @@ pub(super) struct Engine<'a> {
     implicit: Vec<bool>,
     gpu: Option<ResId>,
     shapes: Vec<Shape>,
-    shape_ids: HashMap<(Vec<(String, Fixed)>, Vec<PlacementConstraint>, Vec<LabelSelector>), ShapeId>,
+    shape_ids: HashMap<
+        (
+            Vec<(String, Fixed)>,
+            Vec<PlacementConstraint>,
+            Vec<LabelSelector>,
+        ),
+        ShapeId,
+    >,
     /// Node type names: config types first, then unknown ones met in instances.
     type_names: Vec<String>,
     n_config_types: usize,
@@ -197,13 +200,20 @@ impl<'a> Engine<'a> {
     fn intern(&mut self, r: &ResourceRequest) -> ShapeId {
         let mut items: Vec<(String, Fixed)> = r.resources.0.clone();
         items.sort();
-        let key = (items, r.placement_constraints.clone(), r.label_selectors.clone());
+        let key = (
+            items,
+            r.placement_constraints.clone(),
+            r.label_selectors.clone(),
+        );
         if let Some(id) = self.shape_ids.get(&key) {
             return *id;
         }
         let items = key.0.clone();
-        let res: Vec<(ResId, Fixed)> = items.iter().map(|(k, v)| (self.res_id(k), *v)).collect();
-        let pos = res.iter().copied().filter(|(_, v)| *v > 0).collect();
+        let pos: Vec<(ResId, Fixed)> = items
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| (self.res_id(k), *v))
+            .collect();
         let anti = r
             .placement_constraints
             .iter()
@@ -215,7 +225,7 @@ impl<'a> Engine<'a> {
                 _ => None,
             })
             .collect();
-        let sum: i128 = r.resources.0.iter().map(|(_, v)| *v as i128).sum();
+        let sum: i128 = r.resources.0.iter().map(|(_, v)| *v).sum();
         let sort_key = (
             r.placement_constraints.len(),
             r.label_selectors.first().map_or(0, |s| s.constraints.len()),
@@ -226,7 +236,6 @@ impl<'a> Engine<'a> {
         let id = self.shapes.len() as ShapeId;
         self.shapes.push(Shape {
             has_gpu_key: r.resources.0.iter().any(|(k, _)| k == "GPU"),
-            res,
             pos,
             selectors: r.label_selectors.clone(),
             anti,
@@ -349,14 +358,16 @@ impl<'a> Engine<'a> {
             return 0;
         }
         let t = &self.req.node_types[type_idx];
-        let base = t.max_workers.map_or(i64::MAX / 4, |m| m.min(i64::MAX as u64 / 4) as i64);
+        let base = t
+            .max_workers
+            .map_or(i64::MAX / 4, |m| m.min(i64::MAX as u64 / 4) as i64);
         let is_head_type = self.req.head_node_type.as_deref() == Some(t.name.as_str());
         base + i64::from(is_head_type)
     }
 
     // ------------------------------------------------------------------ the pass
 
-    pub(super) fn run(mut self) -> Decision {
+    pub(super) fn run(mut self) -> (Decision, Vec<NodeView>) {
         let req = self.req;
         for (i, inst) in req.instances.iter().enumerate() {
             if let Some(n) = self.node_from_instance(i, inst) {
@@ -397,10 +408,16 @@ impl<'a> Engine<'a> {
         // Gang requests, most constrained first.
         let mut order: Vec<usize> = (0..req.gang_requests.len()).collect();
         let gang_key = |g: &crate::model::GangRequest| {
-            let pc: usize = g.requests.iter().map(|r| r.placement_constraints.len()).sum();
+            let pc: usize = g
+                .requests
+                .iter()
+                .map(|r| r.placement_constraints.len())
+                .sum();
             (pc, g.requests.len())
         };
-        order.sort_by(|a, b| gang_key(&req.gang_requests[*b]).cmp(&gang_key(&req.gang_requests[*a])));
+        order.sort_by(|a, b| {
+            gang_key(&req.gang_requests[*b]).cmp(&gang_key(&req.gang_requests[*a]))
+        });
         for gi in order {
             let combined = combine_affinity(req.gang_requests[gi].effective_requests());
             let runs: Vec<Run> = combined
@@ -469,7 +486,38 @@ impl<'a> Engine<'a> {
                 });
             }
         }
-        decision
+        let views = self.nodes.iter().map(|n| self.view(n)).collect();
+        (decision, views)
+    }
+
+    fn view(&self, n: &SNode) -> NodeView {
+        let map = |v: &[(ResId, Fixed)]| {
+            crate::model::ResourceMap(
+                v.iter()
+                    .map(|(k, x)| (self.res_names[*k as usize].clone(), *x))
+                    .collect(),
+            )
+        };
+        let placed = |src: usize| {
+            n.sched[src]
+                .iter()
+                .map(|(s, k)| (self.shapes[*s as usize].request.clone(), *k))
+                .collect()
+        };
+        NodeView {
+            node_type: self.type_names[n.type_idx].clone(),
+            fate: match n.status {
+                NodeStatus::ToLaunch => NodeFate::Launch,
+                NodeStatus::Schedulable => NodeFate::Keep,
+                NodeStatus::ToTerminate => NodeFate::Terminate,
+            },
+            instance: n.instance,
+            total: map(&n.total),
+            available: map(&n.avail[DEMAND]),
+            available_for_constraint: map(&n.avail[CONSTRAINT]),
+            placed: placed(DEMAND),
+            placed_constraint: placed(CONSTRAINT),
+        }
     }
 
     // ------------------------------------------------------------------ steps
@@ -717,7 +765,7 @@ impl<'a> Engine<'a> {
 
     fn subtract(&self, avail: &mut Vec<(ResId, Fixed)>, shape: &Shape, times: u64) {
         for &(k, v) in &shape.pos {
-            let amount = v.saturating_mul(times as i64);
+            let amount = v.saturating_mul(times as i128);
             match avail.iter_mut().find(|(r, _)| *r == k) {
                 Some(e) => e.1 -= amount,
                 // Only implicit resources can be missing here (fits() said so).
@@ -747,8 +795,7 @@ impl<'a> Engine<'a> {
     /// Ray's `_try_schedule_one` for the first request of a run.
     fn try_one(&self, node: &mut SNode, sid: ShapeId, src: usize) -> bool {
         let shape = &self.shapes[sid as usize];
-        if !shape.selectors.is_empty() && Self::selector_rank(&node.labels, &shape.selectors) == 0
-        {
+        if !shape.selectors.is_empty() && Self::selector_rank(&node.labels, &shape.selectors) == 0 {
             return false;
         }
         for (name, value) in &shape.anti {
@@ -777,6 +824,10 @@ impl<'a> Engine<'a> {
 
     /// Ray's `try_schedule` of one node against the whole request list, on a copy.
     fn trial(&mut self, node: &SNode, runs: &[Run], src: usize) -> Option<Trial> {
+        // Compatibility rule TERMINATING_CAPACITY: a node this pass terminates takes nothing.
+        if node.status == NodeStatus::ToTerminate {
+            return None;
+        }
         let mut n = node.clone();
         let mut taken = Vec::new();
         self.stamp = self.stamp.wrapping_add(1);
@@ -852,7 +903,10 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        let matching = types.iter().filter(|k| get(&n.total, **k).is_some()).count() as i64;
+        let matching = types
+            .iter()
+            .filter(|k| get(&n.total, **k).is_some())
+            .count() as i64;
         let avail = &n.avail[src];
         let mut min_util = f64::INFINITY;
         let mut sum = 0.0f64;
@@ -1177,7 +1231,11 @@ fn combine_affinity(requests: &[ResourceRequest]) -> Vec<ResourceRequest> {
                 label_name,
                 label_value,
             }) => {
-                let key = (label_name.clone(), label_value.clone(), r.label_selectors.clone());
+                let key = (
+                    label_name.clone(),
+                    label_value.clone(),
+                    r.label_selectors.clone(),
+                );
                 match groups.iter_mut().find(|(k, _)| *k == key) {
                     Some((_, combined)) => {
                         for (name, v) in &r.resources.0 {

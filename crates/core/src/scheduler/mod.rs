@@ -23,6 +23,9 @@
 //! - `PENDING_LAUNCH_HASH`: Ray builds pending (not yet running) nodes without their
 //!   instance's launch config hash, so with `disable_launch_config_check: false` every
 //!   pending instance looks outdated and is terminated. Here pending nodes keep their hash.
+//! - `TERMINATING_CAPACITY`: Ray places demand on nodes it has just decided to terminate
+//!   (outdated, over a max), so that demand is neither launched for nor reported until a
+//!   later loop. Here a node being terminated takes no demand.
 
 mod engine;
 
@@ -152,6 +155,44 @@ pub struct Decision {
 
 /// Runs one scheduling pass.
 pub fn schedule(req: &SchedulingRequest) -> Decision {
+    engine::Engine::new(req).run().0
+}
+
+/// What happens to a node of the resulting cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeFate {
+    /// A new instance to launch.
+    Launch,
+    /// An existing instance that stays.
+    Keep,
+    /// An existing (or just planned) instance to terminate.
+    Terminate,
+}
+
+/// One node of the resulting cluster and the demand placed on it (for tests and
+/// explanations).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeView {
+    /// Node type.
+    pub node_type: String,
+    /// Its fate.
+    pub fate: NodeFate,
+    /// Index into the request's instances, for existing instances.
+    pub instance: Option<usize>,
+    /// Total resources.
+    pub total: ResourceMap,
+    /// Resources left for demand after placement.
+    pub available: ResourceMap,
+    /// Resources left for the cluster constraint after placement.
+    pub available_for_constraint: ResourceMap,
+    /// Demand placed on the node (gangs and tasks), with counts.
+    pub placed: Vec<(ResourceRequest, u64)>,
+    /// Constraint requests placed on the node, with counts.
+    pub placed_constraint: Vec<(ResourceRequest, u64)>,
+}
+
+/// Like [`schedule`], also returning every node of the resulting cluster.
+pub fn schedule_explained(req: &SchedulingRequest) -> (Decision, Vec<NodeView>) {
     engine::Engine::new(req).run()
 }
 

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# rayscale's whole test suite: formatting, lints, unit/integration tests, the protocol
+# compatibility checks against Ray's own protobufs, and the differential test against
+# Ray 2.60's scheduler. Installs the Python side (Ray) itself; fails loudly if it cannot.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="$(scripts/setup-python.sh)"
+export RAYSCALE_PYTHON="$PY"
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --all-features --release -- -D warnings
+echo "== proto compatibility with Ray's descriptors"
+"$PY" scripts/check_proto_compat.py
+"$PY" scripts/make_proto_fixtures.py --check
+echo "== cargo test"
+cargo build --release -p rayscale
+cargo test --workspace --release
+echo "== differential test against Ray 2.60 (${DIFFTEST_COUNT:-500} scenarios)"
+"$PY" scripts/difftest.py --rayscale "${CARGO_TARGET_DIR:-target}/release/rayscale" \
+  --seed "${DIFFTEST_SEED:-2060}" --count "${DIFFTEST_COUNT:-500}"

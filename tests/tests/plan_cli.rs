@@ -1,0 +1,151 @@
+//! End-to-end tests of `rayscale plan`: shipped examples against Ray's recorded decisions,
+//! and bad input (exit 2, one line naming the path, nothing on stdout).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// The `rayscale` binary of the same profile as this test (`target/<profile>/rayscale`).
+/// `scripts/test.sh` builds it first; a missing binary fails the test loudly.
+fn rayscale() -> Command {
+    let exe = std::env::current_exe().expect("test executable path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("rayscale"))
+        .expect("target directory");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (cargo build --release -p rayscale)",
+        bin.display()
+    );
+    Command::new(bin)
+}
+
+fn plan(file: &Path) -> (i32, String, String) {
+    let out = rayscale()
+        .args(["plan", "--scenario"])
+        .arg(file)
+        .output()
+        .expect("rayscale runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn examples_match_rays_recorded_decisions() {
+    let dir = root().join("examples/scenarios");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("examples exist") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_string();
+        if !name.ends_with(".yaml") {
+            continue;
+        }
+        let expected_path = dir.join(name.replace(".yaml", ".expected.json"));
+        let expected: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&expected_path).expect("expected decision recorded"),
+        )
+        .expect("expected is JSON");
+        let (code, stdout, stderr) = plan(&path);
+        assert_eq!(code, 0, "{name}: {stderr}");
+        let got: serde_json::Value = serde_json::from_str(&stdout).expect("stdout is JSON");
+        assert_eq!(got, expected, "{name}");
+        n += 1;
+    }
+    assert!(n >= 4, "only {n} examples found");
+}
+
+fn bad(name: &str, text: &str) -> (i32, String, String) {
+    let dir = std::env::temp_dir().join(format!("rayscale-plan-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write scenario");
+    plan(&path)
+}
+
+const GOOD: &str = r#"
+config:
+  cluster_name: t
+  max_workers: 4
+  head_node_type: head
+  provider: {type: local_processes}
+  available_node_types:
+    head: {resources: {CPU: 0}, node_config: {}}
+    gpu: {resources: {CPU: 8, GPU: 1}, node_config: {}}
+cluster_resource_state:
+  pending_resource_requests:
+    - {request: {resources_bundle: {GPU: 1}}, count: 2}
+"#;
+
+#[test]
+fn good_scenario_plans() {
+    let (code, stdout, _) = bad("good.yaml", GOOD);
+    assert_eq!(code, 0);
+    assert_eq!(
+        stdout.trim(),
+        r#"{"infeasible_constraints":[],"infeasible_gang_requests":[],"infeasible_requests":[],"launch":{"gpu":2},"terminate":[]}"#
+    );
+}
+
+#[test]
+fn bad_inputs_exit_2_with_one_line_naming_the_path() {
+    let cases = [
+        (
+            GOOD.replace("GPU: 1}, node_config", "GPU: one}, node_config"),
+            "config.available_node_types.gpu.resources.GPU: expected an integer, got \"one\"",
+        ),
+        (
+            GOOD.replace("count: 2", "count: two"),
+            "cluster_resource_state.pending_resource_requests[0].count",
+        ),
+        (
+            GOOD.replace("max_workers: 4", "max_workers: 4\n  colour: red"),
+            "config.colour: unknown key",
+        ),
+        (
+            format!("{GOOD}instances:\n  - {{instance_id: q, node_type: nope, status: QUEUED}}\n"),
+            "instances[0].node_type: unknown node type \"nope\"",
+        ),
+        (
+            format!("{GOOD}instances:\n  - {{instance_id: q, node_type: gpu, status: SLEEPING}}\n"),
+            "instances[0].status: unknown instance status \"SLEEPING\"",
+        ),
+        ("config: [1, 2\n".to_string(), "bad.yaml"),
+        (
+            GOOD.replace(
+                "cluster_resource_state:",
+                "cluster_resource_state:\n  cluster_resource_constraints: [{}, {}]",
+            ),
+            "cluster_resource_state.cluster_resource_constraints: at most one",
+        ),
+    ];
+    for (text, want) in cases {
+        let (code, stdout, stderr) = bad("bad.yaml", &text);
+        assert_eq!(code, 2, "want exit 2 for {want}: {stderr}");
+        assert!(stdout.is_empty(), "stdout must be empty: {stdout}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.contains(want), "{stderr:?} should name {want:?}");
+    }
+}
+
+#[test]
+fn missing_file_is_an_error() {
+    let (code, stdout, stderr) = plan(Path::new("/nonexistent/scenario.yaml"));
+    assert_eq!(code, 2);
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("/nonexistent/scenario.yaml"));
+}
