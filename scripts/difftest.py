@@ -2,7 +2,7 @@
 """Differential test: `rayscale plan` against Ray 2.60's own scheduler.
 
     difftest.py --rayscale PATH_TO_BINARY [--seed S] [--count N] [--keep DIR]
-                [--in SCENARIO_DIR] [--jobs 2] [--python PY]
+                [--in SCENARIO_DIR] [--jobs 2] [--python PY] [--valid-min-workers]
 
 1. Generates N scenarios (default 500; scripts/gen_scenarios.py, seeded) into
    a temporary directory, or takes every scenario of --in DIR.
@@ -113,6 +113,8 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", help="keep scenarios and outputs in this directory")
     ap.add_argument("--in", dest="in_dir", help="use the scenarios of this directory instead of generating")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--valid-min-workers", action="store_true",
+                    help="generate only configs with sum(min_workers) <= max_workers (Ray's validate_config rule)")
     ap.add_argument("--python", default=DEFAULT_PY, help="interpreter with Ray 2.60 and PyYAML")
     args = ap.parse_args(argv)
 
@@ -137,7 +139,8 @@ def main(argv=None) -> int:
             scen_dir = work / "scenarios"
             subprocess.run(
                 [args.python, str(HERE / "gen_scenarios.py"), "--seed", str(args.seed),
-                 "--count", str(args.count), "--out", str(scen_dir)],
+                 "--count", str(args.count), "--out", str(scen_dir)]
+                + (["--valid-min-workers"] if args.valid_min_workers else []),
                 check=True,
             )
         files = scenario_files(scen_dir)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded generator of `rayscale plan` scenarios for the differential test.
 
-    gen_scenarios.py --seed S --count N --out DIR [--stats]
+    gen_scenarios.py --seed S --count N --out DIR [--stats] [--valid-min-workers]
 
 Writes N scenario files (YAML, some JSON) to DIR; the same seed always gives
 the same files. Every scenario is valid per /work/shared/spec/plan-scenario.md
@@ -98,8 +98,9 @@ def camel(s: str) -> str:
 
 
 class Gen:
-    def __init__(self, seed: int, idx: int):
+    def __init__(self, seed: int, idx: int, valid_min_workers: bool = False):
         self.rng = random.Random(f"rayscale-{seed}-{idx}")
+        self.valid_min_workers = valid_min_workers
         self.idx = idx
         self.seed = seed
         self.features: Counter = Counter()
@@ -144,7 +145,7 @@ class Gen:
             used.add(name)
             workers.append({"name": name, "resources": res})
         # Identical twins: exact score ties, broken by priority or type order.
-        if len(workers) < 7 and self.chance(0.3):
+        if len(workers) < 6 and self.chance(0.3):
             src = rng.choice(workers)
             twin = {"name": src["name"] + "-b", "resources": dict(src["resources"]), "twin_of": src["name"]}
             used.add(twin["name"])
@@ -161,11 +162,20 @@ class Gen:
         if self.disable_check is False:
             f["launch_config_check_enabled"] += 1
 
+        # Aliasing mode: min_workers nodes that the global max_workers must cut.
+        # Flavour "over": sum(min_workers) > max_workers (Ray's validate_config
+        # would reject that config, the spec does not); flavour "fill":
+        # sum(min_workers) <= max_workers, running nodes of other types fill
+        # the cap (a config Ray accepts).
         mode_aliasing = self.chance(0.16)
         self.mode_aliasing = mode_aliasing
+        self.alias_flavor = None
+        if mode_aliasing:
+            self.alias_flavor = "fill" if (self.valid_min_workers or self.chance(0.5)) else "over"
+            f["aliasing_mode_" + self.alias_flavor] += 1
         r = rng.random()
         if mode_aliasing:
-            global_max = rng.randint(1, 5)
+            global_max = rng.randint(2, 5) if self.alias_flavor == "fill" else rng.randint(1, 5)
         elif r < 0.35:
             global_max = None
         elif r < 0.6:
@@ -236,6 +246,13 @@ class Gen:
                 if eff is None or eff >= 2:
                     w["min_workers"] = 2
                     break
+        if global_max is not None and (self.valid_min_workers or self.alias_flavor == "fill"):
+            # keep sum(min_workers) <= max_workers (what Ray's validate_config demands)
+            left = global_max
+            for w in workers:
+                if w.get("min_workers", 0) > left:
+                    w["min_workers"] = left
+                left -= w.get("min_workers", 0)
         sum_min = sum(w.get("min_workers", 0) for w in workers)
         if global_max is not None and sum_min > global_max:
             f["sum_min_workers_exceeds_max"] += 1
@@ -281,6 +298,11 @@ class Gen:
 
         cfg = {"cluster_name": f"gen-{self.seed}-{self.idx}"}
         if global_max is not None:
+            sum_min = sum(d.get("min_workers", 0) for d in ant.values())
+            if self.valid_min_workers and sum_min > global_max:
+                # Ray's validate_config rejects sum(min_workers) > max_workers.
+                global_max = sum_min
+                self.global_max = global_max
             cfg["max_workers"] = global_max
         it = rng.choice([None, None, 0, 0.5, 1, 5, 10])
         self.idle_timeout_s = 300.0 if it is None else it * 60.0
@@ -435,6 +457,17 @@ class Gen:
         # Most scenarios respect the caps (the usual state of a cluster); the
         # others have too many nodes (caps lowered since the nodes started).
         consistent = self.chance(0.7)
+        node_types_pool = worker_types
+        sum_min = sum(w.get("min_workers", 0) for w in self.workers)
+        if self.alias_flavor == "fill" and sum_min >= 2:
+            # k running nodes of types without min_workers, so that the global
+            # cap cuts between 1 and sum_min - 1 of the new min_workers nodes
+            g = self.global_max
+            n_workers = rng.randint(max(0, g - sum_min + 1), g - 1)
+            consistent = True
+            no_min = [t for t in worker_types if not t.get("min_workers")]
+            if no_min:
+                node_types_pool = no_min
         if not consistent:
             f["nodes_over_caps_possible"] += 1
         caps = {}
@@ -445,9 +478,9 @@ class Gen:
             caps[t["name"]] = (1 << 30) if m is None else m
         global_left = (1 << 30) if self.global_max is None else self.global_max
         for _ in range(n_workers):
-            choices = worker_types
+            choices = node_types_pool
             if consistent:
-                choices = [t for t in worker_types if caps[t["name"]] > 0]
+                choices = [t for t in node_types_pool if caps[t["name"]] > 0]
                 if not choices or global_left <= 0:
                     break
             t = rng.choice(choices)
@@ -625,12 +658,12 @@ class Gen:
                         others = [v for v in LABEL_UNIVERSE[key] if v != val]
                         op, vals = "LABEL_OPERATOR_NOT_IN", [rng.choice(others or [val])]
                     cons.append({"label_key": key, "operator": op, "label_values": sorted(set(vals))})
-                    self.features["selector_" + op.split("_")[-1].lower()] += 1
+                    self.features["selector_not_in" if op.endswith("NOT_IN") else "selector_in"] += 1
             else:
                 for key in rng.sample(sorted(LABEL_UNIVERSE) + ["nolabel"], rng.choice([1, 1, 2])):
                     vals = LABEL_UNIVERSE.get(key, ["x"]) + ["zz-none"]
                     op = rng.choice(["LABEL_OPERATOR_IN", "LABEL_OPERATOR_IN", "LABEL_OPERATOR_NOT_IN"])
-                    self.features["selector_" + op.split("_")[-1].lower()] += 1
+                    self.features["selector_not_in" if op.endswith("NOT_IN") else "selector_in"] += 1
                     cons.append({"label_key": key, "operator": op,
                                  "label_values": rng.sample(vals, rng.choice([1, 1, 2]))})
             sels.append({"label_constraints": cons})
@@ -654,15 +687,19 @@ class Gen:
                 f["gpu_request"] += 1
             reqs.append({"request": r, "count": c})
         self.requests = reqs
+        self.demand_units = sum(r["count"] for r in reqs)
 
         gangs = []
         self.pgs = []
         for _ in range(rng.choice([0, 0, 1, 2, 3, 4])):
             strat = rng.choice(["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"])
-            f["gang_" + strat] += 1
             pg = self.pg_id()
             state = "RESCHEDULING" if self.chance(0.15) else "PENDING"
-            nb = rng.randint(1, 6)
+            nb = min(rng.randint(1, 6), 300 - self.demand_units)
+            if nb < 1:
+                break
+            self.demand_units += nb
+            f["gang_" + strat] += 1
             base = self.shape(infeasible_ok=self.chance(0.3))
             bundles = [base if self.chance(0.6) else self.shape(infeasible_ok=False) for _ in range(nb)]
             label = f"_PG_{pg}"
@@ -727,13 +764,20 @@ class Gen:
                     f["constraint_infeasible_shape"] += 1
                 else:
                     sh = self.shape(infeasible_ok=False)
-                e = {"request": {"resources_bundle": sh}, "count": rng.choice([1, 2, 4, 8, 16, 32])}
+                # keep tasks + bundles + constraint units <= 300
+                room = 300 - self.demand_units
+                if room < 1:
+                    break
+                cnt = min(room, rng.choice([1, 2, 4, 8, 16, 32]))
+                self.demand_units += cnt
+                e = {"request": {"resources_bundle": sh}, "count": cnt}
                 if self.chance(0.1):
                     e["request"]["label_selectors"] = self.label_selectors()
                     f["constraint_label_selectors"] += 1
                 rr.append(e)
-            self.constraints = [{"resource_requests": rr}]
-            f["cluster_constraint"] += 1
+            if rr:
+                self.constraints = [{"resource_requests": rr}]
+                f["cluster_constraint"] += 1
 
     # ----------------------------------------------------------- serialising
     def encode_state(self):
@@ -828,11 +872,11 @@ class Gen:
         return scn
 
 
-def generate(seed: int, count: int, out: Path, stats: bool = False) -> Counter:
+def generate(seed: int, count: int, out: Path, stats: bool = False, valid_min_workers: bool = False) -> Counter:
     out.mkdir(parents=True, exist_ok=True)
     total = Counter()
     for i in range(count):
-        g = Gen(seed, i)
+        g = Gen(seed, i, valid_min_workers)
         scn = g.scenario()
         as_json = g.rng.random() < 0.2
         name = f"s{seed}-{i:04d}"
@@ -857,8 +901,10 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=500)
     ap.add_argument("--out", required=True)
     ap.add_argument("--stats", action="store_true", help="print how many scenarios have each feature")
+    ap.add_argument("--valid-min-workers", action="store_true",
+                    help="keep sum(min_workers) <= max_workers, as Ray's validate_config demands")
     args = ap.parse_args(argv)
-    generate(args.seed, args.count, Path(args.out), args.stats)
+    generate(args.seed, args.count, Path(args.out), args.stats, args.valid_min_workers)
     return 0
 
 

@@ -40,6 +40,16 @@ Contract details that both sides (this oracle and rayscale) follow:
   that order, so real Ray is not deterministic at the last ulp. We pin the
   order to the scenario's order (what rayscale uses) via a read-only view
   object in AutoscalerInstance.ray_node (all other fields are the proto's).
+* Choices the spec leaves open, made here (rayscale should match):
+  - min_workers > the type's max_workers (Ray's NodeTypeConfig asserts):
+    error, exit 2, path config.available_node_types.<type>.min_workers.
+  - "unknown node type" errors apply to node states / instances whose
+    (advanced) status is QUEUED..RAY_STOP_REQUESTED, RAY_RUNNING included
+    (also a RAY_RUNNING instance without a node state).
+  - an instance joins at most one node state: the first one naming it;
+    later node states naming it are treated as node states without an
+    instance. Duplicate instance ids are an error.
+  - a node state with an empty instance_id never joins an instance.
 * MIN_WORKERS_ALIASING: Ray's _enforce_min_workers_per_type creates the new
   min_workers nodes of a type as `[node] * n` (one object n times);
   copy.deepcopy of the node list keeps that aliasing, so when the global
@@ -51,7 +61,6 @@ Contract details that both sides (this oracle and rayscale) follow:
 from __future__ import annotations
 
 import argparse
-import base64
 import copy
 import hashlib
 import json
@@ -74,6 +83,8 @@ import ray.autoscaler  # noqa: E402
 from ray.autoscaler.v2.instance_manager.config import NodeTypeConfig  # noqa: E402
 from ray.autoscaler.v2.scheduler import (  # noqa: E402
     ResourceDemandScheduler,
+    SchedulingNode,
+    SchedulingNodeStatus,
     SchedulingRequest,
 )
 from ray.autoscaler.v2.schema import AutoscalerInstance  # noqa: E402
@@ -566,6 +577,12 @@ def to_decision(reply, real_ids: Dict[str, str]) -> dict:
 # --------------------------------------------------------------------------
 
 _ORIG_MIN_WORKERS = ResourceDemandScheduler._enforce_min_workers_per_type
+_ORIG_NODE_NEW = SchedulingNode.new
+_ORIG_TRY_SCHEDULE = SchedulingNode.try_schedule
+
+RULE_PENDING_HASH = "PENDING_LAUNCH_HASH"
+RULE_TERMINATING = "TERMINATING_CAPACITY"
+ALL_RULES = (RULE_ALIASING, RULE_PENDING_HASH, RULE_TERMINATING)
 
 
 def _min_workers_unaliased(ctx) -> None:
@@ -575,32 +592,59 @@ def _min_workers_unaliased(ctx) -> None:
     ctx.update([copy.deepcopy(n) for n in ctx.get_nodes()])
 
 
-class _AliasProbe:
-    """Ray's own _enforce_min_workers_per_type, unchanged, plus a look at
-    whether the node list it left behind holds one object several times."""
+def _node_new_keeping_hash(instance, node_type_configs, disable_launch_config_check):
+    """Ray's own SchedulingNode.new; a pending node keeps its instance's launch
+    config hash (Ray leaves it empty, so every pending node looks outdated)."""
+    node = _ORIG_NODE_NEW(instance, node_type_configs, disable_launch_config_check)
+    if (
+        node is not None
+        and node.status == SchedulingNodeStatus.SCHEDULABLE
+        and instance.im_instance.status != Instance.RAY_RUNNING
+    ):
+        node.launch_config_hash = instance.im_instance.launch_config_hash
+    return node
 
-    def __init__(self):
-        self.aliased = False
 
-    def __call__(self, ctx) -> None:
-        _ORIG_MIN_WORKERS(ctx)
-        nodes = ctx._nodes
-        self.aliased = len({id(n) for n in nodes}) < len(nodes)
+def _try_schedule_not_terminating(self, requests, resource_request_source, shape_keys=None):
+    """Ray's own try_schedule, except that a node being terminated takes nothing."""
+    if self.status == SchedulingNodeStatus.TO_TERMINATE:
+        return list(requests), (0, False, 0, 0, 0)
+    return _ORIG_TRY_SCHEDULE(self, requests, resource_request_source, shape_keys)
 
 
-def run_ray(req: SchedulingRequest, intended: bool):
-    """One scheduling pass. Returns (reply, aliased): aliased tells whether
-    Ray's min_workers step produced aliased nodes (only then can "Ray as
-    intended" differ). Ray's scheduler does not mutate the request (it builds
-    its own nodes), so the same request serves both runs."""
-    probe = _AliasProbe()
-    ResourceDemandScheduler._enforce_min_workers_per_type = staticmethod(
-        _min_workers_unaliased if intended else probe
-    )
+def run_ray(req: SchedulingRequest, intended=False):
+    """Runs Ray's scheduler; `intended` is False (Ray as is), True (every rule's
+    fix) or a collection of rule names whose fixes apply."""
+    if intended is True:
+        rules = set(ALL_RULES)
+    elif not intended:
+        rules = set()
+    else:
+        rules = set(intended)
+    if RULE_ALIASING in rules:
+        ResourceDemandScheduler._enforce_min_workers_per_type = staticmethod(_min_workers_unaliased)
+    if RULE_PENDING_HASH in rules:
+        SchedulingNode.new = staticmethod(_node_new_keeping_hash)
+    if RULE_TERMINATING in rules:
+        SchedulingNode.try_schedule = _try_schedule_not_terminating
     try:
-        return ResourceDemandScheduler(event_logger=None).schedule(req), probe.aliased
+        return ResourceDemandScheduler(event_logger=None).schedule(req)
     finally:
         ResourceDemandScheduler._enforce_min_workers_per_type = staticmethod(_ORIG_MIN_WORKERS)
+        SchedulingNode.new = staticmethod(_ORIG_NODE_NEW)
+        SchedulingNode.try_schedule = _ORIG_TRY_SCHEDULE
+
+
+def _rules_that_matter(req, ray_dec, int_dec, real_ids):
+    """Names the rules whose fix alone changes Ray's decision (all of them when
+    only their combination does)."""
+    if dumps(ray_dec) == dumps(int_dec):
+        return []
+    hits = [
+        r for r in ALL_RULES
+        if dumps(to_decision(run_ray(req, intended=[r]), real_ids)) != dumps(ray_dec)
+    ]
+    return hits or list(ALL_RULES)
 
 
 def plan(path: str, both: bool, expected: bool = False) -> Tuple[dict, int]:
@@ -614,15 +658,11 @@ def plan(path: str, both: bool, expected: bool = False) -> Tuple[dict, int]:
     except ScenarioError as e:
         return {"error": str(e), "exit": 2}, 2
     try:
-        reply, aliased = run_ray(req, intended=False)
-        ray_dec = to_decision(reply, real_ids)
+        ray_dec = to_decision(run_ray(req, intended=False), real_ids)
         if not both:
             return ray_dec, 0
-        if not aliased:
-            int_dec = ray_dec
-        else:
-            int_dec = to_decision(run_ray(req, intended=True)[0], real_ids)
-        rules = [RULE_ALIASING] if dumps(ray_dec) != dumps(int_dec) else []
+        int_dec = to_decision(run_ray(req, intended=True), real_ids)
+        rules = _rules_that_matter(req, ray_dec, int_dec, real_ids)
         return {"ray": ray_dec, "intended": int_dec, "rules": rules}, 0
     except Exception as e:  # noqa: BLE001 - Ray assertion or bug
         tb = traceback.format_exc().strip().splitlines()

@@ -18,4 +18,4 @@ cargo build --release -p rayscale
 cargo test --workspace --release
 echo "== differential test against Ray 2.60 (${DIFFTEST_COUNT:-500} scenarios)"
 "$PY" scripts/difftest.py --rayscale "${CARGO_TARGET_DIR:-target}/release/rayscale" \
-  --seed "${DIFFTEST_SEED:-2060}" --count "${DIFFTEST_COUNT:-500}"
+  --seed "${DIFFTEST_SEED:-2060}" --count "${DIFFTEST_COUNT:-500}" --valid-min-workers --python "$PY"

@@ -19,6 +19,14 @@ const ONE: Fixed = crate::model::resources::SCALE;
 
 type ResId = u32;
 type ShapeId = u32;
+/// Identity of a request: sorted resources, placement constraints, label selectors.
+type ShapeKey = (
+    Vec<(String, Fixed)>,
+    Vec<PlacementConstraint>,
+    Vec<LabelSelector>,
+);
+/// Affinity group key: label name, label value, label selectors.
+type AffinityKey = (String, String, Vec<LabelSelector>);
 
 /// Request source: demand (tasks, actors, gangs) or the cluster constraint. Each node keeps
 /// separate availability and placed requests per source, as Ray does.
@@ -135,14 +143,7 @@ pub(super) struct Engine<'a> {
     implicit: Vec<bool>,
     gpu: Option<ResId>,
     shapes: Vec<Shape>,
-    shape_ids: HashMap<
-        (
-            Vec<(String, Fixed)>,
-            Vec<PlacementConstraint>,
-            Vec<LabelSelector>,
-        ),
-        ShapeId,
-    >,
+    shape_ids: HashMap<ShapeKey, ShapeId>,
     /// Node type names: config types first, then unknown ones met in instances.
     type_names: Vec<String>,
     n_config_types: usize,
@@ -558,9 +559,8 @@ impl<'a> Engine<'a> {
     fn enforce_min_workers(&mut self) {
         let counts = self.count_by_type();
         let mut new_nodes = Vec::new();
-        for ti in 0..self.n_config_types {
+        for (ti, &cur) in counts.iter().enumerate().take(self.n_config_types) {
             let min = self.req.node_types[ti].min_workers;
-            let cur = counts[ti];
             // Compatibility rule MIN_WORKERS_ALIASING: distinct nodes.
             for _ in cur..min {
                 new_nodes.push(self.node_from_config(ti, NodeStatus::ToLaunch));
@@ -935,7 +935,7 @@ impl<'a> Engine<'a> {
             .is_some_and(|v| v > 0);
         Score {
             labels,
-            gpu_ok: !(is_gpu_node && !any_gpu),
+            gpu_ok: !is_gpu_node || any_gpu,
             matching,
             min_util,
             mean_util,
@@ -1224,7 +1224,7 @@ impl Ord for Ranked {
 /// label selectors) become one request with the summed resources, placed after the others.
 fn combine_affinity(requests: &[ResourceRequest]) -> Vec<ResourceRequest> {
     let mut out: Vec<ResourceRequest> = Vec::new();
-    let mut groups: Vec<((String, String, Vec<LabelSelector>), ResourceRequest)> = Vec::new();
+    let mut groups: Vec<(AffinityKey, ResourceRequest)> = Vec::new();
     for r in requests {
         match r.placement_constraints.first() {
             Some(PlacementConstraint::Affinity {

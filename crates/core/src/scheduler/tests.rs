@@ -168,10 +168,10 @@ fn head_type_counts_its_head_against_max_plus_one() {
     let mut r = base(vec![]);
     r.node_types[0] = ntype("head", &[("CPU", 2.0)], 0, Some(0));
     r.resource_requests = vec![task(&[("CPU", 2.0)], 1)];
-    r.instances[0].ray_node.as_mut().map(|n| {
+    if let Some(n) = r.instances[0].ray_node.as_mut() {
         n.total = res(&[("CPU", 2.0)]);
         n.available = res(&[("CPU", 0.0)]);
-    });
+    }
     let d = schedule(&r);
     assert!(d.launch.is_empty(), "no head-type workers allowed");
     assert_eq!(d.infeasible_requests.len(), 1);
