@@ -82,6 +82,7 @@ from google.protobuf import json_format  # noqa: E402
 import ray.autoscaler  # noqa: E402
 from ray.autoscaler.v2.instance_manager.config import NodeTypeConfig  # noqa: E402
 from ray.autoscaler.v2.scheduler import (  # noqa: E402
+    NodeStateCache,
     ResourceDemandScheduler,
     SchedulingNode,
     SchedulingNodeStatus,
@@ -579,6 +580,7 @@ def to_decision(reply, real_ids: Dict[str, str]) -> dict:
 _ORIG_MIN_WORKERS = ResourceDemandScheduler._enforce_min_workers_per_type
 _ORIG_NODE_NEW = SchedulingNode.new
 _ORIG_TRY_SCHEDULE = SchedulingNode.try_schedule
+_ORIG_SEEN_OR_MARK = NodeStateCache.was_seen_or_mark
 
 RULE_PENDING_HASH = "PENDING_LAUNCH_HASH"
 RULE_TERMINATING = "TERMINATING_CAPACITY"
@@ -612,6 +614,14 @@ def _try_schedule_not_terminating(self, requests, resource_request_source, shape
     return _ORIG_TRY_SCHEDULE(self, requests, resource_request_source, shape_keys)
 
 
+def _seen_or_mark_not_terminating(self, node):
+    """Ray's own NodeStateCache check, except that a node being terminated is skipped
+    without marking its state, so it never hides an identical live node."""
+    if node.status == SchedulingNodeStatus.TO_TERMINATE:
+        return True
+    return _ORIG_SEEN_OR_MARK(self, node)
+
+
 def run_ray(req: SchedulingRequest, intended=False):
     """Runs Ray's scheduler; `intended` is False (Ray as is), True (every rule's
     fix) or a collection of rule names whose fixes apply."""
@@ -627,12 +637,14 @@ def run_ray(req: SchedulingRequest, intended=False):
         SchedulingNode.new = staticmethod(_node_new_keeping_hash)
     if RULE_TERMINATING in rules:
         SchedulingNode.try_schedule = _try_schedule_not_terminating
+        NodeStateCache.was_seen_or_mark = _seen_or_mark_not_terminating
     try:
         return ResourceDemandScheduler(event_logger=None).schedule(req)
     finally:
         ResourceDemandScheduler._enforce_min_workers_per_type = staticmethod(_ORIG_MIN_WORKERS)
         SchedulingNode.new = staticmethod(_ORIG_NODE_NEW)
         SchedulingNode.try_schedule = _ORIG_TRY_SCHEDULE
+        NodeStateCache.was_seen_or_mark = _ORIG_SEEN_OR_MARK
 
 
 def _rules_that_matter(req, ray_dec, int_dec, real_ids):

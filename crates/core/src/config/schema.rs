@@ -167,7 +167,10 @@ static NODE_TYPE: Obj = Obj {
         ("worker_setup_commands", COMMANDS_REF),
         ("docker", Node::Object(&NODE_DOCKER)),
     ],
-    required: &["resources", "node_config"],
+    // Ray's schema also requires `node_config`, but Ray's own vSphere defaults.yaml omits
+    // it for its head type; rayscale accepts its absence (as `{}`) so every shipped
+    // defaults.yaml loads.
+    required: &["resources"],
     other: None,
 };
 

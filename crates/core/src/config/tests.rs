@@ -53,10 +53,10 @@ fn rejects_unknown_keys_and_missing_required() {
     );
     let bad = BASIC.replace("cluster_name: demo\n", "");
     assert_eq!(err(&bad), "cluster_name: required key is missing");
-    let bad = BASIC.replace("node_config: {}, idle", "idle");
+    let bad = BASIC.replace("{resources: {CPU: 8, GPU: 1}, max_workers", "{max_workers");
     assert_eq!(
         err(&bad),
-        "available_node_types.gpu.node_config: required key is missing"
+        "available_node_types.gpu.resources: required key is missing"
     );
 }
 

@@ -1064,6 +1064,11 @@ impl<'a> Engine<'a> {
         let mut groups: HashMap<StateKey, VecDeque<usize>> = HashMap::new();
         let mut eligible = vec![true; n];
         for (i, node) in existing.iter().enumerate() {
+            // Nodes being terminated take nothing and never hide an identical live node.
+            if node.status == NodeStatus::ToTerminate {
+                eligible[i] = false;
+                continue;
+            }
             if node.im_status != Some(InstanceStatus::RayRunning) {
                 let q = groups.entry(state_key(node, src)).or_default();
                 if !q.is_empty() {
@@ -1112,7 +1117,9 @@ impl<'a> Engine<'a> {
             }
             picked.push((i, tr.node));
             // The next identical non-running node becomes the one Ray evaluates.
-            if existing[i].im_status != Some(InstanceStatus::RayRunning) {
+            if existing[i].im_status != Some(InstanceStatus::RayRunning)
+                && existing[i].status != NodeStatus::ToTerminate
+            {
                 let key = state_key(&existing[i], src);
                 if let Some(q) = groups.get_mut(&key) {
                     q.retain(|&j| j != i);
