@@ -33,7 +33,7 @@ picks the files whose name starts with "<letter>_"):
 
 Both processes are pinned to one core (taskset -c CPU, default 0) when taskset exists.
 Run it with any Python 3 (the Ray worker uses --ray-python, default
-/opt/rayvenv/bin/python).
+$(scripts/setup-python.sh)).
 """
 
 from __future__ import annotations
@@ -51,36 +51,19 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from canonical_json import canonical, dumps  # noqa: E402,F401
 from typing import Any, Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
 SINGLE_RUN_ABOVE_S = 30.0
-DEFAULT_RAY_PY = "/opt/rayvenv/bin/python"
+DEFAULT_RAY_PY = os.environ.get("RAYSCALE_PYTHON", "/opt/rayscale-venv/bin/python")
 
 
 # --------------------------------------------------------------------------
 # Canonical comparison (no Ray import needed in the parent)
 # --------------------------------------------------------------------------
-
-
-def canonical(obj: Any) -> Any:
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
-        return obj
-    if isinstance(obj, int):
-        return obj
-    if isinstance(obj, float):
-        if math.isfinite(obj) and obj == int(obj):
-            return int(obj)
-        return obj
-    if isinstance(obj, dict):
-        return {str(k): canonical(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [canonical(v) for v in obj]
-    raise TypeError(type(obj))
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(canonical(obj), sort_keys=True, separators=(",", ":"))
 
 
 def normalise(dec: dict) -> dict:

@@ -24,7 +24,7 @@ into a descriptor pool, so they cannot clash with Ray's identically named
 ones.
 
 Usage (from the repo root):
-    /opt/rayvenv/bin/python scripts/check_proto_compat.py [--verbose]
+    $(scripts/setup-python.sh) scripts/check_proto_compat.py [--verbose]
 
 Exit status: 0 = all compatible, 1 = mismatches found, 2 = could not run.
 """

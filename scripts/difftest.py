@@ -24,7 +24,7 @@ oracle/rayscale error, else 0. --keep DIR keeps the scenarios
 stderr (DIR/rayscale) for inspection.
 
 Needs only the standard library; the generator and the oracle run under
---python (default /opt/rayvenv/bin/python, which has Ray and PyYAML).
+--python (default $(scripts/setup-python.sh), which has Ray and PyYAML).
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_PY = "/opt/rayvenv/bin/python" if os.path.exists("/opt/rayvenv/bin/python") else sys.executable
+DEFAULT_PY = os.environ.get("RAYSCALE_PYTHON") or (
+    "/opt/rayscale-venv/bin/python" if os.path.exists("/opt/rayscale-venv/bin/python") else sys.executable
+)
 RULE_DESCRIPTIONS = {"MIN_WORKERS_ALIASING": "compared with Ray-as-intended"}
 TIMEOUT_S = 60
 

@@ -20,8 +20,8 @@ The values are mirrored by hand in crates/gcs-client/tests/wire_compat.rs:
 change both together.
 
 Usage (from the repo root):
-    /opt/rayvenv/bin/python scripts/make_proto_fixtures.py          # (re)write
-    /opt/rayvenv/bin/python scripts/make_proto_fixtures.py --check  # verify tree
+    $(scripts/setup-python.sh) scripts/make_proto_fixtures.py          # (re)write
+    $(scripts/setup-python.sh) scripts/make_proto_fixtures.py --check  # verify tree
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Builds a `ray.autoscaler.v2.scheduler.SchedulingRequest` from a scenario file
 reply as the spec's canonical decision JSON. Ray's code is imported and
 called, never copied.
 
-Usage (with the Ray venv's interpreter, /opt/rayvenv/bin/python):
+Usage (with the Ray venv's interpreter, $(scripts/setup-python.sh)):
     ray_plan.py [--both] SCENARIO [SCENARIO...]
         One file: its decision JSON. Several: one line of JSON per file
         (a scenario that is an error prints {"error": ..., "exit": N}).
@@ -73,6 +73,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from canonical_json import canonical, dumps  # noqa: E402,F401
 
 # Quiet Ray's autoscaler loggers (warnings about outdated heads etc.).
 logging.getLogger("ray").setLevel(logging.ERROR)
@@ -142,28 +145,6 @@ class ScenarioError(Exception):
 # --------------------------------------------------------------------------
 # Canonical JSON
 # --------------------------------------------------------------------------
-
-
-def canonical(obj: Any) -> Any:
-    """Canonical form: floats that are integral become ints, containers are
-    converted recursively (dict keys are sorted by json.dumps)."""
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
-        return obj
-    if isinstance(obj, int):
-        return obj
-    if isinstance(obj, float):
-        if math.isfinite(obj) and obj == int(obj):
-            return int(obj)
-        return obj
-    if isinstance(obj, dict):
-        return {str(k): canonical(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [canonical(v) for v in obj]
-    raise TypeError(f"not JSON-able: {type(obj)}")
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(canonical(obj), sort_keys=True, separators=(",", ":"))
 
 
 def launch_config_hash(node_config: Any) -> str:

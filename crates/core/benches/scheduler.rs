@@ -4,25 +4,12 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use rayscale_core::config::NodeTypeConfig;
-use rayscale_core::model::{InstanceStatus, ResourceMap, ResourceRequest, ResourceRequestByCount};
+use rayscale_core::model::InstanceStatus;
 use rayscale_core::scheduler::{InstanceInput, RayNodeInput, SchedulingRequest, schedule};
-
-fn res(pairs: &[(&str, f64)]) -> ResourceMap {
-    ResourceMap::from_f64_pairs(pairs.iter().map(|(k, v)| (k.to_string(), *v)))
-}
+use rayscale_core::testing::{demand, node_type, res};
 
 fn ntype(name: &str, r: &[(&str, f64)], max: u64) -> NodeTypeConfig {
-    NodeTypeConfig {
-        name: name.into(),
-        resources: res(r),
-        labels: vec![],
-        min_workers: 0,
-        max_workers: Some(max),
-        idle_timeout_s: None,
-        priority: 0,
-        node_config: serde_json::json!({}),
-        launch_config_hash: String::new(),
-    }
+    node_type(name, r, 0, Some(max))
 }
 
 fn node(
@@ -50,16 +37,6 @@ fn node(
             labels: vec![],
             idle_duration_ms: 0,
         }),
-    }
-}
-
-fn demand(r: &[(&str, f64)], count: u64) -> ResourceRequestByCount {
-    ResourceRequestByCount {
-        request: ResourceRequest {
-            resources: res(r),
-            ..Default::default()
-        },
-        count,
     }
 }
 

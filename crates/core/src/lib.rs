@@ -13,5 +13,7 @@ pub mod error;
 pub mod model;
 pub mod scenario;
 pub mod scheduler;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 
 pub use error::CoreError;

@@ -2,26 +2,11 @@
 
 use super::*;
 use crate::config::NodeTypeConfig;
-use crate::model::{
-    LabelConstraint, LabelOperator, LabelSelector, PlacementConstraint, ResourceMap,
-};
-
-fn res(pairs: &[(&str, f64)]) -> ResourceMap {
-    ResourceMap::from_f64_pairs(pairs.iter().map(|(k, v)| (k.to_string(), *v)))
-}
+use crate::model::{LabelConstraint, LabelOperator, LabelSelector, PlacementConstraint};
+use crate::testing::{demand as task, res};
 
 fn ntype(name: &str, r: &[(&str, f64)], min: u64, max: Option<u64>) -> NodeTypeConfig {
-    NodeTypeConfig {
-        name: name.into(),
-        resources: res(r),
-        labels: vec![],
-        min_workers: min,
-        max_workers: max,
-        idle_timeout_s: None,
-        priority: 0,
-        node_config: serde_json::json!({}),
-        launch_config_hash: format!("hash-{name}"),
-    }
+    crate::testing::node_type(name, r, min, max)
 }
 
 fn head_type() -> NodeTypeConfig {
@@ -76,16 +61,6 @@ fn pending(id: &str, t: &str, status: InstanceStatus) -> InstanceInput {
         is_head: false,
         launch_config_hash: format!("hash-{t}"),
         ray_node: None,
-    }
-}
-
-fn task(r: &[(&str, f64)], count: u64) -> ResourceRequestByCount {
-    ResourceRequestByCount {
-        request: ResourceRequest {
-            resources: res(r),
-            ..Default::default()
-        },
-        count,
     }
 }
 

@@ -1,0 +1,36 @@
+//! Small builders for tests and benchmarks (feature `test-util`; always on in unit tests).
+
+use crate::config::NodeTypeConfig;
+use crate::model::{ResourceMap, ResourceRequest, ResourceRequestByCount};
+
+/// A resource map from `(name, amount)` pairs, in order.
+pub fn res(pairs: &[(&str, f64)]) -> ResourceMap {
+    ResourceMap::from_f64_pairs(pairs.iter().map(|(k, v)| (k.to_string(), *v)))
+}
+
+/// A node type with the given resources and worker bounds; its launch hash is
+/// `hash-<name>`, no labels, priority 0.
+pub fn node_type(name: &str, r: &[(&str, f64)], min: u64, max: Option<u64>) -> NodeTypeConfig {
+    NodeTypeConfig {
+        name: name.into(),
+        resources: res(r),
+        labels: vec![],
+        min_workers: min,
+        max_workers: max,
+        idle_timeout_s: None,
+        priority: 0,
+        node_config: serde_json::json!({}),
+        launch_config_hash: format!("hash-{name}"),
+    }
+}
+
+/// `count` identical requests of the given resources.
+pub fn demand(r: &[(&str, f64)], count: u64) -> ResourceRequestByCount {
+    ResourceRequestByCount {
+        request: ResourceRequest {
+            resources: res(r),
+            ..Default::default()
+        },
+        count,
+    }
+}
