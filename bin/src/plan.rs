@@ -43,7 +43,9 @@ fn plan(args: &PlanArgs) -> Result<String> {
     let origin = args.scenario.display().to_string();
     let text = std::fs::read_to_string(&args.scenario)
         .with_context(|| format!("cannot read scenario {origin}"))?;
+    let t0 = std::time::Instant::now();
     let doc = parse_yaml(&text, &origin)?;
+    let t_parse = t0.elapsed();
     let top = doc
         .as_object()
         .ok_or_else(|| anyhow!("{origin}: expected a mapping at the top level"))?;
@@ -76,6 +78,15 @@ fn plan(args: &PlanArgs) -> Result<String> {
         "cluster_resource_state",
         "instances",
     )?;
+    let t_build = t0.elapsed();
     let decision = schedule(&request);
-    Ok(decision_json(&decision, &request))
+    let t_sched = t0.elapsed();
+    let out = decision_json(&decision, &request);
+    if std::env::var_os("RAYSCALE_TIMINGS").is_some() {
+        eprintln!(
+            "parse {t_parse:?} build {t_build:?} schedule {t_sched:?} total {:?}",
+            t0.elapsed()
+        );
+    }
+    Ok(out)
 }

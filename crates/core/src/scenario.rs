@@ -138,9 +138,18 @@ pub fn build_request(
         });
 
     let mut joined = vec![false; instances.len()];
+    // Instances by the id a node state names them with, in file order.
+    let mut by_id: std::collections::HashMap<&str, std::collections::VecDeque<usize>> =
+        std::collections::HashMap::new();
+    for (ii, inst) in instances.iter().enumerate() {
+        let id = inst
+            .cloud_instance_id
+            .as_deref()
+            .unwrap_or(&inst.instance_id);
+        by_id.entry(id).or_default().push_back(ii);
+    }
     let mut out = Vec::new();
     for (ni, ns) in state.node_states.iter().enumerate() {
-        let npath = format!("{state_path}.node_states[{ni}]");
         let target = match ns.status.unwrap_or(NodeStatus::Running) {
             NodeStatus::Running | NodeStatus::Idle | NodeStatus::Unspecified => {
                 InstanceStatus::RayRunning
@@ -148,14 +157,9 @@ pub fn build_request(
             NodeStatus::Draining => InstanceStatus::RayStopping,
             NodeStatus::Dead => InstanceStatus::RayStopped,
         };
-        let found = instances.iter().enumerate().position(|(ii, inst)| {
-            !joined[ii]
-                && inst
-                    .cloud_instance_id
-                    .as_deref()
-                    .unwrap_or(&inst.instance_id)
-                    == ns.instance_id
-        });
+        let found = by_id
+            .get_mut(ns.instance_id.as_str())
+            .and_then(|q| q.pop_front());
         let hex = ns.node_id_hex();
         let (instance_id, node_type, status, hash) = match found {
             Some(ii) => {
@@ -179,7 +183,10 @@ pub fn build_request(
                 let t = &ns.ray_node_type_name;
                 if target == InstanceStatus::RayRunning && !known(t) {
                     return Err(CoreError::invalid(
-                        join(&npath, "ray_node_type_name"),
+                        join(
+                            &format!("{state_path}.node_states[{ni}]"),
+                            "ray_node_type_name",
+                        ),
                         format!("unknown node type {t:?}"),
                     ));
                 }

@@ -244,6 +244,13 @@ pub fn launch_config_hash(node_config: &Value) -> String {
 
 /// Parses YAML (a superset of JSON) into a JSON value, keeping mapping order.
 pub fn parse_yaml(text: &str, origin: &str) -> Result<Value, CoreError> {
+    // JSON is YAML too, but a JSON parser reads it several times faster.
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str::<Value>(text).map_err(|e| CoreError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string().replace('\n', " "),
+        });
+    }
     serde_yaml_ng::from_str::<Value>(text).map_err(|e| CoreError::Parse {
         origin: origin.to_string(),
         message: e.to_string().replace('\n', " "),

@@ -2,6 +2,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 
 use super::{
     Decision, InstanceInput, NodeFate, NodeView, SchedulingRequest, Termination, TerminationCause,
@@ -96,15 +97,15 @@ struct SNode {
     im_status: Option<InstanceStatus>,
     /// Index into the request's instances, for existing nodes.
     instance: Option<usize>,
-    ray_node_id: String,
+    ray_node_id: Rc<str>,
     head: bool,
     idle_ms: i64,
-    launch_hash: String,
+    launch_hash: Rc<str>,
     priority: i64,
-    total: Vec<(ResId, Fixed)>,
+    total: Rc<Vec<(ResId, Fixed)>>,
     avail: [Vec<(ResId, Fixed)>; 2],
     sched: [Vec<(ShapeId, u64)>; 2],
-    labels: Vec<(String, String)>,
+    labels: Rc<Vec<(String, String)>>,
     term: Option<TerminationCause>,
 }
 
@@ -279,15 +280,15 @@ impl<'a> Engine<'a> {
             status,
             im_status: None,
             instance: None,
-            ray_node_id: String::new(),
+            ray_node_id: Rc::from(""),
             head: false,
             idle_ms: 0,
-            launch_hash: String::new(),
+            launch_hash: Rc::from(""),
             priority: t.priority,
             avail: [total.clone(), total.clone()],
-            total,
+            total: Rc::new(total),
             sched: [Vec::new(), Vec::new()],
-            labels: t.labels.clone(),
+            labels: Rc::new(t.labels.clone()),
             term: None,
         }
     }
@@ -311,15 +312,15 @@ impl<'a> Engine<'a> {
                 status: NodeStatus::Schedulable,
                 im_status: Some(inst.status),
                 instance: Some(idx),
-                ray_node_id: ray.node_id_hex.clone(),
+                ray_node_id: Rc::from(ray.node_id_hex.as_str()),
                 head: inst.is_head,
                 idle_ms: ray.idle_duration_ms,
-                launch_hash: inst.launch_config_hash.clone(),
+                launch_hash: Rc::from(inst.launch_config_hash.as_str()),
                 priority: config_idx.map_or(0, |i| self.req.node_types[i].priority),
                 avail: [avail, total.clone()],
-                total,
+                total: Rc::new(total),
                 sched: [Vec::new(), Vec::new()],
-                labels: ray.labels.clone(),
+                labels: Rc::new(ray.labels.clone()),
                 term: None,
             });
         }
@@ -333,15 +334,15 @@ impl<'a> Engine<'a> {
                 status: NodeStatus::ToTerminate,
                 im_status: Some(inst.status),
                 instance: Some(idx),
-                ray_node_id: String::new(),
+                ray_node_id: Rc::from(""),
                 head: false,
                 idle_ms: 0,
-                launch_hash: inst.launch_config_hash.clone(),
+                launch_hash: Rc::from(inst.launch_config_hash.as_str()),
                 priority: 0,
-                total: Vec::new(),
+                total: Rc::new(Vec::new()),
                 avail: [Vec::new(), Vec::new()],
                 sched: [Vec::new(), Vec::new()],
-                labels: Vec::new(),
+                labels: Rc::new(Vec::new()),
                 term: Some(TerminationCause::Outdated),
             });
         };
@@ -350,7 +351,7 @@ impl<'a> Engine<'a> {
         n.instance = Some(idx);
         n.head = inst.is_head;
         // Compatibility rule PENDING_LAUNCH_HASH: keep the instance's hash.
-        n.launch_hash = inst.launch_config_hash.clone();
+        n.launch_hash = Rc::from(inst.launch_config_hash.as_str());
         Some(n)
     }
 
@@ -479,7 +480,7 @@ impl<'a> Engine<'a> {
                 let inst = &req.instances[i];
                 decision.terminate.push(Termination {
                     instance_id: inst.instance_id.clone(),
-                    ray_node_id: n.ray_node_id.clone(),
+                    ray_node_id: n.ray_node_id.to_string(),
                     node_type: self.type_names[n.type_idx].clone(),
                     instance_status: inst.status,
                     cause,
@@ -536,7 +537,7 @@ impl<'a> Engine<'a> {
                 true
             } else {
                 let h = &self.req.node_types[n.type_idx].launch_config_hash;
-                !h.is_empty() && *h != n.launch_hash
+                !h.is_empty() && **h != *n.launch_hash
             };
             if outdated {
                 let n = &mut self.nodes[i];
@@ -578,7 +579,7 @@ impl<'a> Engine<'a> {
         let avail = &n.avail[DEMAND];
         let mut sum = 0.0f64;
         let mut cnt = 0usize;
-        for &(k, t) in &n.total {
+        for &(k, t) in n.total.iter() {
             if t <= 0 {
                 continue;
             }
@@ -794,6 +795,22 @@ impl<'a> Engine<'a> {
 
     /// Ray's `_try_schedule_one` for the first request of a run.
     fn try_one(&self, node: &mut SNode, sid: ShapeId, src: usize) -> bool {
+        if !self.can_take(node, sid, src) {
+            return false;
+        }
+        let shape = &self.shapes[sid as usize];
+        self.subtract(&mut node.avail[src], shape, 1);
+        for (name, value) in &shape.anti {
+            if label(&node.labels, name).is_none() {
+                Rc::make_mut(&mut node.labels).push((name.clone(), value.clone()));
+            }
+        }
+        true
+    }
+
+    /// Could `node` take one request of shape `sid` (label selectors, anti-affinity,
+    /// resources)? Does not change the node.
+    fn can_take(&self, node: &SNode, sid: ShapeId, src: usize) -> bool {
         let shape = &self.shapes[sid as usize];
         if !shape.selectors.is_empty() && Self::selector_rank(&node.labels, &shape.selectors) == 0 {
             return false;
@@ -803,16 +820,7 @@ impl<'a> Engine<'a> {
                 return false;
             }
         }
-        if !self.fits(&node.avail[src], shape) {
-            return false;
-        }
-        self.subtract(&mut node.avail[src], shape, 1);
-        for (name, value) in &shape.anti {
-            if label(&node.labels, name).is_none() {
-                node.labels.push((name.clone(), value.clone()));
-            }
-        }
-        true
+        self.fits(&node.avail[src], shape)
     }
 
     fn push_sched(node: &mut SNode, src: usize, sid: ShapeId, k: u64) {
@@ -828,14 +836,28 @@ impl<'a> Engine<'a> {
         if node.status == NodeStatus::ToTerminate {
             return None;
         }
-        let mut n = node.clone();
-        let mut taken = Vec::new();
         self.stamp = self.stamp.wrapping_add(1);
         if self.stamp == 0 {
             self.failed.iter_mut().for_each(|s| *s = 0);
             self.stamp = 1;
         }
+        // Until the first request lands the node does not change: find that request
+        // without copying the node (most nodes of a busy cluster take nothing).
+        let mut first = None;
         for (ri, run) in runs.iter().enumerate() {
+            if run.count == 0 || self.failed[run.shape as usize] == self.stamp {
+                continue;
+            }
+            if self.can_take(node, run.shape, src) {
+                first = Some(ri);
+                break;
+            }
+            self.failed[run.shape as usize] = self.stamp;
+        }
+        let first = first?;
+        let mut n = node.clone();
+        let mut taken = Vec::new();
+        for (ri, run) in runs.iter().enumerate().skip(first) {
             if run.count == 0 || self.failed[run.shape as usize] == self.stamp {
                 continue;
             }
@@ -911,7 +933,7 @@ impl<'a> Engine<'a> {
         let mut min_util = f64::INFINITY;
         let mut sum = 0.0f64;
         let mut cnt = 0usize;
-        for &(k, t) in &n.total {
+        for &(k, t) in n.total.iter() {
             if t == 0 {
                 continue;
             }
@@ -1078,8 +1100,12 @@ impl<'a> Engine<'a> {
             }
         }
         let mut trials: Vec<Option<Option<Trial>>> = vec![None; n];
-        // Which nodes' trials took from each run.
-        let mut users: Vec<Vec<usize>> = vec![Vec::new(); runs.len()];
+        // Generation of each node's current trial, to recognise stale heap entries.
+        let mut generation: Vec<u32> = vec![0; n];
+        // Per run, the trials that took from it, keyed by the run count below which the
+        // trial no longer holds (see `Trial::valid`): the top is the first to break.
+        let mut watchers: Vec<std::collections::BinaryHeap<(u64, usize, u32)>> =
+            vec![std::collections::BinaryHeap::new(); runs.len()];
         let mut best_set: std::collections::BTreeSet<Ranked> = std::collections::BTreeSet::new();
         let mut dirty: Vec<usize> = (0..n).filter(|i| eligible[*i]).collect();
         let mut picked = Vec::new();
@@ -1089,9 +1115,11 @@ impl<'a> Engine<'a> {
                     continue;
                 }
                 let t = self.trial(&existing[i], runs, src);
+                generation[i] = generation[i].wrapping_add(1);
                 if let Some(tr) = &t {
-                    for &(r, _, _) in &tr.taken {
-                        users[r].push(i);
+                    for &(r, k, c) in &tr.taken {
+                        let threshold = if k < c { k } else { c };
+                        watchers[r].push((threshold, i, generation[i]));
                     }
                     best_set.insert(Ranked {
                         score: tr.score,
@@ -1110,12 +1138,9 @@ impl<'a> Engine<'a> {
                 break;
             };
             alive[i] = false;
-            let mut changed: Vec<usize> = Vec::new();
             for &(r, k, _) in &tr.taken {
                 runs[r].count -= k;
-                changed.push(r);
             }
-            picked.push((i, tr.node));
             // The next identical non-running node becomes the one Ray evaluates.
             if existing[i].im_status != Some(InstanceStatus::RayRunning)
                 && existing[i].status != NodeStatus::ToTerminate
@@ -1131,36 +1156,30 @@ impl<'a> Engine<'a> {
                     }
                 }
             }
-            // Trials that took from a changed run may no longer hold.
-            for r in changed {
-                let list = std::mem::take(&mut users[r]);
-                let mut keep = Vec::with_capacity(list.len());
-                for j in list {
-                    if !alive[j] {
+            // Trials that took from a changed run and no longer hold are redone.
+            for &(r, _, _) in &tr.taken {
+                let now = runs[r].count;
+                while let Some(&(threshold, j, g)) = watchers[r].peek() {
+                    if threshold <= now {
+                        break;
+                    }
+                    watchers[r].pop();
+                    if !alive[j] || generation[j] != g {
                         continue;
                     }
-                    let Some(Some(tj)) = &trials[j] else {
-                        continue;
-                    };
-                    if !tj.taken.iter().any(|&(rr, _, _)| rr == r) {
-                        continue;
-                    }
-                    if tj.valid(runs) {
-                        keep.push(j);
-                    } else {
+                    if let Some(Some(tj)) = &trials[j] {
                         best_set.remove(&Ranked {
                             score: tj.score,
                             priority: tj.node.priority,
                             pos: j,
                         });
                         trials[j] = None;
+                        generation[j] = generation[j].wrapping_add(1);
                         dirty.push(j);
                     }
                 }
-                keep.sort_unstable();
-                keep.dedup();
-                users[r] = keep;
             }
+            picked.push((i, tr.node));
         }
         let mut out: Vec<SNode> = picked.into_iter().map(|(_, n)| n).collect();
         for (i, node) in existing.into_iter().enumerate() {
@@ -1184,11 +1203,11 @@ struct StateKey {
 }
 
 fn state_key(n: &SNode, src: usize) -> StateKey {
-    let mut total = n.total.clone();
+    let mut total = n.total.to_vec();
     total.sort_unstable();
     let mut avail = n.avail[src].clone();
     avail.sort_unstable();
-    let mut labels = n.labels.clone();
+    let mut labels = n.labels.to_vec();
     labels.sort_unstable();
     StateKey {
         type_idx: n.type_idx,
