@@ -12,11 +12,15 @@ use crate::GcsError;
 use crate::proto::ray::rpc as pb_common;
 use crate::proto::ray::rpc::autoscaler as pb;
 
-fn resources(m: &BTreeMap<String, f64>, path: &str) -> Result<ResourceMap, GcsError> {
+/// Checks and converts a resource map; `path` builds the map's path only on error.
+fn resources(
+    m: &BTreeMap<String, f64>,
+    path: impl Fn() -> String,
+) -> Result<ResourceMap, GcsError> {
     for (k, v) in m {
         if !v.is_finite() || *v < 0.0 {
             return Err(GcsError::Invalid {
-                path: format!("{path}.{k}"),
+                path: format!("{}.{k}", path()),
                 message: format!("resource amounts must be finite and non-negative, got {v}"),
             });
         }
@@ -53,7 +57,7 @@ fn selector(s: &pb_common::LabelSelector) -> LabelSelector {
 /// Converts one `ResourceRequest`.
 pub fn resource_request(r: &pb::ResourceRequest, path: &str) -> Result<ResourceRequest, GcsError> {
     Ok(ResourceRequest {
-        resources: resources(&r.resources_bundle, &format!("{path}.resources_bundle"))?,
+        resources: resources(&r.resources_bundle, || format!("{path}.resources_bundle"))?,
         placement_constraints: r
             .placement_constraints
             .iter()
@@ -118,16 +122,15 @@ pub fn cluster_resource_state(
 ) -> Result<ClusterResourceState, GcsError> {
     let mut node_states = Vec::with_capacity(s.node_states.len());
     for (i, n) in s.node_states.iter().enumerate() {
-        let p = format!("{path}.node_states[{i}]");
+        let p = || format!("{path}.node_states[{i}]");
         node_states.push(NodeState {
             node_id: n.node_id.clone(),
             instance_id: n.instance_id.clone(),
             ray_node_type_name: n.ray_node_type_name.clone(),
-            available_resources: resources(
-                &n.available_resources,
-                &format!("{p}.available_resources"),
-            )?,
-            total_resources: resources(&n.total_resources, &format!("{p}.total_resources"))?,
+            available_resources: resources(&n.available_resources, || {
+                format!("{}.available_resources", p())
+            })?,
+            total_resources: resources(&n.total_resources, || format!("{}.total_resources", p()))?,
             dynamic_labels: labels(&n.dynamic_labels),
             labels: labels(&n.labels),
             idle_duration_ms: n.idle_duration_ms,

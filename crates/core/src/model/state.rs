@@ -43,9 +43,11 @@ pub struct NodeState {
 impl NodeState {
     /// The node id in lowercase hex (Ray's `NodeID.hex()`).
     pub fn node_id_hex(&self) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut s = String::with_capacity(self.node_id.len() * 2);
         for b in &self.node_id {
-            s.push_str(&format!("{b:02x}"));
+            s.push(char::from(HEX[usize::from(b >> 4)]));
+            s.push(char::from(HEX[usize::from(b & 15)]));
         }
         s
     }

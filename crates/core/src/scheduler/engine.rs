@@ -398,11 +398,13 @@ impl<'a> Engine<'a> {
                 .collect();
             let runs = self.sorted_runs(runs);
             if !runs.is_empty() {
-                let (nodes, left) = self.try_schedule(runs, CONSTRAINT);
+                let nodes = std::mem::take(&mut self.nodes);
+                let (slots, left) = self.try_schedule(&nodes, runs, CONSTRAINT);
                 if left.iter().any(|r| r.count > 0) {
                     decision.infeasible_constraints.push(0);
-                } else {
                     self.nodes = nodes;
+                } else {
+                    self.nodes = materialize(nodes, slots);
                 }
             }
         }
@@ -433,11 +435,13 @@ impl<'a> Engine<'a> {
             if runs.is_empty() {
                 continue;
             }
-            let (nodes, left) = self.try_schedule(runs, DEMAND);
+            let nodes = std::mem::take(&mut self.nodes);
+            let (slots, left) = self.try_schedule(&nodes, runs, DEMAND);
             if left.iter().any(|r| r.count > 0) {
                 decision.infeasible_gang_requests.push(gi);
-            } else {
                 self.nodes = nodes;
+            } else {
+                self.nodes = materialize(nodes, slots);
             }
         }
 
@@ -452,8 +456,9 @@ impl<'a> Engine<'a> {
             .collect();
         let runs = self.sorted_runs(runs);
         if !runs.is_empty() {
-            let (nodes, left) = self.try_schedule(runs, DEMAND);
-            self.nodes = nodes;
+            let nodes = std::mem::take(&mut self.nodes);
+            let (slots, left) = self.try_schedule(&nodes, runs, DEMAND);
+            self.nodes = materialize(nodes, slots);
             for r in left.into_iter().filter(|r| r.count > 0) {
                 decision
                     .infeasible_requests
@@ -974,8 +979,12 @@ impl<'a> Engine<'a> {
 
     /// Ray's `_try_schedule`: existing nodes first, then new ones. Returns the resulting
     /// node list (Ray's order) and what is left of the runs.
-    fn try_schedule(&mut self, mut runs: Vec<Run>, src: usize) -> (Vec<SNode>, Vec<Run>) {
-        let nodes = self.nodes.clone();
+    fn try_schedule(
+        &mut self,
+        nodes: &[SNode],
+        mut runs: Vec<Run>,
+        src: usize,
+    ) -> (Vec<Slot>, Vec<Run>) {
         // Ray's pre-filter: running nodes that cannot hold any one request go last.
         let mut shapes_pos: Vec<&[(ResId, Fixed)]> = Vec::new();
         for r in &runs {
@@ -995,22 +1004,22 @@ impl<'a> Engine<'a> {
         };
         let mut exhausted = Vec::new();
         let mut existing = Vec::new();
-        for n in nodes {
+        for (i, n) in nodes.iter().enumerate() {
             if n.im_status == Some(InstanceStatus::RayRunning) && !can_fit_any(&n.avail[src]) {
-                exhausted.push(n);
+                exhausted.push(Slot::Orig(i));
             } else {
-                existing.push(n);
+                existing.push(i);
             }
         }
 
-        let mut target = self.place_on_existing(existing, &mut runs, src);
+        let mut target = self.place_on_existing(nodes, existing, &mut runs, src);
         target.append(&mut exhausted);
 
         // New nodes.
         let mut available: Vec<i64> = (0..self.n_config_types)
             .map(|t| self.max_workers(t))
             .collect();
-        for n in &self.nodes {
+        for n in nodes {
             if n.type_idx < self.n_config_types {
                 available[n.type_idx] -= 1;
             }
@@ -1063,7 +1072,7 @@ impl<'a> Engine<'a> {
             for &(r, k, _) in &tr.taken {
                 runs[r].count -= k;
             }
-            target.push(tr.node);
+            target.push(Slot::New(tr.node));
             available[t] -= 1;
             if available[t] > 0 {
                 pool.push(t);
@@ -1076,10 +1085,13 @@ impl<'a> Engine<'a> {
     /// can. Returns the chosen nodes in order, then the untouched ones in order.
     fn place_on_existing(
         &mut self,
-        existing: Vec<SNode>,
+        nodes: &[SNode],
+        existing: Vec<usize>,
         runs: &mut [Run],
         src: usize,
-    ) -> Vec<SNode> {
+    ) -> Vec<Slot> {
+        let idx = existing;
+        let existing: Vec<&SNode> = idx.iter().map(|&i| &nodes[i]).collect();
         let n = existing.len();
         let mut alive = vec![true; n];
         // Ray evaluates only the first of identical non-running nodes (its NodeStateCache).
@@ -1114,7 +1126,7 @@ impl<'a> Engine<'a> {
                 if !alive[i] || !eligible[i] {
                     continue;
                 }
-                let t = self.trial(&existing[i], runs, src);
+                let t = self.trial(existing[i], runs, src);
                 generation[i] = generation[i].wrapping_add(1);
                 if let Some(tr) = &t {
                     for &(r, k, c) in &tr.taken {
@@ -1145,7 +1157,7 @@ impl<'a> Engine<'a> {
             if existing[i].im_status != Some(InstanceStatus::RayRunning)
                 && existing[i].status != NodeStatus::ToTerminate
             {
-                let key = state_key(&existing[i], src);
+                let key = state_key(existing[i], src);
                 if let Some(q) = groups.get_mut(&key) {
                     q.retain(|&j| j != i);
                     if let Some(&j) = q.front()
@@ -1181,14 +1193,33 @@ impl<'a> Engine<'a> {
             }
             picked.push((i, tr.node));
         }
-        let mut out: Vec<SNode> = picked.into_iter().map(|(_, n)| n).collect();
-        for (i, node) in existing.into_iter().enumerate() {
-            if alive[i] {
-                out.push(node);
+        let mut out: Vec<Slot> = picked.into_iter().map(|(_, n)| Slot::New(n)).collect();
+        for (k, &i) in idx.iter().enumerate() {
+            if alive[k] {
+                out.push(Slot::Orig(i));
             }
         }
         out
     }
+}
+
+/// One node of a placement pass's result: an untouched node of the input (by index) or a
+/// new or changed one.
+enum Slot {
+    Orig(usize),
+    New(SNode),
+}
+
+/// The node list a placement pass produced, taking untouched nodes from `nodes`.
+fn materialize(nodes: Vec<SNode>, slots: Vec<Slot>) -> Vec<SNode> {
+    let mut nodes: Vec<Option<SNode>> = nodes.into_iter().map(Some).collect();
+    slots
+        .into_iter()
+        .filter_map(|s| match s {
+            Slot::Orig(i) => nodes[i].take(),
+            Slot::New(n) => Some(n),
+        })
+        .collect()
 }
 
 /// Ray's NodeStateCache key (type, kind, total, available for the source, labels), as
