@@ -8,6 +8,7 @@ Writes (same bytes on every run; each scenario has its own seeded RNG):
                                 one worker type (Ray PR #61374's case)
   b_1337_nodes_13315_cpu2.yaml  1,337 busy workers (all CPUs used), 13,315 x {CPU: 2}
                                 (the shape of Ray PR #64175's report)
+  bj_1337_nodes_13315_cpu2.json (b) written as JSON
   c_20k_mixed_100_nodes.yaml    20,000 mixed demands (~30 shapes incl. GPU, custom
                                 resources, label selectors), 100 nodes of 5 types
   d_100k_pg_1000_nodes.json     100,000 task demands + ~300 placement groups (all four
@@ -451,6 +452,9 @@ def scen_e():
 SCENARIOS = {
     "a": ("a_4000_cpu1.yaml", scen_a),
     "b": ("b_1337_nodes_13315_cpu2.yaml", scen_b),
+    # The same snapshot as JSON (what a machine-written snapshot would be): shows how
+    # much of (b) is spent reading YAML.
+    "bj": ("bj_1337_nodes_13315_cpu2.json", scen_b),
     "c": ("c_20k_mixed_100_nodes.yaml", scen_c),
     "d": ("d_100k_pg_1000_nodes.json", scen_d),
     "e": ("e_1m_10k_nodes.json", scen_e),
@@ -468,7 +472,7 @@ def write(path: Path, scn: dict, comment: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--only", help="comma-separated subset of a,b,c,d,e")
+    ap.add_argument("--only", help="comma-separated subset of a,b,bj,c,d,e")
     args = ap.parse_args(argv)
     keys = args.only.split(",") if args.only else list(SCENARIOS)
     out = Path(args.out)
