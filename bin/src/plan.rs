@@ -9,6 +9,7 @@ use clap::Args;
 use rayscale_core::config::{ClusterConfig, parse_yaml};
 use rayscale_core::scenario::{build_request, decision_json, parse_instances};
 use rayscale_core::scheduler::schedule;
+use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 
 /// Arguments of `rayscale plan`.
 #[derive(Args)]
@@ -39,38 +40,56 @@ pub fn run(args: &PlanArgs) -> ExitCode {
     }
 }
 
+/// A scenario document, decoded in one pass: the config and instances as generic values
+/// (validated by the core with path-naming errors), the GCS state straight into Ray's wire
+/// types (proto3 JSON rules).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioDoc {
+    config: Option<serde_json::Value>,
+    cluster_resource_state: Option<pb::ClusterResourceState>,
+    instances: Option<serde_json::Value>,
+}
+
+/// Decodes a scenario; a syntax error names the file, a wrong value names its path.
+fn decode(text: &str, origin: &str) -> Result<ScenarioDoc> {
+    let at = |path: String, msg: String, syntax: bool| {
+        let msg = msg.replace('\n', " ");
+        if syntax || path == "." || path.is_empty() {
+            anyhow!("{origin}: {msg}")
+        } else {
+            anyhow!("{path}: {msg}")
+        }
+    };
+    if text.trim_start().starts_with('{') {
+        // JSON is YAML too, but decoding it directly is several times faster.
+        let de = &mut serde_json::Deserializer::from_str(text);
+        return serde_path_to_error::deserialize(de).map_err(|e| {
+            let syntax = e.inner().is_syntax() || e.inner().is_eof();
+            at(e.path().to_string(), e.inner().to_string(), syntax)
+        });
+    }
+    let value = parse_yaml(text, origin)?;
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| at(e.path().to_string(), e.inner().to_string(), false))
+}
+
 fn plan(args: &PlanArgs) -> Result<String> {
     let origin = args.scenario.display().to_string();
     let text = std::fs::read_to_string(&args.scenario)
         .with_context(|| format!("cannot read scenario {origin}"))?;
     let t0 = std::time::Instant::now();
-    let doc = parse_yaml(&text, &origin)?;
+    let doc = decode(&text, &origin)?;
     let t_parse = t0.elapsed();
-    let top = doc
-        .as_object()
-        .ok_or_else(|| anyhow!("{origin}: expected a mapping at the top level"))?;
-    for k in top.keys() {
-        if !matches!(
-            k.as_str(),
-            "config" | "cluster_resource_state" | "instances"
-        ) {
-            return Err(anyhow!("{k}: unknown key in scenario"));
-        }
-    }
-    let config_value = top
-        .get("config")
+    let config_value = doc
+        .config
         .ok_or_else(|| anyhow!("config: required key is missing"))?;
-    let config = ClusterConfig::from_value(config_value, "config")?;
-    let empty = serde_json::Value::Object(Default::default());
-    let crs = match top.get("cluster_resource_state") {
-        None | Some(serde_json::Value::Null) => &empty,
-        Some(v) => v,
-    };
-    let state = rayscale_gcs_client::convert::cluster_resource_state_from_json(
-        crs,
+    let config = ClusterConfig::from_value(&config_value, "config")?;
+    let state = rayscale_gcs_client::convert::cluster_resource_state(
+        &doc.cluster_resource_state.unwrap_or_default(),
         "cluster_resource_state",
     )?;
-    let instances = parse_instances(top.get("instances"), "instances")?;
+    let instances = parse_instances(doc.instances.as_ref(), "instances")?;
     let request = build_request(
         &config,
         &state,
