@@ -12,7 +12,7 @@ picks the files whose name starts with "<letter>_"):
    wall clock measured around the child process with time.perf_counter, best of
    --repeat runs. Peak RSS: one extra run under `/usr/bin/time -f %M` (GNU time's
    maximum resident set size of the child, which is the rayscale process itself:
-   `taskset` execs it in place). RUSAGE_CHILDREN is not used: its ru_maxrss is the
+   started directly, without taskset). RUSAGE_CHILDREN is not used: its ru_maxrss is the
    maximum over all children ever waited for, not a per-child value, so deltas of it
    are meaningless. Without /usr/bin/time the RSS column is "n/a".
 2. Ray: in a separate process of the Ray venv's interpreter, the scenario is loaded
@@ -31,7 +31,8 @@ picks the files whose name starts with "<letter>_"):
 4. A table: scenario, rayscale s, rayscale peak RSS MiB, Ray schedule() s,
    Ray/rayscale, decisions equal. --markdown FILE writes it as Markdown too.
 
-Both processes are pinned to one core (taskset -c CPU, default 0) when taskset exists.
+Both processes are pinned to one core (default 0) through this script's own CPU affinity,
+which children inherit.
 Run it with any Python 3 (the Ray worker uses --ray-python, default
 $(scripts/setup-python.sh)).
 """
@@ -167,23 +168,34 @@ def ray_worker(path: str, repeat: int) -> int:
 # --------------------------------------------------------------------------
 
 
-def pin_prefix(cpu: Optional[int]) -> List[str]:
-    if cpu is None:
-        return []
-    ts = shutil.which("taskset")
-    return [ts, "-c", str(cpu)] if ts else []
+def pin_self(cpu: Optional[int]) -> bool:
+    """Pins this process, and so every child it starts, to `cpu`.
+
+    Children inherit the affinity, so they start without a `taskset` exec in front and
+    without a preexec function (which would make Python fork instead of spawn): the timed
+    process is rayscale itself. Returns whether pinning happened.
+    """
+    if cpu is None or not hasattr(os, "sched_setaffinity"):
+        return False
+    os.sched_setaffinity(0, {cpu})
+    return True
 
 
 def run_rayscale(bin_path: str, scen: Path, repeat: int, cpu: Optional[int], timeout: float) -> dict:
-    pin = pin_prefix(cpu)
-    cmd = pin + [bin_path, "plan", "--scenario", str(scen)]
+    cmd = [bin_path, "plan", "--scenario", str(scen)]
     best = None
     stdout = None
-    for _ in range(repeat):
+    # Best of `repeat` runs, and of more for fast cases (up to 50 runs within about 1 s),
+    # as hyperfine does: start-up noise on a shared machine dwarfs millisecond runs.
+    runs = 0
+    spent = 0.0
+    while runs < repeat or (spent < 1.0 and runs < 50):
+        runs += 1
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             t = time.perf_counter()
             p = subprocess.run(cmd, stdout=out, stderr=err, timeout=timeout)
             dt = time.perf_counter() - t
+            spent += dt
             if p.returncode != 0:
                 err.seek(0)
                 return {"error": f"exit {p.returncode}: {err.read().decode(errors='replace').strip()[:500]}"}
@@ -216,7 +228,7 @@ def run_rayscale(bin_path: str, scen: Path, repeat: int, cpu: Optional[int], tim
 
 
 def run_ray(ray_python: str, scen: Path, repeat: int, cpu: Optional[int], timeout: float) -> dict:
-    cmd = pin_prefix(cpu) + [ray_python, str(Path(__file__).resolve()), "--_ray-worker", str(scen),
+    cmd = [ray_python, str(Path(__file__).resolve()), "--_ray-worker", str(scen),
                              "--repeat", str(repeat)]
     env = dict(os.environ)
     env.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
@@ -311,7 +323,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="best of N runs (default 3)")
     ap.add_argument("--markdown", help="also write the table as Markdown to this file")
     ap.add_argument("--ray-python", default=DEFAULT_RAY_PY if os.path.exists(DEFAULT_RAY_PY) else sys.executable)
-    ap.add_argument("--cpu", type=int, default=0, help="core to pin to with taskset (-1: no pinning)")
+    ap.add_argument("--cpu", type=int, default=0, help="core to pin to (-1: no pinning)")
     args = ap.parse_args(argv)
 
     if args.ray_worker:
@@ -327,7 +339,7 @@ def main(argv=None) -> int:
         files = [p for p in files if p.name.split("_", 1)[0] in want]
     skip_ray = {x.strip() for x in args.skip_ray.split(",") if x.strip()}
 
-    pin_note = f"taskset -c {cpu}" if pin_prefix(cpu) else "not pinned"
+    pin_note = f"pinned to core {cpu}" if pin_self(cpu) else "not pinned"
     print(f"# rayscale: {args.rayscale}; Ray worker: {args.ray_python}; {pin_note}; "
           f"best of {args.repeat}; Ray timeout {args.ray_timeout:g} s; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
