@@ -40,11 +40,15 @@ import argparse
 import base64
 import hashlib
 import json
+import os
 import random
 import sys
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ray_encoding import pg_label, pg_placement_constraint  # noqa: E402
 
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 GiB = 1 << 30
@@ -318,12 +322,8 @@ class Builder:
             else:
                 base, bsel = rng.choice(PG_BUNDLES)
             bundles = [base] * nb if rng.random() < 0.8 else [rng.choice(PG_BUNDLES)[0] for _ in range(nb)]
-            label = f"_PG_{pg}"
-            cons = None
-            if strat == "STRICT_PACK":
-                cons = {"affinity": {"label_name": label, "label_value": ""}}
-            elif strat == "STRICT_SPREAD":
-                cons = {"anti_affinity": {"label_name": label, "label_value": ""}}
+            label = pg_label(pg)
+            cons = pg_placement_constraint(strat, pg)
             if state == "RESCHEDULING" and live:
                 # some bundles survived on nodes that now carry the PG's label
                 keep = rng.randint(1, 2)

@@ -32,12 +32,16 @@ import argparse
 import base64
 import hashlib
 import json
+import os
 import random
 import sys
 from collections import Counter
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ray_encoding import pg_label, pg_placement_constraint  # noqa: E402
 
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 GB = 1_000_000_000
@@ -702,12 +706,8 @@ class Gen:
             f["gang_" + strat] += 1
             base = self.shape(infeasible_ok=self.chance(0.3))
             bundles = [base if self.chance(0.6) else self.shape(infeasible_ok=False) for _ in range(nb)]
-            label = f"_PG_{pg}"
-            constraint = None
-            if strat == "STRICT_PACK":
-                constraint = {"affinity": {"label_name": label, "label_value": ""}}
-            elif strat == "STRICT_SPREAD":
-                constraint = {"anti_affinity": {"label_name": label, "label_value": ""}}
+            label = pg_label(pg)
+            constraint = pg_placement_constraint(strat, pg)
             legacy = []
             for b in bundles:
                 rq = {"resources_bundle": dict(b)}
