@@ -14,7 +14,7 @@ echo "== proto compatibility with Ray's descriptors"
 "$PY" scripts/check_proto_compat.py
 "$PY" scripts/make_proto_fixtures.py --check
 echo "== cargo test"
-cargo build --release -p rayscale
+cargo build --release -p rayscale -p rayscale-expander-example
 cargo test --workspace --release
 echo "== differential test against Ray 2.60 (${DIFFTEST_COUNT:-500} scenarios)"
 "$PY" scripts/difftest.py --rayscale "${CARGO_TARGET_DIR:-target}/release/rayscale" \

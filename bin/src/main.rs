@@ -1,5 +1,6 @@
 //! The `rayscale` command line.
 
+mod expander;
 mod plan;
 
 /// A faster allocator: scheduling large snapshots allocates many small vectors.

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, anyhow};
 use clap::Args;
 use rayscale_core::config::{ClusterConfig, parse_yaml};
 use rayscale_core::scenario::{build_request, decision_json, parse_instances};
-use rayscale_core::scheduler::schedule;
+use rayscale_core::scheduler::schedule_with;
 use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 
 /// Arguments of `rayscale plan`.
@@ -17,6 +17,8 @@ pub struct PlanArgs {
     /// The scenario file (YAML or JSON), see shared/spec/plan-scenario.md.
     #[arg(long)]
     scenario: PathBuf,
+    #[command(flatten)]
+    expander: crate::expander::ExpanderArgs,
 }
 
 /// Exit status for malformed input.
@@ -97,8 +99,12 @@ fn plan(args: &PlanArgs) -> Result<String> {
         "cluster_resource_state",
         "instances",
     )?;
+    let mut chain = crate::expander::build_chain(&args.expander, &config)?;
     let t_build = t0.elapsed();
-    let decision = schedule(&request);
+    let decision = schedule_with(&request, &mut chain);
+    for w in chain.take_warnings() {
+        eprintln!("rayscale plan: warning: {w}");
+    }
     let t_sched = t0.elapsed();
     let out = decision_json(&decision, &request);
     if std::env::var_os("RAYSCALE_TIMINGS").is_some() {

@@ -149,3 +149,125 @@ fn missing_file_is_an_error() {
     assert!(stdout.is_empty());
     assert!(stderr.contains("/nonexistent/scenario.yaml"));
 }
+
+fn plan_with(file: &Path, extra: &[&str]) -> (i32, String, String) {
+    let out = rayscale()
+        .args(["plan", "--scenario"])
+        .arg(file)
+        .args(extra)
+        .output()
+        .expect("rayscale runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn launch_of(stdout: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(stdout).expect("stdout is JSON");
+    v["launch"].clone()
+}
+
+#[test]
+fn expander_block_and_flag_choose_the_node_type() {
+    let file = root().join("examples/expanders/price.yaml");
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/expanders/price.expected.json"))
+            .expect("expected decision recorded"),
+    )
+    .expect("JSON");
+    let (code, stdout, stderr) = plan_with(&file, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&stdout).expect("JSON"),
+        expected
+    );
+    assert_eq!(launch_of(&stdout), serde_json::json!({"spot-large": 2}));
+    // The flag overrides the block; `ray` replays Ray's own alternating choice.
+    let (code, stdout, _) = plan_with(&file, &["--expander", "ray"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        launch_of(&stdout),
+        serde_json::json!({"cpu-large": 1, "spot-large": 1})
+    );
+    let (_, stdout, _) = plan_with(&file, &["--expander", "least-nodes"]);
+    assert_eq!(launch_of(&stdout), serde_json::json!({"cpu-large": 2}));
+    // Seeded random: the same seed gives the same decision.
+    let a = plan_with(&file, &["--expander", "random", "--expander-seed", "5"]).1;
+    let b = plan_with(&file, &["--expander", "random", "--expander-seed", "5"]).1;
+    assert_eq!(a, b);
+}
+
+#[test]
+fn an_unreachable_grpc_expander_falls_back_with_a_warning() {
+    let file = root().join("examples/expanders/price.yaml");
+    // Port 1 on loopback: nothing listens there.
+    let (code, stdout, stderr) = plan_with(
+        &file,
+        &[
+            "--expander",
+            "grpc,price",
+            "--grpc-expander-url",
+            "127.0.0.1:1",
+            "--grpc-expander-insecure",
+            "--grpc-expander-timeout",
+            "1",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(launch_of(&stdout), serde_json::json!({"spot-large": 2}));
+    assert!(
+        stderr.contains("warning: expander grpc failed") && stderr.contains("price decides"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_expander_settings_exit_2_with_one_line() {
+    let file = root().join("examples/expanders/price.yaml");
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--expander", "cheapest"],
+            "--expander: unknown expander \"cheapest\"",
+        ),
+        (&["--expander", "grpc"], "grpc needs a server address"),
+        (
+            &[
+                "--expander",
+                "grpc",
+                "--grpc-expander-url",
+                "http://10.1.2.3:7000",
+            ],
+            "plain-text gRPC needs --grpc-expander-insecure",
+        ),
+        (
+            &[
+                "--grpc-expander-url",
+                "127.0.0.1:7000",
+                "--grpc-expander-cert",
+                "/nonexistent.pem",
+                "--expander",
+                "grpc",
+            ],
+            "cannot read certificate /nonexistent.pem",
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, stdout, stderr) = plan_with(&file, args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(want), "{stderr:?} should contain {want:?}");
+    }
+    let text = std::fs::read_to_string(&file)
+        .expect("example")
+        .replace("cpu-small: 0.10", "cpu-smal: 0.10");
+    let (code, _, stderr) = bad("bad-block.yaml", &text);
+    assert_eq!(code, 2);
+    assert!(
+        stderr
+            .contains("config.rayscale.expander.prices.cpu-smal: not one of available_node_types"),
+        "{stderr}"
+    );
+}

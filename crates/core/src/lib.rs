@@ -10,6 +10,8 @@
 
 pub mod config;
 pub mod error;
+pub mod expander;
+pub mod instance;
 pub mod model;
 pub mod scenario;
 pub mod scheduler;

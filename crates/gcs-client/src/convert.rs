@@ -77,6 +77,67 @@ pub fn resource_request(r: &pb::ResourceRequest, path: &str) -> Result<ResourceR
     })
 }
 
+/// Converts one core `ResourceRequest` back to Ray's wire type (for the gRPC expander).
+pub fn resource_request_to_proto(r: &ResourceRequest) -> pb::ResourceRequest {
+    pb::ResourceRequest {
+        resources_bundle: r
+            .resources
+            .iter()
+            .map(|(k, v)| (k.to_string(), rayscale_core::model::resources::to_f64(v)))
+            .collect(),
+        placement_constraints: r
+            .placement_constraints
+            .iter()
+            .map(|c| match c {
+                PlacementConstraint::AntiAffinity {
+                    label_name,
+                    label_value,
+                } => pb::PlacementConstraint {
+                    anti_affinity: Some(pb::AntiAffinityConstraint {
+                        label_name: label_name.clone(),
+                        label_value: label_value.clone(),
+                    }),
+                    affinity: None,
+                },
+                PlacementConstraint::Affinity {
+                    label_name,
+                    label_value,
+                } => pb::PlacementConstraint {
+                    anti_affinity: None,
+                    affinity: Some(pb::AffinityConstraint {
+                        label_name: label_name.clone(),
+                        label_value: label_value.clone(),
+                    }),
+                },
+                PlacementConstraint::Empty => pb::PlacementConstraint::default(),
+            })
+            .collect(),
+        label_selectors: r
+            .label_selectors
+            .iter()
+            .map(|s| pb_common::LabelSelector {
+                label_constraints: s
+                    .constraints
+                    .iter()
+                    .map(|c| pb_common::LabelSelectorConstraint {
+                        label_key: c.key.clone(),
+                        operator: match c.operator {
+                            LabelOperator::In => {
+                                pb_common::LabelSelectorOperator::LabelOperatorIn as i32
+                            }
+                            LabelOperator::NotIn => {
+                                pb_common::LabelSelectorOperator::LabelOperatorNotIn as i32
+                            }
+                            LabelOperator::Unspecified => 0,
+                        },
+                        label_values: c.values.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
 fn by_count(
     list: &[pb::ResourceRequestByCount],
     path: &str,

@@ -28,4 +28,7 @@ pub enum GcsError {
         /// What is wrong.
         message: String,
     },
+    /// The gRPC expander is misconfigured (address, certificate, flags).
+    #[error("grpc expander: {0}")]
+    ExpanderConfig(String),
 }

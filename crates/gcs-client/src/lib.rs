@@ -2,12 +2,15 @@
 //! prost/tonic, plus the conversions between those wire types and `rayscale-core`'s model.
 //!
 //! What lives here: the generated protobuf/gRPC types (`proto`), their proto3 JSON
-//! (pbjson), and pure conversions (`convert`). What must NOT live here: scheduling or
+//! (pbjson), pure conversions (`convert`), and the tonic clients: the gRPC expander
+//! (`expander`, rayscale's own `rayscale.expander.v1` service, which reuses Ray's wire
+//! types for demands). What must NOT live here: scheduling or
 //! reconciling decisions (those are `rayscale-core`'s), cloud provider code, or any
 //! protobuf type leaking into `rayscale-core`'s API.
 
 pub mod convert;
 pub mod error;
+pub mod expander;
 
 pub use error::GcsError;
 
@@ -29,6 +32,16 @@ pub mod proto {
                     include!(concat!(env!("OUT_DIR"), "/ray.rpc.autoscaler.im.rs"));
                     include!(concat!(env!("OUT_DIR"), "/ray.rpc.autoscaler.im.serde.rs"));
                 }
+            }
+        }
+    }
+    /// Package `rayscale`.
+    pub mod rayscale {
+        /// Package `rayscale.expander`.
+        pub mod expander {
+            /// Package `rayscale.expander.v1`: the external expander service.
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/rayscale.expander.v1.rs"));
             }
         }
     }

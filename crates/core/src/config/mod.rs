@@ -9,6 +9,7 @@ pub mod schema;
 use serde_json::Value;
 
 use crate::CoreError;
+use crate::expander::ExpanderSettings;
 use crate::model::ResourceMap;
 use schema::{describe, join};
 
@@ -57,6 +58,8 @@ pub struct ClusterConfig {
     pub disable_launch_config_check: bool,
     /// Node types in file order (the order breaks ties).
     pub node_types: Vec<NodeTypeConfig>,
+    /// Expander settings from the `rayscale:` extension block (default: Ray's choice).
+    pub expander: ExpanderSettings,
     /// The whole document as given.
     pub raw: Value,
 }
@@ -148,7 +151,14 @@ impl ClusterConfig {
             }
         }
 
+        let type_names: Vec<String> = node_types.iter().map(|t| t.name.clone()).collect();
+        let expander = ExpanderSettings::from_rayscale_block(
+            get("rayscale"),
+            &join(path, "rayscale"),
+            &type_names,
+        )?;
         Ok(ClusterConfig {
+            expander,
             cluster_name,
             max_workers,
             upscaling_speed,

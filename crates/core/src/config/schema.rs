@@ -209,6 +209,8 @@ pub static CLUSTER: Obj = Obj {
         ("worker_start_ray_commands", COMMANDS_REF),
         ("no_restart", Node::Any),
         ("available_node_types", Node::Object(&NODE_TYPES)),
+        // rayscale's extension block (not in Ray's schema), checked by the expander settings.
+        ("rayscale", Node::Any),
     ],
     required: &["cluster_name", "provider"],
     other: None,

@@ -32,6 +32,7 @@ mod engine;
 use std::cmp::Ordering;
 
 use crate::config::NodeTypeConfig;
+use crate::expander::ExpanderChain;
 use crate::model::{
     ClusterConstraint, GangRequest, InstanceStatus, ResourceMap, ResourceRequest,
     ResourceRequestByCount,
@@ -156,6 +157,20 @@ pub struct Decision {
 /// Runs one scheduling pass.
 pub fn schedule(req: &SchedulingRequest) -> Decision {
     engine::Engine::new(req).run().0
+}
+
+/// Runs one scheduling pass choosing new nodes with an expander chain (see
+/// [`crate::expander`]); with `ray` at the head of the chain this is exactly [`schedule`].
+pub fn schedule_with(req: &SchedulingRequest, chain: &mut ExpanderChain) -> Decision {
+    engine::Engine::new(req).with_chain(chain).run().0
+}
+
+/// Like [`schedule_with`], also returning every node of the resulting cluster.
+pub fn schedule_with_explained(
+    req: &SchedulingRequest,
+    chain: &mut ExpanderChain,
+) -> (Decision, Vec<NodeView>) {
+    engine::Engine::new(req).with_chain(chain).run()
 }
 
 /// What happens to a node of the resulting cluster.

@@ -457,54 +457,217 @@ mod props {
             .sum()
     }
 
+    fn check_invariants(
+        r: &SchedulingRequest,
+        d: &Decision,
+        views: &[NodeView],
+    ) -> Result<(), TestCaseError> {
+        // Never more than a type's or the cluster's max.
+        let live: Vec<&NodeView> = views
+            .iter()
+            .filter(|v| v.fate != NodeFate::Terminate)
+            .collect();
+        for t in &r.node_types {
+            let n = live.iter().filter(|v| v.node_type == t.name).count() as u64;
+            let cap = t.max_workers.unwrap_or(u64::MAX) + u64::from(t.name == "head");
+            prop_assert!(
+                n <= cap.max(t.min_workers),
+                "type {} has {} > {}",
+                t.name,
+                n,
+                cap
+            );
+        }
+        if let Some(m) = r.max_num_nodes {
+            prop_assert!(
+                live.len() as u64
+                    <= m.max(1 + r.node_types.iter().map(|t| t.min_workers).sum::<u64>())
+            );
+        }
+        // Never a node packed past its resources.
+        for v in views {
+            for (_, a) in v.available.iter() {
+                prop_assert!(a >= 0, "negative availability on {:?}", v);
+            }
+            for name in ["CPU", "GPU"] {
+                let total = v.total.get(name).unwrap_or(0);
+                prop_assert!(sum(&v.placed, name) <= total);
+            }
+        }
+        // Every request not reported infeasible is placed on a node of the result.
+        for rc in &r.resource_requests {
+            let placed: u64 = views
+                .iter()
+                .filter(|v| v.fate != NodeFate::Terminate)
+                .flat_map(|v| v.placed.iter())
+                .filter(|(q, _)| q.resources == rc.request.resources)
+                .map(|(_, c)| *c)
+                .sum();
+            let infeasible: u64 = d
+                .infeasible_requests
+                .iter()
+                .filter(|(q, _)| q.resources == rc.request.resources)
+                .map(|(_, c)| *c)
+                .sum();
+            let wanted: u64 = r
+                .resource_requests
+                .iter()
+                .filter(|q| q.request.resources == rc.request.resources)
+                .map(|q| q.count)
+                .sum();
+            prop_assert_eq!(placed + infeasible, wanted);
+        }
+        // Launch counts agree with the views.
+        let launched = views.iter().filter(|v| v.fate == NodeFate::Launch).count() as u64;
+        prop_assert_eq!(launched, d.launch.iter().map(|(_, c)| c).sum::<u64>());
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
         #[test]
         fn invariants_hold(r in arb_request()) {
             let (d, views) = schedule_explained(&r);
-            // Never more than a type's or the cluster's max.
-            let live: Vec<&NodeView> = views.iter().filter(|v| v.fate != NodeFate::Terminate).collect();
-            for t in &r.node_types {
-                let n = live.iter().filter(|v| v.node_type == t.name).count() as u64;
-                let cap = t.max_workers.unwrap_or(u64::MAX) + u64::from(t.name == "head");
-                prop_assert!(n <= cap.max(t.min_workers), "type {} has {} > {}", t.name, n, cap);
+            check_invariants(&r, &d, &views)?;
+        }
+
+        #[test]
+        fn invariants_hold_with_every_expander(r in arb_request(), seed in 0u64..1000) {
+            for chain in ["least-waste", "random", "least-nodes,most-demands", "priority,ray", "weighted,least-waste"] {
+                let settings = crate::expander::ExpanderSettings {
+                    chain: crate::expander::settings::parse_chain(chain),
+                    seed,
+                    weights: vec![("t0".into(), 3.0), ("t1".into(), 1.0)],
+                    ..Default::default()
+                };
+                let mut c = crate::expander::ExpanderChain::from_settings(&settings, &r.node_types, None)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let (d, views) = schedule_with_explained(&r, &mut c);
+                check_invariants(&r, &d, &views)?;
             }
-            if let Some(m) = r.max_num_nodes {
-                prop_assert!(live.len() as u64 <= m.max(1 + r.node_types.iter().map(|t| t.min_workers).sum::<u64>()));
-            }
-            // Never a node packed past its resources.
-            for v in &views {
-                for (_, a) in v.available.iter() {
-                    prop_assert!(a >= 0, "negative availability on {:?}", v);
-                }
-                for name in ["CPU", "GPU"] {
-                    let total = v.total.get(name).unwrap_or(0);
-                    prop_assert!(sum(&v.placed, name) <= total);
-                }
-            }
-            // Every request not reported infeasible is placed on a node of the result.
-            for rc in &r.resource_requests {
-                let placed: u64 = views.iter().filter(|v| v.fate != NodeFate::Terminate)
-                    .flat_map(|v| v.placed.iter())
-                    .filter(|(q, _)| q.resources == rc.request.resources)
-                    .map(|(_, c)| *c).sum();
-                let infeasible: u64 = d.infeasible_requests.iter()
-                    .filter(|(q, _)| q.resources == rc.request.resources)
-                    .map(|(_, c)| *c).sum();
-                let wanted: u64 = r.resource_requests.iter()
-                    .filter(|q| q.request.resources == rc.request.resources)
-                    .map(|q| q.count).sum();
-                prop_assert_eq!(placed + infeasible, wanted);
-            }
-            // Launch counts agree with the views.
-            let launched = views.iter().filter(|v| v.fate == NodeFate::Launch).count() as u64;
-            prop_assert_eq!(launched, d.launch.iter().map(|(_, c)| c).sum::<u64>());
+        }
+
+        #[test]
+        fn ray_chain_is_exactly_schedule(r in arb_request()) {
+            let mut c = crate::expander::ExpanderChain::ray();
+            prop_assert_eq!(schedule_with(&r, &mut c), schedule(&r));
         }
 
         #[test]
         fn deterministic(r in arb_request()) {
             prop_assert_eq!(schedule(&r), schedule(&r));
         }
+    }
+}
+
+mod expander_rounds {
+    use super::*;
+    use crate::expander::{ExpanderChain, ExpanderSettings, settings::parse_chain};
+
+    fn chain(names: &str, r: &SchedulingRequest, prices: &[(&str, f64)]) -> ExpanderChain {
+        let s = ExpanderSettings {
+            chain: parse_chain(names),
+            prices: prices.iter().map(|(t, p)| (t.to_string(), *p)).collect(),
+            ..Default::default()
+        };
+        ExpanderChain::from_settings(&s, &r.node_types, None).expect("valid chain")
+    }
+
+    fn small_and_big(max_big: Option<u64>) -> SchedulingRequest {
+        base(vec![
+            ntype("small", &[("CPU", 2.0)], 0, None),
+            ntype("big", &[("CPU", 8.0)], 0, max_big),
+        ])
+    }
+
+    #[test]
+    fn each_expander_decides_the_new_nodes() {
+        let mut r = small_and_big(None);
+        r.resource_requests = vec![task(&[("CPU", 1.0)], 8)];
+        let ray = schedule(&r);
+        // Ray alternates identical scores; it picks big first (better utilisation at 8).
+        assert_eq!(launch(&ray, "big"), 1);
+        let d = schedule_with(&r, &mut chain("least-nodes", &r, &[]));
+        assert_eq!(d.launch, vec![("big".to_string(), 1)]);
+        let d = schedule_with(&r, &mut chain("price", &r, &[("small", 0.1), ("big", 1.0)]));
+        assert_eq!(d.launch, vec![("small".to_string(), 4)]);
+        // Tie on demands held (8 each): config order decides.
+        let d = schedule_with(&r, &mut chain("most-demands", &r, &[]));
+        assert_eq!(d.launch, vec![("small".to_string(), 4)]);
+        assert!(d.infeasible_requests.is_empty());
+    }
+
+    #[test]
+    fn rounds_continue_with_what_the_pick_cannot_hold() {
+        let mut r = small_and_big(Some(1));
+        r.resource_requests = vec![task(&[("CPU", 1.0)], 16)];
+        let mut c = chain("least-nodes", &r, &[]);
+        let (d, views) = schedule_with_explained(&r, &mut c);
+        // Round 1: big (1 node, its max) holds 8; round 2: only small is left, 4 nodes.
+        assert_eq!(c.rounds(), 2);
+        assert_eq!(
+            d.launch,
+            vec![("big".to_string(), 1), ("small".to_string(), 4)]
+        );
+        let placed: u64 = views
+            .iter()
+            .filter(|v| v.fate == NodeFate::Launch)
+            .flat_map(|v| v.placed.iter().map(|(_, k)| *k))
+            .sum();
+        assert_eq!(placed, 16);
+    }
+
+    #[test]
+    fn least_waste_keeps_gpu_nodes_for_gpu_work_and_limits_hold() {
+        let mut r = base(vec![
+            ntype("cpu", &[("CPU", 4.0)], 0, None),
+            ntype("gpu", &[("CPU", 4.0), ("GPU", 1.0)], 0, None),
+        ]);
+        r.resource_requests = vec![
+            task(&[("CPU", 1.0)], 4),
+            task(&[("CPU", 1.0), ("GPU", 1.0)], 1),
+        ];
+        let mut c = chain("least-waste", &r, &[]);
+        let d = schedule_with(&r, &mut c);
+        assert_eq!(
+            d.launch,
+            vec![("cpu".to_string(), 1), ("gpu".to_string(), 1)]
+        );
+        // A global cap of 2 nodes (head + 1) leaves room for one new node only.
+        r.max_num_nodes = Some(2);
+        let mut c = chain("least-waste", &r, &[]);
+        let d = schedule_with(&r, &mut c);
+        assert_eq!(d.launch.iter().map(|(_, k)| k).sum::<u64>(), 1);
+        let infeasible: u64 = d.infeasible_requests.iter().map(|(_, k)| k).sum();
+        assert!(infeasible >= 1);
+    }
+
+    #[test]
+    fn strict_spread_gangs_get_one_node_per_bundle() {
+        let mut r = small_and_big(None);
+        r.gang_requests = vec![gang(
+            &[&[("CPU", 1.0)], &[("CPU", 1.0)], &[("CPU", 1.0)]],
+            Some(PlacementConstraint::AntiAffinity {
+                label_name: "_PG_x".into(),
+                label_value: "x".into(),
+            }),
+        )];
+        let d = schedule_with(&r, &mut chain("least-waste", &r, &[]));
+        // small wastes 1 of 2 per node, big 7 of 8.
+        assert_eq!(d.launch, vec![("small".to_string(), 3)]);
+        assert!(d.infeasible_gang_requests.is_empty());
+    }
+
+    #[test]
+    fn existing_capacity_is_used_before_any_round() {
+        let mut r = small_and_big(None);
+        r.instances
+            .push(running("w1", "big", &[("CPU", 8.0)], &[("CPU", 8.0)], 0));
+        r.resource_requests = vec![task(&[("CPU", 1.0)], 8)];
+        let mut c = chain("least-nodes", &r, &[]);
+        let d = schedule_with(&r, &mut c);
+        assert!(d.launch.is_empty());
+        assert_eq!(c.rounds(), 0);
     }
 }

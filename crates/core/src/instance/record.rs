@@ -1,0 +1,164 @@
+//! The instance record kept in the instance table.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::instance::InstanceStatus;
+
+use super::transitions::is_terminal;
+
+/// One entry of an instance's status history: the instance entered `status` at
+/// `timestamp_ns`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusChange {
+    /// The status entered (serialized as Ray's name, e.g. `"RAY_RUNNING"`).
+    #[serde(with = "status_serde")]
+    pub status: InstanceStatus,
+    /// When, in nanoseconds since the Unix epoch, as given by the caller's clock.
+    pub timestamp_ns: i64,
+    /// Why, for humans (e.g. `"queued by scheduler"`).
+    #[serde(default)]
+    pub details: String,
+}
+
+/// An instance as stored by the instance manager (Ray's `Instance` message, trimmed to
+/// what rayscale uses).
+///
+/// Records are created and changed only through
+/// [`InstanceManager::update`](super::InstanceManager::update); the fields are public so
+/// that storage backends and tests can build and inspect them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    /// The instance manager's id for the instance (unique in the table, never reused).
+    pub instance_id: String,
+    /// The node type (Ray's `instance_type`), a key of `available_node_types`.
+    #[serde(default)]
+    pub node_type: String,
+    /// The current status (serialized as Ray's name).
+    #[serde(with = "status_serde")]
+    pub status: InstanceStatus,
+    /// Counts the events applied to this record: 1 when created, +1 per applied update.
+    /// An update must name the version it was computed from.
+    pub version: u64,
+    /// The launch request the instance was (last) requested in; empty if none.
+    #[serde(default)]
+    pub launch_request_id: String,
+    /// The cloud provider's id of the instance, once allocated.
+    #[serde(default)]
+    pub cloud_instance_id: Option<String>,
+    /// The Ray node id (hex) once Ray runs on the instance.
+    #[serde(default)]
+    pub node_id: Option<String>,
+    /// Hash of the launch config the instance was launched with; empty if unknown.
+    #[serde(default)]
+    pub launch_config_hash: String,
+    /// Whether the instance is the Ray head node.
+    #[serde(default)]
+    pub is_head: bool,
+    /// Every status the instance entered, oldest first, the creation included.
+    #[serde(default)]
+    pub status_history: Vec<StatusChange>,
+    /// How many times the launch was retried (bumped by events that ask for it, typically
+    /// when a REQUESTED instance is queued again). Ray derives the same count from the
+    /// number of REQUESTED entries in the history, see [`Instance::times_entered`].
+    #[serde(default)]
+    pub launch_retries: u32,
+    /// How many times termination was retried (bumped by events that ask for it).
+    #[serde(default)]
+    pub termination_retries: u32,
+    /// The last error reported for the instance (launch or termination failure).
+    #[serde(default)]
+    pub last_error: Option<String>,
+}
+
+impl Instance {
+    /// A new record in `status` at version 1, whose history holds the creation.
+    pub fn new(
+        instance_id: impl Into<String>,
+        node_type: impl Into<String>,
+        status: InstanceStatus,
+        now_ns: i64,
+        details: impl Into<String>,
+    ) -> Self {
+        Instance {
+            instance_id: instance_id.into(),
+            node_type: node_type.into(),
+            status,
+            version: 1,
+            launch_request_id: String::new(),
+            cloud_instance_id: None,
+            node_id: None,
+            launch_config_hash: String::new(),
+            is_head: false,
+            status_history: vec![StatusChange {
+                status,
+                timestamp_ns: now_ns,
+                details: details.into(),
+            }],
+            launch_retries: 0,
+            termination_retries: 0,
+            last_error: None,
+        }
+    }
+
+    /// When the instance last entered `status` (the greatest timestamp among the history
+    /// entries for `status`, as Ray's `get_last_status_transition`), `None` if it never
+    /// did. With `status == self.status` this is "in the current status since", the base
+    /// of every timeout.
+    pub fn status_since(&self, status: InstanceStatus) -> Option<i64> {
+        self.status_history
+            .iter()
+            .filter(|c| c.status == status)
+            .map(|c| c.timestamp_ns)
+            .max()
+    }
+
+    /// Every time the instance entered `status`, in history order (Ray's
+    /// `get_status_transition_times_ns`).
+    pub fn status_times(&self, status: InstanceStatus) -> Vec<i64> {
+        self.status_history
+            .iter()
+            .filter(|c| c.status == status)
+            .map(|c| c.timestamp_ns)
+            .collect()
+    }
+
+    /// How many times the instance entered `status` (e.g. REQUESTED: launch attempts).
+    pub fn times_entered(&self, status: InstanceStatus) -> usize {
+        self.status_history
+            .iter()
+            .filter(|c| c.status == status)
+            .count()
+    }
+
+    /// The latest history entry, if any.
+    pub fn last_change(&self) -> Option<&StatusChange> {
+        self.status_history.last()
+    }
+
+    /// Whether the instance is in a terminal status (TERMINATED, ALLOCATION_FAILED).
+    pub fn is_terminal(&self) -> bool {
+        is_terminal(self.status)
+    }
+}
+
+/// Serializes [`InstanceStatus`] as Ray's enum value name.
+mod status_serde {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+    use crate::model::instance::InstanceStatus;
+
+    pub(super) fn serialize<S: Serializer>(
+        status: &InstanceStatus,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(status.name())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<InstanceStatus, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        InstanceStatus::from_name(&name)
+            .ok_or_else(|| D::Error::custom(format!("unknown instance status `{name}`")))
+    }
+}

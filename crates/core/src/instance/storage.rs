@@ -1,0 +1,151 @@
+//! Where the instance table lives: a storage trait with optimistic concurrency, an
+//! in-memory implementation, and the byte encoding for key-value backends.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{InstanceError, one_line};
+use super::record::Instance;
+
+/// A versioned instance table.
+///
+/// The table has one version that every successful write increases. Writers name the
+/// version they read ([`load`](Self::load)); a write against any other version is refused
+/// with [`InstanceError::VersionConflict`] and changes nothing (Ray's
+/// `InstanceStorage.batch_upsert_instances` with `expected_storage_version`).
+///
+/// Storage keeps records as given: the per-instance `version` is maintained by
+/// [`InstanceManager`](super::InstanceManager), not by the storage.
+pub trait InstanceStorage {
+    /// The table version and every stored instance.
+    fn load(&self) -> Result<(u64, Vec<Instance>), InstanceError>;
+
+    /// Inserts or replaces `upserts` (by `instance_id`), then removes `deletes` (unknown
+    /// ids are ignored), all at once, if the table is still at `expected_table_version`.
+    /// Returns the new table version. On error nothing is changed.
+    fn batch_upsert(
+        &mut self,
+        expected_table_version: u64,
+        upserts: &[Instance],
+        deletes: &[String],
+    ) -> Result<u64, InstanceError>;
+}
+
+/// An [`InstanceStorage`] in memory: a map by instance id and a version starting at 0.
+/// Loads return instances sorted by id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InMemoryStorage {
+    version: u64,
+    instances: BTreeMap<String, Instance>,
+}
+
+impl InMemoryStorage {
+    /// An empty table at version 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A table at `version` holding `instances` (a later duplicate id replaces an earlier
+    /// one), e.g. one decoded with [`decode_table`].
+    pub fn with_instances(version: u64, instances: impl IntoIterator<Item = Instance>) -> Self {
+        InMemoryStorage {
+            version,
+            instances: instances
+                .into_iter()
+                .map(|i| (i.instance_id.clone(), i))
+                .collect(),
+        }
+    }
+
+    /// The current table version.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The stored instance `instance_id`, if any.
+    pub fn get(&self, instance_id: &str) -> Option<&Instance> {
+        self.instances.get(instance_id)
+    }
+
+    /// The number of stored instances.
+    pub fn len(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.instances.is_empty()
+    }
+}
+
+impl InstanceStorage for InMemoryStorage {
+    fn load(&self) -> Result<(u64, Vec<Instance>), InstanceError> {
+        Ok((self.version, self.instances.values().cloned().collect()))
+    }
+
+    fn batch_upsert(
+        &mut self,
+        expected_table_version: u64,
+        upserts: &[Instance],
+        deletes: &[String],
+    ) -> Result<u64, InstanceError> {
+        if expected_table_version != self.version {
+            return Err(InstanceError::VersionConflict {
+                expected: expected_table_version,
+                actual: self.version,
+            });
+        }
+        for instance in upserts {
+            self.instances
+                .insert(instance.instance_id.clone(), instance.clone());
+        }
+        for id in deletes {
+            self.instances.remove(id);
+        }
+        self.version = self.version.saturating_add(1);
+        Ok(self.version)
+    }
+}
+
+/// The encoded form of a table: `{"version": 7, "instances": [...]}`.
+#[derive(Serialize)]
+struct TableRef<'a> {
+    version: u64,
+    instances: &'a [Instance],
+}
+
+#[derive(Deserialize)]
+struct TableOwned {
+    version: u64,
+    instances: Vec<Instance>,
+}
+
+/// Encodes a whole table (its version and instances) as JSON bytes, for a key-value
+/// backend (e.g. GCS KV) to store under one key. Statuses are written as Ray's names.
+///
+/// Fails only if serialization itself fails, which well-formed records (strings,
+/// integers, booleans and lists) never do.
+pub fn encode_table(version: u64, instances: &[Instance]) -> Result<Vec<u8>, InstanceError> {
+    serde_json::to_vec(&TableRef { version, instances })
+        .map_err(|e| InstanceError::Encode(one_line(e)))
+}
+
+/// Decodes bytes written by [`encode_table`] into `(version, instances)`.
+///
+/// Anything else (garbage, truncation, an unknown status name, two records with the same
+/// id) is a one-line [`InstanceError::Decode`], never a panic.
+pub fn decode_table(bytes: &[u8]) -> Result<(u64, Vec<Instance>), InstanceError> {
+    let table: TableOwned =
+        serde_json::from_slice(bytes).map_err(|e| InstanceError::Decode(one_line(e)))?;
+    let mut seen = BTreeSet::new();
+    for instance in &table.instances {
+        if !seen.insert(instance.instance_id.as_str()) {
+            return Err(InstanceError::Decode(format!(
+                "duplicate instance id `{}`",
+                instance.instance_id
+            )));
+        }
+    }
+    Ok((table.version, table.instances))
+}
