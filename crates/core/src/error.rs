@@ -11,6 +11,9 @@ pub enum CoreError {
         /// What is wrong there.
         message: String,
     },
+    /// An instance-table update was refused (stale version, invalid transition, ...).
+    #[error("instance table: {0}")]
+    Instance(#[from] crate::instance::InstanceError),
     /// The text could not be parsed as YAML/JSON at all.
     #[error("{origin}: {message}")]
     Parse {

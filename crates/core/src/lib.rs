@@ -13,6 +13,8 @@ pub mod error;
 pub mod expander;
 pub mod instance;
 pub mod model;
+pub mod provider;
+pub mod reconciler;
 pub mod scenario;
 pub mod scheduler;
 #[cfg(any(test, feature = "test-util"))]
