@@ -1,12 +1,16 @@
 //! The `rayscale` command line.
 
+mod cluster;
+mod driver;
 mod expander;
+mod local;
 mod plan;
 
 /// A faster allocator: scheduling large snapshots allocates many small vectors.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use std::future::Future;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -23,11 +27,64 @@ struct Cli {
 enum Command {
     /// Run one scheduling pass on a frozen snapshot and print the decision as JSON.
     Plan(plan::PlanArgs),
+    /// Start a local cluster (a Ray head on loopback if none runs) and autoscale it in the
+    /// foreground; Ctrl-C stops the loop.
+    Up(local::UpArgs),
+    /// Terminate a local cluster's workers and its head.
+    Down(local::DownArgs),
+    /// Run the autoscaling loop alone against a running cluster (like Ray's monitor.py).
+    Run(local::RunArgs),
+    /// Show the cluster and the autoscaler's state (like `ray status`).
+    Status(cluster::StatusArgs),
+    /// Ask the cluster to keep capacity for bundles (Ray's `request_resources`).
+    RequestResources(cluster::RequestArgs),
+    /// Write a `plan` scenario (JSON) of the live cluster, to replay a decision offline.
+    Snapshot(cluster::SnapshotArgs),
+}
+
+/// Runs an async command on a fresh runtime; errors become one line and exit status 1.
+fn run_async<F>(name: &str, f: F) -> ExitCode
+where
+    F: Future<Output = anyhow::Result<String>>,
+{
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rayscale {name}: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(f) {
+        Ok(out) => {
+            if !out.is_empty() {
+                println!("{}", out.trim_end());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rayscale {name}: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Plan(args) => plan::run(&args),
+        Command::Up(args) => run_async("up", local::up(args)),
+        Command::Down(args) => run_async("down", local::down(args)),
+        Command::Run(args) => run_async("run", local::run(args)),
+        Command::Status(args) => run_async("status", async move { cluster::status(&args).await }),
+        Command::RequestResources(args) => run_async("request-resources", async move {
+            cluster::request_resources(&args).await
+        }),
+        Command::Snapshot(args) => {
+            run_async("snapshot", async move { cluster::snapshot(&args).await })
+        }
     }
 }

@@ -268,6 +268,106 @@ pub fn cluster_resource_state_from_json(
     cluster_resource_state(&state, path)
 }
 
+/// Converts the reconciler's report into Ray's `AutoscalingState` (what `ray status`
+/// shows). `seen_version` is the cluster resource state version the report was computed
+/// from; `autoscaler_version` increases with every report.
+pub fn autoscaling_state_to_proto(
+    report: &rayscale_core::reconciler::AutoscalingReport,
+    seen_version: i64,
+    autoscaler_version: i64,
+) -> pb::AutoscalingState {
+    let count = |n: u64| i32::try_from(n).unwrap_or(i32::MAX);
+    pb::AutoscalingState {
+        last_seen_cluster_resource_state_version: seen_version,
+        autoscaler_state_version: autoscaler_version,
+        pending_instance_requests: report
+            .pending_requests
+            .iter()
+            .map(|p| pb::PendingInstanceRequest {
+                instance_type_name: p.node_type.clone(),
+                ray_node_type_name: p.node_type.clone(),
+                count: count(p.count),
+                request_ts: p.request_ts_s,
+            })
+            .collect(),
+        infeasible_resource_requests: report
+            .infeasible_requests
+            .iter()
+            .map(resource_request_to_proto)
+            .collect(),
+        infeasible_gang_resource_requests: report
+            .infeasible_gangs
+            .iter()
+            .map(|g| pb::GangResourceRequest {
+                requests: g.requests.iter().map(resource_request_to_proto).collect(),
+                details: g.details.clone(),
+                bundle_selectors: Vec::new(),
+            })
+            .collect(),
+        infeasible_cluster_resource_constraints: report
+            .infeasible_constraints
+            .iter()
+            .map(constraint_to_proto)
+            .collect(),
+        pending_instances: report
+            .pending_instances
+            .iter()
+            .map(|p| pb::PendingInstance {
+                instance_type_name: p.node_type.clone(),
+                ray_node_type_name: p.node_type.clone(),
+                instance_id: p.instance_id.clone(),
+                ip_address: String::new(),
+                details: p.details.clone(),
+            })
+            .collect(),
+        failed_instance_requests: report
+            .failed_requests
+            .iter()
+            .map(|f| pb::FailedInstanceRequest {
+                instance_type_name: f.node_type.clone(),
+                ray_node_type_name: f.node_type.clone(),
+                count: count(f.count),
+                reason: f.reason.clone(),
+                start_ts: f.start_ts_s,
+                failed_ts: f.failed_ts_s,
+            })
+            .collect(),
+    }
+}
+
+/// Converts a `request_resources` constraint to Ray's wire type.
+pub fn constraint_to_proto(c: &ClusterConstraint) -> pb::ClusterResourceConstraint {
+    pb::ClusterResourceConstraint {
+        resource_requests: c
+            .resource_requests
+            .iter()
+            .map(|r| pb::ResourceRequestByCount {
+                request: Some(resource_request_to_proto(&r.request)),
+                count: i64::try_from(r.count).unwrap_or(i64::MAX),
+            })
+            .collect(),
+    }
+}
+
+/// Parses a hex Ray node id into its bytes.
+pub fn node_id_from_hex(hex: &str) -> Result<Vec<u8>, GcsError> {
+    let bad = || GcsError::Invalid {
+        path: "node_id".into(),
+        message: format!("{hex:?} is not a hex node id"),
+    };
+    if hex.len() % 2 != 0 {
+        return Err(bad());
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+                .ok_or_else(bad)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,4 +31,43 @@ pub enum GcsError {
     /// The gRPC expander is misconfigured (address, certificate, flags).
     #[error("grpc expander: {0}")]
     ExpanderConfig(String),
+    /// A GCS call failed: a gRPC error (after the client's retries, if the code is
+    /// retryable) or a non-OK status embedded in Ray's reply.
+    #[error(
+        "GCS {method} at {addr} failed after {attempts} attempt(s): {code}: {message}{}",
+        if *retryable { " (retryable)" } else { "" }
+    )]
+    Rpc {
+        /// The RPC, e.g. `"GetClusterResourceState"`.
+        method: &'static str,
+        /// The GCS address called (`host:port`).
+        addr: String,
+        /// The gRPC code (e.g. `"Unavailable"`), or `"GcsStatus <n>"` for a non-OK status
+        /// embedded in the reply.
+        code: String,
+        /// What went wrong, on one line.
+        message: String,
+        /// Whether the failure was transient (a later call may succeed).
+        retryable: bool,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+    /// The GCS address is unusable (malformed, TLS asked for, no runtime to connect from).
+    #[error("GCS address {addr:?}: {message}")]
+    Connect {
+        /// The address as given.
+        addr: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The instance table stored in the GCS KV did not decode or encode.
+    #[error("instance table at GCS KV {namespace}/{key}: {message}")]
+    InstanceTable {
+        /// KV namespace.
+        namespace: String,
+        /// KV key.
+        key: String,
+        /// The decoder's (or encoder's) one-line message.
+        message: String,
+    },
 }

@@ -2,15 +2,19 @@
 //! prost/tonic, plus the conversions between those wire types and `rayscale-core`'s model.
 //!
 //! What lives here: the generated protobuf/gRPC types (`proto`), their proto3 JSON
-//! (pbjson), pure conversions (`convert`), and the tonic clients: the gRPC expander
+//! (pbjson), pure conversions (`convert`), and the tonic clients: the GCS client
+//! (`client`: Ray's `AutoscalerStateService` and internal KV, with deadlines and retries),
+//! the instance table kept in the GCS KV (`kv_store`), and the gRPC expander
 //! (`expander`, rayscale's own `rayscale.expander.v1` service, which reuses Ray's wire
 //! types for demands). What must NOT live here: scheduling or
 //! reconciling decisions (those are `rayscale-core`'s), cloud provider code, or any
 //! protobuf type leaking into `rayscale-core`'s API.
 
+pub mod client;
 pub mod convert;
 pub mod error;
 pub mod expander;
+pub mod kv_store;
 
 pub use error::GcsError;
 

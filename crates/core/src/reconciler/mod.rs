@@ -242,6 +242,50 @@ pub fn reconcile<S: InstanceStorage>(
     Ok(r.out)
 }
 
+/// The GCS state as the scheduler can take it, when it needs fixing (else `None`): a head
+/// started without `RAY_NODE_TYPE_NAME` gets the config's head type, and live Ray nodes of
+/// no instance whose type the config does not know are left out (with a warning) instead
+/// of failing the iteration.
+fn schedulable_state(
+    config: &ClusterConfig,
+    ray: &ClusterResourceState,
+    table: &[Instance],
+    warnings: &mut Vec<String>,
+) -> Option<ClusterResourceState> {
+    let cloud: BTreeSet<&str> = table
+        .iter()
+        .filter(|i| live(i))
+        .filter_map(|i| i.cloud_instance_id.as_deref())
+        .collect();
+    let needs_fix = |n: &crate::model::NodeState| {
+        !cloud.contains(n.instance_id.as_str()) && config.node_type(&n.ray_node_type_name).is_none()
+    };
+    if !ray.node_states.iter().any(needs_fix) {
+        return None;
+    }
+    let mut fixed = ray.clone();
+    fixed.node_states.retain_mut(|n| {
+        if !needs_fix(n) {
+            return true;
+        }
+        if n.total_resources.get(HEAD_MARKER).is_some()
+            && let Some(h) = &config.head_node_type
+        {
+            n.ray_node_type_name.clone_from(h);
+            return true;
+        }
+        if n.status != Some(NodeStatus::Dead) {
+            warnings.push(format!(
+                "ray node {} has node type {:?}, which the config does not know: not scheduled",
+                n.node_id_hex(),
+                n.ray_node_type_name
+            ));
+        }
+        false
+    });
+    Some(fixed)
+}
+
 struct Run<'m, S: InstanceStorage> {
     im: &'m mut InstanceManager<S>,
     now_ns: i64,
@@ -570,7 +614,14 @@ impl<S: InstanceStorage> Run<'_, S> {
                 launch_config_hash: Some(i.launch_config_hash.clone()),
             })
             .collect();
-        let request = build_request(config, obs.ray, &records, "gcs", "instance table")?;
+        let fixed = schedulable_state(config, obs.ray, &table, &mut self.out.warnings);
+        let request = build_request(
+            config,
+            fixed.as_ref().unwrap_or(obs.ray),
+            &records,
+            "gcs",
+            "instance table",
+        )?;
         let decision = schedule_with(&request, chain);
         self.out.warnings.extend(chain.take_warnings());
         for (r, _) in &decision.infeasible_requests {

@@ -469,6 +469,23 @@ fn infeasible_demand_launches_nothing_and_is_reported() {
 }
 
 #[test]
+fn a_head_without_a_type_name_and_strange_nodes_do_not_stop_the_loop() {
+    let mut w = World::new(CONFIG);
+    w.ray.node_states[0].ray_node_type_name = String::new();
+    w.ray
+        .node_states
+        .push(node(7, "", "mystery", &[("CPU", 8.0)], &[("CPU", 8.0)]));
+    w.ray.pending_resource_requests = cpu_demand(2);
+    let out = w.tick();
+    assert_eq!(w.count(InstanceStatus::Requested), 1);
+    assert!(
+        out.warnings.iter().any(|m| m.contains("\"mystery\"")),
+        "{:?}",
+        out.warnings
+    );
+}
+
+#[test]
 fn nothing_is_scaled_before_the_head_runs() {
     let mut w = World::new(CONFIG);
     w.ray.node_states.clear();

@@ -1,0 +1,343 @@
+//! The live loop: the only place that does the autoscaler's I/O. It watches the GCS about
+//! once a second, runs the pure reconciler when something changed (or every interval),
+//! stores the instance table in the GCS's KV store *before* any side effect, reports the
+//! autoscaling state, then performs the effects (launches, drains, terminations).
+//! Any error aborts the iteration; the loop goes on at the next tick.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::expander::{ExpanderChain, SeededRng};
+use rayscale_core::instance::{InMemoryStorage, Instance, InstanceManager};
+use rayscale_core::model::InstanceStatus;
+use rayscale_core::provider::{CloudInstanceProvider, LaunchRequest};
+use rayscale_core::reconciler::{
+    DrainRejection, Effect, IdSource, Observed, ReconcilerSettings, reconcile,
+};
+use rayscale_gcs_client::client::GcsClient;
+use rayscale_gcs_client::convert::{autoscaling_state_to_proto, node_id_from_hex};
+use rayscale_gcs_client::kv_store::KvInstanceStore;
+use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
+
+/// Wall-clock time in ns since the epoch (the loop's only clock).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Prints one log line with a timestamp.
+pub fn log(msg: impl AsRef<str>) {
+    let t = now_ns();
+    let secs = t / 1_000_000_000;
+    let ms = (t / 1_000_000) % 1000;
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    eprintln!("{h:02}:{m:02}:{s:02}.{ms:03} rayscale: {}", msg.as_ref());
+}
+
+/// Random ids from a generator seeded at start (process id and time).
+struct RandomIds(SeededRng);
+
+impl IdSource for RandomIds {
+    fn instance_id(&mut self) -> String {
+        format!("im-{:016x}", self.0.next_u64())
+    }
+    fn request_id(&mut self) -> String {
+        format!("lr-{:016x}", self.0.next_u64())
+    }
+}
+
+/// Loop timing.
+#[derive(Debug, Clone)]
+pub struct LoopOptions {
+    /// Reconcile at least this often.
+    pub interval: Duration,
+    /// Look at the GCS this often; reconcile at once when something changed.
+    pub watch: Duration,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        LoopOptions {
+            interval: Duration::from_secs(5),
+            watch: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the watch compares to decide whether to reconcile.
+#[derive(PartialEq, Eq, Default)]
+struct Fingerprint {
+    version: i64,
+    cloud: BTreeSet<(String, bool)>,
+}
+
+/// Runs the loop until `shutdown` resolves.
+pub async fn run_loop<P: CloudInstanceProvider>(
+    gcs: GcsClient,
+    provider: P,
+    config: ClusterConfig,
+    mut chain: ExpanderChain,
+    options: LoopOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let settings = ReconcilerSettings::from_config(&config);
+    let store = KvInstanceStore::new(gcs.clone(), &config.cluster_name);
+    let mut ids = RandomIds(SeededRng::new(
+        now_ns() as u64 ^ (u64::from(std::process::id()) << 32),
+    ));
+    tokio::pin!(shutdown);
+
+    // The instance table lives in the GCS: load it (waiting for the GCS if need be).
+    let storage = loop {
+        match store.load().await {
+            Ok(Some((version, instances))) => {
+                log(format!(
+                    "loaded {} instance records (table version {version}) from the GCS",
+                    instances.len()
+                ));
+                break InMemoryStorage::with_instances(version, instances);
+            }
+            Ok(None) => break InMemoryStorage::new(),
+            Err(e) => log(format!("cannot load the instance table yet: {e}")),
+        }
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = tokio::time::sleep(options.watch) => {}
+        }
+    };
+    let mut im = InstanceManager::new(storage);
+    // Let `ray status` show the v2 view with this autoscaler's reports.
+    if let Err(e) = gcs
+        .kv_put("__autoscaler", b"__autoscaler_v2_enabled", b"1", true)
+        .await
+    {
+        log(format!("cannot mark autoscaler v2 as enabled: {e}"));
+    }
+    // Crash recovery: launches that were recorded but may not have been made are made
+    // again; the provider is idempotent by request id, so nothing is launched twice.
+    let mut pending_effects = relaunch_requested(&im)?;
+    let mut rejections: Vec<DrainRejection> = Vec::new();
+    let mut last = Fingerprint {
+        version: -1,
+        ..Default::default()
+    };
+    let mut last_run: Option<Instant> = None;
+    let mut report_version: i64 = 0;
+    let mut first = true;
+
+    loop {
+        if !first {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(options.watch) => {}
+            }
+        }
+        first = false;
+        // Effects that could not run after an earlier iteration run first.
+        if !pending_effects.is_empty() {
+            let effects = std::mem::take(&mut pending_effects);
+            run_effects(&gcs, &provider, &effects, &mut rejections).await;
+        }
+        let state = match gcs.get_cluster_resource_state(0).await {
+            Ok(s) => s,
+            Err(e) => {
+                log(format!("GCS unreachable, retrying: {e}"));
+                continue;
+            }
+        };
+        let cloud = match provider.list().await {
+            Ok(c) => c,
+            Err(e) => {
+                log(format!("cannot list instances, retrying: {e}"));
+                continue;
+            }
+        };
+        let errors = provider.poll_errors().await;
+        for e in &errors {
+            log(format!("provider error: {e}"));
+        }
+        let fp = Fingerprint {
+            version: state.cluster_resource_state_version,
+            cloud: cloud
+                .iter()
+                .map(|c| (c.cloud_instance_id.clone(), c.is_running))
+                .collect(),
+        };
+        let due = last_run.is_none_or(|t| t.elapsed() >= options.interval);
+        if fp == last && errors.is_empty() && rejections.is_empty() && !due {
+            continue;
+        }
+        last = fp;
+        last_run = Some(Instant::now());
+        let core_state = match rayscale_gcs_client::convert::cluster_resource_state(
+            &state,
+            "cluster_resource_state",
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                log(format!("the GCS state does not convert, skipping: {e}"));
+                continue;
+            }
+        };
+        let rej = std::mem::take(&mut rejections);
+        let outcome = match reconcile(
+            &mut im,
+            &config,
+            &mut chain,
+            &settings,
+            Observed {
+                ray: &core_state,
+                cloud: &cloud,
+                provider_errors: &errors,
+                drain_rejections: &rej,
+            },
+            now_ns(),
+            &mut ids,
+        ) {
+            Ok(o) => o,
+            Err(e) => {
+                log(format!("iteration aborted: {e}"));
+                continue;
+            }
+        };
+        for w in &outcome.warnings {
+            log(format!("warning: {w}"));
+        }
+        for n in &outcome.unknown_ray_nodes {
+            log(format!(
+                "ray node {n} belongs to no instance of this cluster"
+            ));
+        }
+        // Store the table before any side effect: a crash after this point replays.
+        let (version, instances) = im.get_instances()?;
+        if let Err(e) = store.save(version, &instances).await {
+            log(format!(
+                "cannot store the instance table, effects postponed: {e}"
+            ));
+            pending_effects = outcome.effects;
+            continue;
+        }
+        report_version += 1;
+        let report = autoscaling_state_to_proto(
+            &outcome.report,
+            state.cluster_resource_state_version,
+            report_version,
+        );
+        if let Err(e) = gcs.report_autoscaling_state(report).await {
+            log(format!("cannot report the autoscaling state: {e}"));
+        }
+        run_effects(&gcs, &provider, &outcome.effects, &mut rejections).await;
+    }
+    log("loop stopped");
+    Ok(())
+}
+
+/// Launch effects for every REQUESTED instance of the table, grouped by request.
+fn relaunch_requested(im: &InstanceManager<InMemoryStorage>) -> Result<Vec<Effect>> {
+    let (_, instances) = im.get_instances()?;
+    let mut by_request: std::collections::BTreeMap<(String, String), u64> = Default::default();
+    let requested: BTreeSet<&str> = instances
+        .iter()
+        .filter(|i| i.status == InstanceStatus::Requested)
+        .map(|i| i.launch_request_id.as_str())
+        .collect();
+    // The provider numbers a request's instances 0..count: count every record of the
+    // request (allocated ones too) so the missing ones get their original numbers.
+    for i in instances.iter().filter(|i: &&Instance| {
+        requested.contains(i.launch_request_id.as_str())
+            && !matches!(
+                i.status,
+                InstanceStatus::Terminated | InstanceStatus::AllocationFailed
+            )
+    }) {
+        *by_request
+            .entry((i.launch_request_id.clone(), i.node_type.clone()))
+            .or_default() += 1;
+    }
+    Ok(by_request
+        .into_iter()
+        .map(|((request_id, node_type), count)| {
+            log(format!(
+                "replaying launch request {request_id} ({count} x {node_type}) after a restart"
+            ));
+            Effect::Launch(LaunchRequest {
+                request_id,
+                node_type,
+                count,
+            })
+        })
+        .collect())
+}
+
+async fn run_effects<P: CloudInstanceProvider>(
+    gcs: &GcsClient,
+    provider: &P,
+    effects: &[Effect],
+    rejections: &mut Vec<DrainRejection>,
+) {
+    for e in effects {
+        match e {
+            Effect::Launch(l) => {
+                log(format!(
+                    "launching {} x {} (request {})",
+                    l.count, l.node_type, l.request_id
+                ));
+                if let Err(err) = provider.launch(l).await {
+                    log(format!("launch {} failed: {err}", l.request_id));
+                }
+            }
+            Effect::Drain {
+                instance_id,
+                node_id_hex,
+                reason,
+                deadline_ms,
+            } => {
+                let node = match node_id_from_hex(node_id_hex) {
+                    Ok(n) => n,
+                    Err(err) => {
+                        log(format!("cannot drain {instance_id}: {err}"));
+                        continue;
+                    }
+                };
+                log(format!(
+                    "draining {instance_id} (node {node_id_hex}): {reason}"
+                ));
+                match gcs
+                    .drain_node(
+                        &node,
+                        pb::DrainNodeReason::IdleTermination,
+                        reason,
+                        *deadline_ms,
+                    )
+                    .await
+                {
+                    Ok(r) if r.is_accepted => {}
+                    Ok(r) => {
+                        log(format!(
+                            "drain of {instance_id} rejected: {}",
+                            r.rejection_reason_message
+                        ));
+                        rejections.push(DrainRejection {
+                            instance_id: instance_id.clone(),
+                            reason: r.rejection_reason_message,
+                        });
+                    }
+                    Err(err) => log(format!("drain of {instance_id} failed: {err}")),
+                }
+            }
+            Effect::Terminate {
+                cloud_instance_ids,
+                request_id,
+            } => {
+                log(format!("terminating {}", cloud_instance_ids.join(", ")));
+                if let Err(err) = provider.terminate(cloud_instance_ids, request_id).await {
+                    log(format!("terminate failed: {err}"));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! `up`, `down` and `run`: the live loop with the local-process provider (worker nodes as
+//! local `ray start --block` processes), the embedded default.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Args;
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::model::resources::to_f64;
+use rayscale_core::provider::CloudInstanceProvider;
+use rayscale_gcs_client::client::{ClientOptions, GcsClient};
+use rayscale_provider_local::{LocalProcessConfig, LocalProcessProvider};
+
+use crate::driver::{LoopOptions, log, run_loop};
+use crate::expander::{ExpanderArgs, build_chain};
+
+/// The provider type of the local-process provider.
+pub const LOCAL: &str = "local_processes";
+
+fn load_config(path: &Path) -> Result<ClusterConfig> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {origin}"))?;
+    Ok(ClusterConfig::from_yaml_str(&text, &origin)?)
+}
+
+/// Finds the `ray` binary: the flag, else `$PATH`.
+fn find_ray(flag: Option<&PathBuf>) -> Result<PathBuf> {
+    if let Some(p) = flag {
+        if p.is_file() {
+            return Ok(p.clone());
+        }
+        bail!("ray binary {} not found", p.display());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let cand = dir.join("ray");
+        if cand.is_file() {
+            return Ok(cand);
+        }
+    }
+    bail!(
+        "ray binary not found on PATH: install Ray 2.60 (scripts/setup-python.sh) or pass --ray PATH"
+    )
+}
+
+fn local_provider(config: &ClusterConfig, gcs: &str, ray: &Path) -> Result<LocalProcessProvider> {
+    if config.provider_type != LOCAL {
+        bail!(
+            "provider.type {:?} is not supported by this build (supported: {LOCAL})",
+            config.provider_type
+        );
+    }
+    Ok(LocalProcessProvider::new(LocalProcessConfig::new(
+        &config.cluster_name,
+        gcs,
+        ray,
+        config.node_types.clone(),
+    ))?)
+}
+
+/// The head's temporary directory (Ray's `--temp-dir`): it names every head process, so
+/// `down` stops exactly this cluster's head.
+fn head_temp_dir(config: &ClusterConfig) -> PathBuf {
+    let safe: String = config
+        .cluster_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(24)
+        .collect();
+    PathBuf::from(format!("/tmp/rayscale-{safe}"))
+}
+
+async fn gcs_answers(addr: &str) -> bool {
+    let Ok(c) = GcsClient::new(
+        addr,
+        ClientOptions {
+            deadline: Duration::from_secs(2),
+            max_attempts: 1,
+            ..Default::default()
+        },
+    ) else {
+        return false;
+    };
+    c.get_cluster_resource_state(0).await.is_ok()
+}
+
+fn loop_client(addr: &str) -> Result<GcsClient> {
+    Ok(GcsClient::new(
+        addr,
+        ClientOptions {
+            deadline: Duration::from_secs(5),
+            max_attempts: 3,
+            ..Default::default()
+        },
+    )?)
+}
+
+async fn ctrl_c() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    log("Ctrl-C: stopping the loop (the cluster keeps running; `rayscale down` stops it)");
+}
+
+/// Arguments of `rayscale up`.
+#[derive(Args)]
+pub struct UpArgs {
+    /// The cluster config (provider type local_processes).
+    config: PathBuf,
+    /// GCS port of the head on 127.0.0.1.
+    #[arg(long, default_value_t = 6379)]
+    port: u16,
+    /// The `ray` binary (default: found on PATH).
+    #[arg(long)]
+    ray: Option<PathBuf>,
+    #[command(flatten)]
+    expander: ExpanderArgs,
+}
+
+/// `rayscale up`.
+pub async fn up(args: UpArgs) -> Result<String> {
+    let config = load_config(&args.config)?;
+    let ray = find_ray(args.ray.as_ref())?;
+    let addr = format!("127.0.0.1:{}", args.port);
+    let provider = local_provider(&config, &addr, &ray)?;
+    let chain = build_chain(&args.expander, &config)?;
+    if gcs_answers(&addr).await {
+        log(format!("a Ray GCS already answers at {addr}: using it"));
+    } else {
+        start_head(&config, &ray, args.port).await?;
+    }
+    run_loop(
+        loop_client(&addr)?,
+        provider,
+        config,
+        chain,
+        LoopOptions::default(),
+        ctrl_c(),
+    )
+    .await?;
+    Ok(String::new())
+}
+
+async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()> {
+    let head = config
+        .head_node_type
+        .as_deref()
+        .and_then(|h| config.node_type(h));
+    let cpus = head
+        .and_then(|t| t.resources.get("CPU"))
+        .map_or(0.0, to_f64);
+    let temp = head_temp_dir(config);
+    let addr = format!("127.0.0.1:{port}");
+    log(format!(
+        "starting a Ray head at {addr} (temp dir {})",
+        temp.display()
+    ));
+    let out = tokio::process::Command::new(ray)
+        .args([
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            &format!("--port={port}"),
+            &format!("--num-cpus={cpus}"),
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            &format!("--temp-dir={}", temp.display()),
+        ])
+        .env(
+            "RAY_NODE_TYPE_NAME",
+            config.head_node_type.as_deref().unwrap_or("head"),
+        )
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("cannot run {}", ray.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        bail!("ray start --head failed ({}): {}", out.status, last.trim());
+    }
+    for _ in 0..60 {
+        if gcs_answers(&addr).await {
+            log(format!("Ray head is up at {addr}"));
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(anyhow!(
+        "the Ray head started but its GCS does not answer at {addr}"
+    ))
+}
+
+/// Arguments of `rayscale down`.
+#[derive(Args)]
+pub struct DownArgs {
+    /// The cluster config.
+    config: PathBuf,
+    /// GCS port of the head on 127.0.0.1.
+    #[arg(long, default_value_t = 6379)]
+    port: u16,
+    /// The `ray` binary (default: found on PATH).
+    #[arg(long)]
+    ray: Option<PathBuf>,
+}
+
+/// Pids of the processes whose command line mentions `needle`.
+fn pids_mentioning(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn signal(pids: &[u32], sig: &str) {
+    if pids.is_empty() {
+        return;
+    }
+    let _ = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .args(pids.iter().map(u32::to_string))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// `rayscale down`.
+pub async fn down(args: DownArgs) -> Result<String> {
+    let config = load_config(&args.config)?;
+    let ray = find_ray(args.ray.as_ref())?;
+    let addr = format!("127.0.0.1:{}", args.port);
+    let provider = local_provider(&config, &addr, &ray)?;
+    let workers = provider.list().await?;
+    let ids: Vec<String> = workers
+        .iter()
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    if !ids.is_empty() {
+        log(format!("terminating {} workers", ids.len()));
+        provider.terminate(&ids, "down").await?;
+        for _ in 0..60 {
+            if provider.list().await?.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let temp = head_temp_dir(&config).display().to_string();
+    let head = pids_mentioning(&temp);
+    if !head.is_empty() {
+        log(format!("stopping the head ({} processes)", head.len()));
+        signal(&head, "TERM");
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if pids_mentioning(&temp).is_empty() {
+                break;
+            }
+        }
+        signal(&pids_mentioning(&temp), "KILL");
+    }
+    let left = provider.list().await?.len();
+    if left > 0 {
+        bail!("{left} workers are still running");
+    }
+    Ok(format!(
+        "cluster {} is down ({} workers, head {})",
+        config.cluster_name,
+        ids.len(),
+        if head.is_empty() {
+            "not running"
+        } else {
+            "stopped"
+        }
+    ))
+}
+
+/// Arguments of `rayscale run`.
+#[derive(Args)]
+pub struct RunArgs {
+    /// The cluster config.
+    #[arg(long)]
+    config: PathBuf,
+    /// GCS address (host:port).
+    #[arg(long)]
+    gcs: String,
+    /// The `ray` binary (local_processes provider; default: found on PATH).
+    #[arg(long)]
+    ray: Option<PathBuf>,
+    /// Reconcile at least every this many seconds.
+    #[arg(long, default_value_t = 5.0)]
+    interval: f64,
+    #[command(flatten)]
+    expander: ExpanderArgs,
+}
+
+/// `rayscale run`.
+pub async fn run(args: RunArgs) -> Result<String> {
+    let config = load_config(&args.config)?;
+    let ray = find_ray(args.ray.as_ref())?;
+    let provider = local_provider(&config, &args.gcs, &ray)?;
+    let chain = build_chain(&args.expander, &config)?;
+    if !(args.interval.is_finite() && args.interval > 0.0) {
+        bail!("--interval: expected a positive number of seconds");
+    }
+    let gcs = loop_client(&args.gcs)?;
+    if !gcs_answers(gcs.addr()).await {
+        bail!("no Ray GCS answers at {}", gcs.addr());
+    }
+    run_loop(
+        gcs,
+        provider,
+        config,
+        chain,
+        LoopOptions {
+            interval: Duration::from_secs_f64(args.interval),
+            ..Default::default()
+        },
+        ctrl_c(),
+    )
+    .await?;
+    Ok(String::new())
+}

@@ -1,0 +1,54 @@
+"""Workloads for rayscale's live tests and demo, run against a live cluster.
+
+usage: workload.py ADDRESS MODE [ARGS]
+  tasks N CPUS SECONDS   N tasks of {CPU: CPUS} sleeping SECONDS; prints "done N" and the
+                         number of distinct nodes they ran on
+  spread N               a STRICT_SPREAD placement group of N {CPU: 1} bundles; prints the
+                         distinct node count of its bundles
+  infeasible             submits a {GPU: 8} task and leaves it pending for 60 s
+"""
+import sys
+import time
+
+import ray
+
+
+def main() -> int:
+    address, mode, *args = sys.argv[1:]
+    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    if mode == "tasks":
+        n, cpus, secs = int(args[0]), float(args[1]), float(args[2])
+
+        @ray.remote(num_cpus=cpus)
+        def work(i):
+            time.sleep(secs)
+            return ray.get_runtime_context().get_node_id()
+
+        t0 = time.time()
+        nodes = ray.get([work.remote(i) for i in range(n)])
+        print(f"done {len(nodes)} on {len(set(nodes))} nodes in {time.time() - t0:.1f}s", flush=True)
+    elif mode == "spread":
+        from ray.util.placement_group import placement_group, placement_group_table
+
+        n = int(args[0])
+        pg = placement_group([{"CPU": 1}] * n, strategy="STRICT_SPREAD")
+        ray.get(pg.ready(), timeout=180)
+        nodes = placement_group_table(pg)["bundles_to_node_id"]
+        print(f"spread {len(set(nodes.values()))} distinct nodes for {n} bundles", flush=True)
+    elif mode == "infeasible":
+        @ray.remote(num_gpus=8)
+        def never():
+            return 1
+
+        ref = never.remote()
+        print("submitted", flush=True)
+        ready, _ = ray.wait([ref], timeout=60)
+        print(f"ready {len(ready)}", flush=True)
+    else:
+        print(f"unknown mode {mode}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,553 @@
+//! rayscale's live loop against a real Ray 2.60 head (`ray start --head`, from the venv in
+//! `RAYSCALE_PYTHON`), with workers as local `ray start --block` processes: scale-up from
+//! zero, idle scale-down through DrainNode, STRICT_SPREAD placement groups,
+//! `request-resources`, infeasible demand in `ray status`, crash safety (`kill -9` in the
+//! middle of a scale-up), a GCS restart, and bad input. The tests run one at a time (a Ray
+//! cluster is heavy on a 2-core machine).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rayscale_gcs_client::client::ClientOptions;
+use rayscale_tests::ray_head::{RayHead, is_head_node};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// The `rayscale` binary of this test's profile (built by `scripts/test.sh` first).
+fn rayscale_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("rayscale"))
+        .expect("target directory");
+    assert!(bin.exists(), "{} is missing: build it first", bin.display());
+    bin
+}
+
+/// A scratch directory for one test.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let d = std::env::temp_dir().join(format!("rayscale-live-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        Scratch(d)
+    }
+    fn path(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config_text(cluster: &str, idle_minutes: f64) -> String {
+    format!(
+        "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: {idle_minutes}\n\
+         head_node_type: head\nprovider: {{type: local_processes}}\navailable_node_types:\n  \
+         head: {{resources: {{CPU: 0}}, node_config: {{}}}}\n  \
+         worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {{}}}}\n"
+    )
+}
+
+/// A running `rayscale run` process.
+struct Loop {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Loop {
+    fn start(head: &RayHead, config: &Path, log: PathBuf) -> Loop {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
+        let child = Command::new(rayscale_bin())
+            .args(["run", "--interval", "2", "--gcs", &head.addr(), "--ray"])
+            .arg(head.ray_bin())
+            .arg("--config")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("rayscale starts");
+        Loop { child, log }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        wait_until(timeout, || self.log_text().contains(needle))
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    f()
+}
+
+/// Process ids whose environment says they belong to `cluster` (worker `ray start`
+/// processes and everything they started).
+fn cluster_processes(cluster: &str) -> Vec<u32> {
+    let needle = format!("RAYSCALE_CLUSTER={cluster}");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|pid| {
+            let mut buf = Vec::new();
+            std::fs::File::open(format!("/proc/{pid}/environ"))
+                .and_then(|mut f| f.read_to_end(&mut buf))
+                .map(|_| buf.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+                .unwrap_or(false)
+        })
+        .filter(|pid| {
+            // Zombies are not running processes (and are reaped by their parent).
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| {
+                    !s.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Kills every process of `cluster` (test cleanup).
+fn kill_cluster(cluster: &str) {
+    let pids = cluster_processes(cluster);
+    if !pids.is_empty() {
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .args(pids.iter().map(u32::to_string))
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Alive worker nodes in the GCS, by cloud instance id.
+fn alive_workers(head: &RayHead) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let c = head.client(ClientOptions {
+            deadline: Duration::from_secs(3),
+            max_attempts: 1,
+            ..Default::default()
+        });
+        match c.get_cluster_resource_state(0).await {
+            Ok(s) => s
+                .node_states
+                .iter()
+                .filter(|n| !is_head_node(n))
+                .filter(|n| n.status != 2) // DEAD
+                .map(|n| n.instance_id.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    })
+}
+
+fn python() -> PathBuf {
+    PathBuf::from(
+        std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON must name the venv's python"),
+    )
+}
+
+fn workload(head: &RayHead, args: &[&str]) -> Child {
+    Command::new(python())
+        .arg(root().join("tests/live/workload.py"))
+        .arg(head.addr())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("workload starts")
+}
+
+fn finish(child: Child, timeout: Duration) -> (bool, String) {
+    let pid = child.id();
+    let t = Instant::now();
+    let mut child = child;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if t.elapsed() < timeout => std::thread::sleep(Duration::from_millis(300)),
+            _ => {
+                let _ = child.kill();
+                break;
+            }
+        }
+    }
+    let out: Output = child.wait_with_output().expect("workload output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = pid;
+    (out.status.success(), text)
+}
+
+/// A head with `--num-cpus=0`: every task needs a worker.
+fn head() -> RayHead {
+    RayHead::start()
+}
+
+#[test]
+fn scale_up_from_zero_then_idle_scale_down_through_drain() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = format!("up{}", std::process::id());
+    let scratch = Scratch::new("up");
+    let config = scratch.path("cluster.yaml");
+    std::fs::write(&config, config_text(&cluster, 0.2)).expect("config");
+    let head = head();
+    let lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
+    let w = workload(&head, &["tasks", "8", "1", "3"]);
+    let (ok, out) = finish(w, Duration::from_secs(180));
+    let log = lp.log_text();
+    assert!(
+        ok && out.contains("done 8"),
+        "workload failed: {out}\nrayscale log:\n{log}"
+    );
+    assert!(log.contains("launching"), "{log}");
+    // Idle for 12 s: drained through the GCS, then terminated; no process left.
+    let gone = wait_until(Duration::from_secs(90), || {
+        alive_workers(&head).is_empty() && cluster_processes(&cluster).is_empty()
+    });
+    let log = lp.log_text();
+    assert!(
+        gone,
+        "workers still there: {:?}\n{log}",
+        cluster_processes(&cluster)
+    );
+    assert!(log.contains("draining"), "no drain in the log:\n{log}");
+    kill_cluster(&cluster);
+}
+
+#[test]
+fn strict_spread_placement_group_lands_on_distinct_nodes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = format!("sp{}", std::process::id());
+    let scratch = Scratch::new("spread");
+    let config = scratch.path("cluster.yaml");
+    std::fs::write(&config, config_text(&cluster, 5.0)).expect("config");
+    let head = head();
+    let lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
+    let (ok, out) = finish(workload(&head, &["spread", "3"]), Duration::from_secs(180));
+    assert!(
+        ok && out.contains("spread 3 distinct nodes for 3 bundles"),
+        "{out}\n{}",
+        lp.log_text()
+    );
+    kill_cluster(&cluster);
+}
+
+#[test]
+fn request_resources_keeps_capacity_up_while_idle() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = format!("rr{}", std::process::id());
+    let scratch = Scratch::new("rr");
+    let config = scratch.path("cluster.yaml");
+    std::fs::write(&config, config_text(&cluster, 0.1)).expect("config");
+    let head = head();
+    let lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
+    let out = Command::new(rayscale_bin())
+        .args(["request-resources", "--gcs", &head.addr(), "--bundles"])
+        .arg(r#"[{"CPU": 2}, {"CPU": 2}]"#)
+        .output()
+        .expect("request-resources runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let up = wait_until(Duration::from_secs(90), || alive_workers(&head).len() == 2);
+    assert!(
+        up,
+        "2 workers expected, got {:?}\n{}",
+        alive_workers(&head),
+        lp.log_text()
+    );
+    // Well past the 6 s idle timeout, they stay: the request is a floor.
+    std::thread::sleep(Duration::from_secs(20));
+    assert_eq!(alive_workers(&head).len(), 2, "{}", lp.log_text());
+    assert!(!lp.log_text().contains("draining"), "{}", lp.log_text());
+    kill_cluster(&cluster);
+}
+
+#[test]
+fn infeasible_demand_launches_nothing_and_shows_in_ray_status() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = format!("inf{}", std::process::id());
+    let scratch = Scratch::new("inf");
+    let config = scratch.path("cluster.yaml");
+    std::fs::write(&config, config_text(&cluster, 5.0)).expect("config");
+    let head = head();
+    let lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
+    let mut w = workload(&head, &["infeasible"]);
+    let mut shown = String::new();
+    let seen = wait_until(Duration::from_secs(60), || {
+        let out = Command::new(head.ray_bin())
+            .args(["status", "--address", &head.addr()])
+            .output();
+        shown = out
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        shown.contains("GPU: 8") || shown.contains("'GPU': 8")
+    });
+    let ours = Command::new(rayscale_bin())
+        .args(["status", "--gcs", &head.addr()])
+        .output()
+        .expect("rayscale status");
+    let ours = String::from_utf8_lossy(&ours.stdout).into_owned();
+    let _ = w.kill();
+    let _ = w.wait();
+    assert!(
+        seen,
+        "ray status does not show the infeasible demand:\n{shown}\n{}",
+        lp.log_text()
+    );
+    let infeasible = ours.split("Infeasible:").nth(1).unwrap_or("");
+    assert!(infeasible.contains("GPU: 8"), "rayscale status:\n{ours}");
+    assert!(!lp.log_text().contains("launching"), "{}", lp.log_text());
+    assert!(cluster_processes(&cluster).is_empty());
+    kill_cluster(&cluster);
+}
+
+#[test]
+fn kill_9_in_the_middle_of_a_scale_up_launches_nothing_twice() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = format!("cr{}", std::process::id());
+    let scratch = Scratch::new("crash");
+    let config = scratch.path("cluster.yaml");
+    std::fs::write(&config, config_text(&cluster, 5.0)).expect("config");
+    let head = head();
+    let mut lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
+    let w = workload(&head, &["tasks", "8", "1", "4"]);
+    assert!(
+        lp.wait_log("launching", Duration::from_secs(60)),
+        "{}",
+        lp.log_text()
+    );
+    lp.kill9();
+    let before: Vec<u32> = cluster_processes(&cluster);
+    let lp2 = Loop::start(&head, &config, scratch.path("rayscale.log"));
+    let (ok, out) = finish(w, Duration::from_secs(180));
+    let log = lp2.log_text();
+    assert!(ok && out.contains("done 8"), "{out}\n{log}");
+    assert!(
+        log.contains("loaded"),
+        "the restarted loop did not load its table:\n{log}"
+    );
+    // Every worker process becomes a node the GCS knows (none leaked), never more than
+    // the 4 the demand needs, each instance id once (none launched twice).
+    let mut nodes = Vec::new();
+    let mut leaders = Vec::new();
+    let settled = wait_until(Duration::from_secs(90), || {
+        nodes = alive_workers(&head);
+        nodes.sort();
+        leaders = leaders_of(&cluster);
+        leaders.sort();
+        !nodes.is_empty() && nodes == leaders
+    });
+    assert!(
+        settled,
+        "processes {leaders:?} vs nodes {nodes:?}\n{}",
+        lp2.log_text()
+    );
+    let mut unique = nodes.clone();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        nodes.len(),
+        "an instance joined twice: {nodes:?}"
+    );
+    assert!(nodes.len() <= 4, "{nodes:?}\n{log}");
+    assert!(before.len() <= cluster_processes(&cluster).len() + 64);
+    kill_cluster(&cluster);
+}
+
+/// Instance ids of the live worker `ray start` processes (process-group leaders).
+fn leaders_of(cluster: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for pid in cluster_processes(cluster) {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        // fields[0] = state, [1] = ppid, [2] = pgrp
+        if fields.get(2).and_then(|p| p.parse::<u32>().ok()) != Some(pid) {
+            continue;
+        }
+        let mut buf = Vec::new();
+        if std::fs::File::open(format!("/proc/{pid}/environ"))
+            .and_then(|mut f| f.read_to_end(&mut buf))
+            .is_ok()
+            && let Some(id) = buf
+                .split(|b| *b == 0)
+                .find_map(|kv| kv.strip_prefix(b"RAY_CLOUD_INSTANCE_ID="))
+        {
+            out.push(String::from_utf8_lossy(id).into_owned());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_gcs_restart_is_survived() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = format!("gr{}", std::process::id());
+    let scratch = Scratch::new("gcs");
+    let config = scratch.path("cluster.yaml");
+    std::fs::write(&config, config_text(&cluster, 0.2)).expect("config");
+    let mut head = head();
+    let mut lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
+    std::thread::sleep(Duration::from_secs(3));
+    head.restart();
+    assert!(
+        lp.wait_log("GCS unreachable", Duration::from_secs(30)),
+        "no outage logged:\n{}",
+        lp.log_text()
+    );
+    assert!(lp.alive(), "rayscale exited:\n{}", lp.log_text());
+    // After the restart it still scales the (new) cluster.
+    let (ok, out) = finish(
+        workload(&head, &["tasks", "2", "1", "1"]),
+        Duration::from_secs(180),
+    );
+    assert!(ok && out.contains("done 2"), "{out}\n{}", lp.log_text());
+    assert!(lp.alive());
+    kill_cluster(&cluster);
+}
+
+#[test]
+fn bad_input_fails_with_one_line_and_starts_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = format!("bad{}", std::process::id());
+    let scratch = Scratch::new("bad");
+    let good = scratch.path("good.yaml");
+    std::fs::write(&good, config_text(&cluster, 5.0)).expect("config");
+    let broken = scratch.path("broken.yaml");
+    std::fs::write(&broken, "cluster_name: x\nmax_workers: [1, 2\n").expect("config");
+    let (_, ray) = rayscale_tests::ray_head::ray_from_env();
+    let ray = ray.display().to_string();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "run".into(),
+                "--config".into(),
+                broken.display().to_string(),
+                "--gcs".into(),
+                "127.0.0.1:1".into(),
+                "--ray".into(),
+                ray.clone(),
+            ],
+            "broken.yaml",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--config".into(),
+                good.display().to_string(),
+                "--gcs".into(),
+                "127.0.0.1:1".into(),
+                "--ray".into(),
+                ray.clone(),
+            ],
+            "no Ray GCS answers at 127.0.0.1:1",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--config".into(),
+                good.display().to_string(),
+                "--gcs".into(),
+                "127.0.0.1:1".into(),
+                "--ray".into(),
+                "/nonexistent/bin/ray".into(),
+            ],
+            "/nonexistent/bin/ray",
+        ),
+        (
+            vec![
+                "up".into(),
+                good.display().to_string(),
+                "--port".into(),
+                "1".into(),
+                "--ray".into(),
+                "/nonexistent/bin/ray".into(),
+            ],
+            "/nonexistent/bin/ray",
+        ),
+    ];
+    for (args, want) in cases {
+        let t = Instant::now();
+        let out = Command::new(rayscale_bin())
+            .args(&args)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err:?} should name {want:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{args:?} took {:?}",
+            t.elapsed()
+        );
+    }
+    assert!(cluster_processes(&cluster).is_empty());
+}
