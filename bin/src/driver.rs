@@ -184,20 +184,25 @@ pub async fn run_loop<P: CloudInstanceProvider>(
             }
         };
         let rej = std::mem::take(&mut rejections);
-        let outcome = match reconcile(
-            &mut im,
-            &config,
-            &mut chain,
-            &settings,
-            Observed {
-                ray: &core_state,
-                cloud: &cloud,
-                provider_errors: &errors,
-                drain_rejections: &rej,
-            },
-            now_ns(),
-            &mut ids,
-        ) {
+        // The reconciler is synchronous; the gRPC expander blocks on its own runtime, so
+        // the iteration runs outside this runtime's context.
+        let result = tokio::task::block_in_place(|| {
+            reconcile(
+                &mut im,
+                &config,
+                &mut chain,
+                &settings,
+                Observed {
+                    ray: &core_state,
+                    cloud: &cloud,
+                    provider_errors: &errors,
+                    drain_rejections: &rej,
+                },
+                now_ns(),
+                &mut ids,
+            )
+        });
+        let outcome = match result {
             Ok(o) => o,
             Err(e) => {
                 log(format!("iteration aborted: {e}"));

@@ -74,7 +74,7 @@ fn head_temp_dir(config: &ClusterConfig) -> PathBuf {
         })
         .take(24)
         .collect();
-    PathBuf::from(format!("/tmp/rayscale-{safe}"))
+    PathBuf::from(format!("/tmp/rayscale-{safe}-head"))
 }
 
 async fn gcs_answers(addr: &str) -> bool {

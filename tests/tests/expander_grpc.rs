@@ -291,3 +291,21 @@ fn the_example_server_follows_and_reloads_its_weights_file() {
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_grpc_expander_works_inside_an_async_loop() {
+    // The live loop runs the scheduler inside tokio (multi-thread runtime, block_in_place).
+    let server = TestServer::start(local(), Mode::Pick("b".into()), None).expect("server");
+    let addr = server.addr;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let d = rt.block_on(async move {
+        let mut chain = plaintext(addr, 5.0);
+        tokio::task::block_in_place(|| schedule_with(&request(), &mut chain))
+    });
+    assert_eq!(launched(&d), vec![("b".into(), 2)]);
+    assert_eq!(server.calls(), 1);
+}

@@ -24,7 +24,9 @@ use crate::proto::rayscale::expander::v1 as ex;
 
 /// A client of an external expander service.
 pub struct GrpcExpander {
-    rt: tokio::runtime::Runtime,
+    /// Always `Some` until dropped (taken by `Drop`, which must not block: the owner may
+    /// be an async task).
+    rt: Option<tokio::runtime::Runtime>,
     client: ex::expander_client::ExpanderClient<Channel>,
     timeout: Duration,
     node_map: BTreeMap<String, ex::NodeGroupInfo>,
@@ -147,7 +149,7 @@ impl GrpcExpander {
             })
             .collect();
         Ok(GrpcExpander {
-            rt,
+            rt: Some(rt),
             client: ex::expander_client::ExpanderClient::new(channel),
             timeout,
             node_map,
@@ -196,6 +198,15 @@ impl GrpcExpander {
     }
 }
 
+impl Drop for GrpcExpander {
+    fn drop(&mut self) {
+        // A plain drop of a runtime panics inside an async context; this never blocks.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 impl Expander for GrpcExpander {
     fn name(&self) -> &str {
         "grpc"
@@ -206,8 +217,10 @@ impl Expander for GrpcExpander {
         self.calls += 1;
         let mut client = self.client.clone();
         let timeout = self.timeout;
-        let reply = self
-            .rt
+        let Some(rt) = self.rt.as_ref() else {
+            return Err(CoreError::invalid("grpc expander", "already shut down"));
+        };
+        let reply = rt
             .block_on(async move { tokio::time::timeout(timeout, client.best_options(req)).await });
         let fail = |m: String| CoreError::invalid("grpc expander", m);
         let reply = match reply {
