@@ -120,7 +120,7 @@ def driver_main(address: str) -> int:
     res = ray.get(refs)
     t_done = time.time()
     print(
-        json.dumps(
+        "RSB_RESULT " + json.dumps(
             {
                 "t_submit": t_submit,
                 "t_done": t_done,
@@ -455,18 +455,17 @@ class Run:
             yaml_path.write_text(RAYSCALE_YAML.format(name=self.cluster, n=N_WORKERS, cpus=TASK_CPUS))
             self.rayscale_log = self.work / "rayscale.log"
             ray_for_workers = self.ray_bin
-            if self.kind == "rayscale-us":
+            if self.kind == "rayscale-ut":
                 # Benchmark-side workaround, not rayscale's behaviour: give every worker
-                # its own plasma-store and raylet socket names, so concurrent `ray start`s
-                # do not race for the same socket file (see the docstring).
-                sock = Path(self.temp_dir) / "sk"
-                ray_for_workers = str(self.work / "ray-unique-sockets")
+                # its own --temp-dir (so its own session dir and socket files), so that
+                # concurrent `ray start`s do not race for the same plasma_store.N socket
+                # name in the head's session dir (see the docstring). `$$` is the pid
+                # that `exec` hands to `ray start`.
+                ray_for_workers = str(self.work / "ray-own-temp-dir")
                 Path(ray_for_workers).write_text(
                     "#!/bin/sh\n"
                     'if [ "$1" = start ]; then\n'
-                    f'  mkdir -p {sock}; id="${{RAY_CLOUD_INSTANCE_ID:-$$}}"\n'
-                    f'  exec {self.ray_bin} "$@" --plasma-store-socket-name="{sock}/p-$id" '
-                    f'--raylet-socket-name="{sock}/r-$id"\n'
+                    f'  exec {self.ray_bin} "$@" --temp-dir={self.temp_dir}/w$$\n'
                     "fi\n"
                     f'exec {self.ray_bin} "$@"\n'
                 )
@@ -475,7 +474,7 @@ class Run:
                 str(self.rayscale_bin), "run", "--config", str(yaml_path), "--gcs", self.gcs,
                 "--ray", ray_for_workers, "--interval", str(self.args.interval),
             ]
-            say(f"rayscale #{self.idx}: {' '.join(cmd)}")
+            say(f"{self.kind} #{self.idx}: {' '.join(cmd)}")
             self._as_log = open(self.rayscale_log, "wb")
             self.autoscaler = self.popen(
                 cmd, self.env({}), stdout=subprocess.DEVNULL, stderr=self._as_log
@@ -526,7 +525,10 @@ class Run:
                 f"the driver failed (exit {p.returncode}): "
                 + (self.work / "driver.err").read_text(errors="replace")[-2000:]
             )
-        d = json.loads(out.decode().strip().splitlines()[-1])
+        lines = [l for l in out.decode(errors="replace").splitlines() if l.startswith("RSB_RESULT ")]
+        if not lines:
+            raise RuntimeError(f"the driver printed no result: {out[-2000:]!r}")
+        d = json.loads(lines[-1][len("RSB_RESULT "):])
         self.drv = d
         say(f"{self.kind} #{self.idx}: tasks done after {d['t_done'] - d['t_submit']:.1f} s; waiting for zero workers")
         deadline = time.time() + self.args.idle_wait
@@ -734,7 +736,7 @@ def report(results: List[Dict[str, Any]]) -> None:
     ok = [r for r in results if "error" not in r]
     ray = [r for r in ok if r["kind"] == "ray"]
     rs = [r for r in ok if r["kind"] == "rayscale"]
-    us = [r for r in ok if r["kind"] == "rayscale-us"]
+    us = [r for r in ok if r["kind"] == "rayscale-ut"]
     print()
     print(f"Medians over {len(ray)} Ray run(s) and {len(rs)} rayscale run(s); seconds from task submission")
     print(f"{'metric':34} {'Ray':>8} {'rayscale':>9} {'Ray/rayscale':>13}  method")
@@ -744,9 +746,9 @@ def report(results: List[Dict[str, Any]]) -> None:
         print(f"{label:34} {fmt(a):>8} {fmt(b):>9} {ratio:>13}  {method}")
     if us:
         print()
-        print(f"Variant (benchmark-side workaround, not rayscale as shipped): rayscale whose workers get "
-              f"unique --plasma-store-socket-name/--raylet-socket-name; medians over {len(us)} run(s)")
-        print(f"{'metric':34} {'Ray':>8} {'rs-uniq':>9} {'Ray/rs-uniq':>13}")
+        print(f"Variant (benchmark-side workaround, not rayscale as shipped): rayscale whose `ray start` "
+              f"workers each get their own --temp-dir; medians over {len(us)} run(s)")
+        print(f"{'metric':34} {'Ray':>8} {'rs-tmp':>9} {'Ray/rs-tmp':>13}")
         for key, label, method in METRICS:
             a, b = median([r.get(key) for r in ray]), median([r.get(key) for r in us])
             ratio = "-" if a is None or b is None or b <= 0 else f"{a / b:.2f}"
@@ -798,9 +800,9 @@ def main() -> int:
     ap.add_argument("--driver", metavar="GCS", help=argparse.SUPPRESS)
     ap.add_argument("--runs", type=int, default=3, help="runs per autoscaler (default 3)")
     ap.add_argument("--first", choices=["ray", "rayscale"], default="ray")
-    ap.add_argument("--only", choices=["ray", "rayscale"])
-    ap.add_argument("--also-unique-sockets", action="store_true",
-                    help="also run rayscale with a `ray` wrapper giving each worker unique socket names")
+    ap.add_argument("--only", choices=["ray", "rayscale", "rayscale-ut"])
+    ap.add_argument("--also-own-temp-dirs", action="store_true",
+                    help="also run rayscale with a `ray` wrapper giving each worker its own --temp-dir")
     ap.add_argument("--rayscale", default=str(REPO / "target" / "release" / "rayscale"))
     ap.add_argument("--interval", type=float, default=5, help="rayscale run --interval (default 5)")
     ap.add_argument("--ray-update-interval", type=float, default=None,
@@ -828,8 +830,8 @@ def main() -> int:
         die(f"no `ray` executable next to {sys.executable}")
     rayscale_bin = None
     kinds = [args.only] if args.only else (["ray", "rayscale"] if args.first == "ray" else ["rayscale", "ray"])
-    if args.also_unique_sockets:
-        kinds.append("rayscale-us")
+    if args.also_own_temp_dirs and args.only is None:
+        kinds.append("rayscale-ut")
     snap_dir = Path(tempfile.mkdtemp(prefix=f"rsb-{os.getpid()}-bin-"))
     results: List[Dict[str, Any]] = []
     runs: List[Run] = []

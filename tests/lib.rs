@@ -4,3 +4,28 @@
 
 pub mod expander_server;
 pub mod ray_head;
+
+use std::path::{Path, PathBuf};
+
+/// A binary of this workspace built with the same profile as the running test
+/// (`target/<profile>/<name>`). `scripts/test.sh` builds them first; a missing binary
+/// fails the test loudly.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join(name))
+        .expect("target directory");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (cargo build --release -p {})",
+        bin.display(),
+        if name == "rayscale" {
+            "rayscale"
+        } else {
+            "rayscale-expander-example"
+        }
+    );
+    bin
+}

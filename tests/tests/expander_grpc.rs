@@ -223,17 +223,7 @@ fn tls_with_a_wrong_certificate_is_refused() {
 
 /// The example server binary (built by `scripts/test.sh` next to `rayscale`).
 fn example_server(weights: &Path) -> (Child, SocketAddr) {
-    let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("rayscale-expander-example"))
-        .expect("target directory");
-    assert!(
-        bin.exists(),
-        "{} is missing: build it first (cargo build --release -p rayscale-expander-example)",
-        bin.display()
-    );
+    let bin = rayscale_tests::workspace_bin("rayscale-expander-example");
     let mut child = Command::new(bin)
         .args(["--listen", "127.0.0.1:0", "--seed", "3", "--weights"])
         .arg(weights)

@@ -23,16 +23,8 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The `rayscale` binary of this test's profile (built by `scripts/test.sh` first).
 fn rayscale_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("rayscale"))
-        .expect("target directory");
-    assert!(bin.exists(), "{} is missing: build it first", bin.display());
-    bin
+    rayscale_tests::workspace_bin("rayscale")
 }
 
 /// A scratch directory for one test.
@@ -236,21 +228,50 @@ fn finish(child: Child, timeout: Duration) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// A head with `--num-cpus=0`: every task needs a worker.
-fn head() -> RayHead {
-    RayHead::start()
+/// One live test's world: its cluster name, scratch dir with the cluster YAML and a head
+/// with `--num-cpus=0` (every task needs a worker). The tests run one at a time; the
+/// cluster's worker processes are killed at the end.
+struct Fixture {
+    cluster: String,
+    scratch: Scratch,
+    config: PathBuf,
+    head: RayHead,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Fixture {
+    fn new(name: &str, idle_minutes: f64) -> Fixture {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let cluster = format!("{name}{}", std::process::id());
+        let scratch = Scratch::new(name);
+        let config = scratch.path("cluster.yaml");
+        std::fs::write(&config, config_text(&cluster, idle_minutes)).expect("config");
+        Fixture {
+            cluster,
+            scratch,
+            config,
+            head: RayHead::start(),
+            _serial: serial,
+        }
+    }
+
+    fn start_loop(&self) -> Loop {
+        Loop::start(&self.head, &self.config, self.scratch.path("rayscale.log"))
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        kill_cluster(&self.cluster);
+    }
 }
 
 #[test]
 fn scale_up_from_zero_then_idle_scale_down_through_drain() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = format!("up{}", std::process::id());
-    let scratch = Scratch::new("up");
-    let config = scratch.path("cluster.yaml");
-    std::fs::write(&config, config_text(&cluster, 0.2)).expect("config");
-    let head = head();
-    let lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
-    let w = workload(&head, &["tasks", "8", "1", "3"]);
+    let f = Fixture::new("up", 0.2);
+    let (cluster, head) = (f.cluster.clone(), &f.head);
+    let lp = f.start_loop();
+    let w = workload(head, &["tasks", "8", "1", "3"]);
     let (ok, out) = finish(w, Duration::from_secs(180));
     let log = lp.log_text();
     assert!(
@@ -260,7 +281,7 @@ fn scale_up_from_zero_then_idle_scale_down_through_drain() {
     assert!(log.contains("launching"), "{log}");
     // Idle for 12 s: drained through the GCS, then terminated; no process left.
     let gone = wait_until(Duration::from_secs(90), || {
-        alive_workers(&head).is_empty() && cluster_processes(&cluster).is_empty()
+        alive_workers(head).is_empty() && cluster_processes(&cluster).is_empty()
     });
     let log = lp.log_text();
     assert!(
@@ -269,36 +290,26 @@ fn scale_up_from_zero_then_idle_scale_down_through_drain() {
         cluster_processes(&cluster)
     );
     assert!(log.contains("draining"), "no drain in the log:\n{log}");
-    kill_cluster(&cluster);
 }
 
 #[test]
 fn strict_spread_placement_group_lands_on_distinct_nodes() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = format!("sp{}", std::process::id());
-    let scratch = Scratch::new("spread");
-    let config = scratch.path("cluster.yaml");
-    std::fs::write(&config, config_text(&cluster, 5.0)).expect("config");
-    let head = head();
-    let lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
-    let (ok, out) = finish(workload(&head, &["spread", "3"]), Duration::from_secs(180));
+    let f = Fixture::new("sp", 5.0);
+    let head = &f.head;
+    let lp = f.start_loop();
+    let (ok, out) = finish(workload(head, &["spread", "3"]), Duration::from_secs(180));
     assert!(
         ok && out.contains("spread 3 distinct nodes for 3 bundles"),
         "{out}\n{}",
         lp.log_text()
     );
-    kill_cluster(&cluster);
 }
 
 #[test]
 fn request_resources_keeps_capacity_up_while_idle() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = format!("rr{}", std::process::id());
-    let scratch = Scratch::new("rr");
-    let config = scratch.path("cluster.yaml");
-    std::fs::write(&config, config_text(&cluster, 0.1)).expect("config");
-    let head = head();
-    let lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
+    let f = Fixture::new("rr", 0.1);
+    let head = &f.head;
+    let lp = f.start_loop();
     let out = Command::new(rayscale_bin())
         .args(["request-resources", "--gcs", &head.addr(), "--bundles"])
         .arg(r#"[{"CPU": 2}, {"CPU": 2}]"#)
@@ -309,30 +320,25 @@ fn request_resources_keeps_capacity_up_while_idle() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let up = wait_until(Duration::from_secs(90), || alive_workers(&head).len() == 2);
+    let up = wait_until(Duration::from_secs(90), || alive_workers(head).len() == 2);
     assert!(
         up,
         "2 workers expected, got {:?}\n{}",
-        alive_workers(&head),
+        alive_workers(head),
         lp.log_text()
     );
     // Well past the 6 s idle timeout, they stay: the request is a floor.
     std::thread::sleep(Duration::from_secs(20));
-    assert_eq!(alive_workers(&head).len(), 2, "{}", lp.log_text());
+    assert_eq!(alive_workers(head).len(), 2, "{}", lp.log_text());
     assert!(!lp.log_text().contains("draining"), "{}", lp.log_text());
-    kill_cluster(&cluster);
 }
 
 #[test]
 fn infeasible_demand_launches_nothing_and_shows_in_ray_status() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = format!("inf{}", std::process::id());
-    let scratch = Scratch::new("inf");
-    let config = scratch.path("cluster.yaml");
-    std::fs::write(&config, config_text(&cluster, 5.0)).expect("config");
-    let head = head();
-    let lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
-    let mut w = workload(&head, &["infeasible"]);
+    let f = Fixture::new("inf", 5.0);
+    let (cluster, head) = (f.cluster.clone(), &f.head);
+    let lp = f.start_loop();
+    let mut w = workload(head, &["infeasible"]);
     let mut shown = String::new();
     let seen = wait_until(Duration::from_secs(60), || {
         let out = Command::new(head.ray_bin())
@@ -359,19 +365,14 @@ fn infeasible_demand_launches_nothing_and_shows_in_ray_status() {
     assert!(infeasible.contains("GPU: 8"), "rayscale status:\n{ours}");
     assert!(!lp.log_text().contains("launching"), "{}", lp.log_text());
     assert!(cluster_processes(&cluster).is_empty());
-    kill_cluster(&cluster);
 }
 
 #[test]
 fn kill_9_in_the_middle_of_a_scale_up_launches_nothing_twice() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = format!("cr{}", std::process::id());
-    let scratch = Scratch::new("crash");
-    let config = scratch.path("cluster.yaml");
-    std::fs::write(&config, config_text(&cluster, 5.0)).expect("config");
-    let head = head();
-    let mut lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
-    let w = workload(&head, &["tasks", "8", "1", "4"]);
+    let f = Fixture::new("cr", 5.0);
+    let (cluster, head) = (f.cluster.clone(), &f.head);
+    let mut lp = f.start_loop();
+    let w = workload(head, &["tasks", "8", "1", "4"]);
     assert!(
         lp.wait_log("launching", Duration::from_secs(60)),
         "{}",
@@ -379,7 +380,7 @@ fn kill_9_in_the_middle_of_a_scale_up_launches_nothing_twice() {
     );
     lp.kill9();
     let before: Vec<u32> = cluster_processes(&cluster);
-    let lp2 = Loop::start(&head, &config, scratch.path("rayscale.log"));
+    let lp2 = f.start_loop();
     let (ok, out) = finish(w, Duration::from_secs(180));
     let log = lp2.log_text();
     assert!(ok && out.contains("done 8"), "{out}\n{log}");
@@ -392,7 +393,7 @@ fn kill_9_in_the_middle_of_a_scale_up_launches_nothing_twice() {
     let mut nodes = Vec::new();
     let mut leaders = Vec::new();
     let settled = wait_until(Duration::from_secs(90), || {
-        nodes = alive_workers(&head);
+        nodes = alive_workers(head);
         nodes.sort();
         leaders = leaders_of(&cluster);
         leaders.sort();
@@ -412,7 +413,6 @@ fn kill_9_in_the_middle_of_a_scale_up_launches_nothing_twice() {
     );
     assert!(nodes.len() <= 4, "{nodes:?}\n{log}");
     assert!(before.len() <= cluster_processes(&cluster).len() + 64);
-    kill_cluster(&cluster);
 }
 
 /// Instance ids of the live worker `ray start` processes (process-group leaders).
@@ -448,13 +448,9 @@ fn leaders_of(cluster: &str) -> Vec<String> {
 
 #[test]
 fn a_gcs_restart_is_survived() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = format!("gr{}", std::process::id());
-    let scratch = Scratch::new("gcs");
-    let config = scratch.path("cluster.yaml");
-    std::fs::write(&config, config_text(&cluster, 0.2)).expect("config");
-    let mut head = head();
-    let mut lp = Loop::start(&head, &config, scratch.path("rayscale.log"));
+    let mut f = Fixture::new("gr", 0.2);
+    let mut lp = f.start_loop();
+    let head = &mut f.head;
     std::thread::sleep(Duration::from_secs(3));
     head.restart();
     assert!(
@@ -465,12 +461,11 @@ fn a_gcs_restart_is_survived() {
     assert!(lp.alive(), "rayscale exited:\n{}", lp.log_text());
     // After the restart it still scales the (new) cluster.
     let (ok, out) = finish(
-        workload(&head, &["tasks", "2", "1", "1"]),
+        workload(head, &["tasks", "2", "1", "1"]),
         Duration::from_secs(180),
     );
     assert!(ok && out.contains("done 2"), "{out}\n{}", lp.log_text());
     assert!(lp.alive());
-    kill_cluster(&cluster);
 }
 
 #[test]

@@ -11,21 +11,9 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The `rayscale` binary of the same profile as this test (`target/<profile>/rayscale`).
-/// `scripts/test.sh` builds it first; a missing binary fails the test loudly.
+/// The `rayscale` binary of the same profile as this test.
 fn rayscale() -> Command {
-    let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("rayscale"))
-        .expect("target directory");
-    assert!(
-        bin.exists(),
-        "{} is missing: build it first (cargo build --release -p rayscale)",
-        bin.display()
-    );
-    Command::new(bin)
+    Command::new(rayscale_tests::workspace_bin("rayscale"))
 }
 
 fn plan(file: &Path) -> (i32, String, String) {

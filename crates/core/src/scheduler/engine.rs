@@ -367,6 +367,19 @@ impl<'a> Engine<'a> {
         Some(n)
     }
 
+    /// Per config type, how many more nodes it may get (its max minus the given nodes).
+    fn new_node_budget(&self, nodes: &[SNode]) -> Vec<i64> {
+        let mut available: Vec<i64> = (0..self.n_config_types)
+            .map(|t| self.max_workers(t))
+            .collect();
+        for n in nodes {
+            if n.type_idx < self.n_config_types {
+                available[n.type_idx] -= 1;
+            }
+        }
+        available
+    }
+
     fn max_workers(&self, type_idx: usize) -> i64 {
         if type_idx >= self.n_config_types {
             return 0;
@@ -1034,14 +1047,7 @@ impl<'a> Engine<'a> {
         }
 
         // New nodes.
-        let mut available: Vec<i64> = (0..self.n_config_types)
-            .map(|t| self.max_workers(t))
-            .collect();
-        for n in nodes {
-            if n.type_idx < self.n_config_types {
-                available[n.type_idx] -= 1;
-            }
-        }
+        let mut available = self.new_node_budget(nodes);
         let mut pool: Vec<usize> = (0..self.n_config_types)
             .filter(|t| available[*t] > 0)
             .collect();
@@ -1118,14 +1124,7 @@ impl<'a> Engine<'a> {
             count: u64,
             score: Score,
         }
-        let mut available: Vec<i64> = (0..self.n_config_types)
-            .map(|t| self.max_workers(t))
-            .collect();
-        for n in nodes {
-            if n.type_idx < self.n_config_types {
-                available[n.type_idx] -= 1;
-            }
-        }
+        let mut available = self.new_node_budget(nodes);
         let fresh: Vec<SNode> = (0..self.n_config_types)
             .map(|t| self.node_from_config(t, NodeStatus::ToLaunch))
             .collect();
