@@ -27,6 +27,15 @@ B) rayscale: a plain head (`ray start --head ... --num-cpus=0`), a cluster YAML 
    `provider: {type: local_processes}` and `rayscale run --config Y --gcs 127.0.0.1:P
    --ray <venv>/bin/ray --interval 5` (a snapshot copy of the binary, so a concurrent
    cargo build cannot swap it mid-run); its workers are `ray start --block` processes.
+   Known problem this exposes: the 4 workers start at the same moment and share the
+   head's session dir, where Ray 2.60 names each node's plasma-store socket by taking
+   the first free `sockets/plasma_store.N` (check-then-bind, not atomic across
+   processes); two `ray start`s can pick the same name and the loser's raylet dies
+   ("bind: Address already in use" in PlasmaStore::PlasmaStore), which `ray start`
+   only reports when its 30 s registration wait runs out.
+C) --also-own-temp-dirs adds a variant "rayscale-ut" (a benchmark-side workaround, NOT
+   rayscale as shipped): rayscale is given a `ray` wrapper that adds a per-worker
+   `--temp-dir` to `ray start`, so every worker has its own session dir and sockets.
 
 Measurement (identical for both): a thread polls the GCS every --poll s (default 0.1)
 with the raw GetClusterStatus RPC (ray._raylet.GcsClient.get_cluster_status), which
@@ -531,10 +540,20 @@ class Run:
         d = json.loads(lines[-1][len("RSB_RESULT "):])
         self.drv = d
         say(f"{self.kind} #{self.idx}: tasks done after {d['t_done'] - d['t_submit']:.1f} s; waiting for zero workers")
+        # Wait until no worker is live AND the autoscaler reports nothing pending, stably
+        # for `quiet` s (longer than either loop period), so that a worker still starting
+        # after the tasks (a relaunch) is seen registering and leaving too.
+        quiet = max(6.0, self.args.interval + 1.0)
         deadline = time.time() + self.args.idle_wait
+        calm_since = None
         while time.time() < deadline:
             s = self.poller.latest()
-            if s is not None and s["t"] > d["t_done"] and not self.workers(s):
+            calm = s is not None and s["t"] > d["t_done"] and not self.workers(s) and s["q"] + s["a"] == 0
+            if not calm:
+                calm_since = None
+            elif calm_since is None:
+                calm_since = time.time()
+            elif time.time() - calm_since >= quiet:
                 break
             time.sleep(0.2)
         else:
@@ -580,7 +599,17 @@ class Run:
         r["max_instances"] = max(counts) if counts else 0
         r["first_reg"] = rel(first(lambda s: len(self.workers(s)) >= 1))
         r["all_reg"] = rel(first(lambda s: len(self.workers(s)) >= N_WORKERS))
-        r["zero"] = rel(next((s["t"] for s in S if s["t"] > d["t_done"] and not self.workers(s)), None))
+        # the last transition to zero live workers after the tasks (a worker registering
+        # after a first "zero" moves it)
+        zero = None
+        for s in S:
+            if s["t"] <= d["t_done"]:
+                continue
+            if self.workers(s):
+                zero = None
+            elif zero is None:
+                zero = s["t"]
+        r["zero"] = rel(zero)
         r["floor"] = None if r["first_reg"] is None or r["launch1"] is None else r["first_reg"] - r["launch1"]
         r["zero_after_done"] = None if r["zero"] is None else r["zero"] - r["done"]
         r["failed_requests"] = max((s["failed"] for s in S), default=0)
@@ -839,6 +868,9 @@ def main() -> int:
     def on_term(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
+    # Explicit, so that Ctrl-C also works when started with SIGINT ignored (e.g. `cmd &`
+    # from a non-interactive shell).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, on_term)
     interrupted = False

@@ -217,6 +217,10 @@ pub async fn run_loop<P: CloudInstanceProvider>(
                 "ray node {n} belongs to no instance of this cluster"
             ));
         }
+        // Terminal records are kept an hour (for reports and launch backoff), then dropped.
+        if let Err(e) = im.prune_terminal(now_ns().saturating_sub(3_600 * 1_000_000_000)) {
+            log(format!("cannot prune the instance table: {e}"));
+        }
         // Store the table before any side effect: a crash after this point replays.
         let (version, instances) = im.get_instances()?;
         if let Err(e) = store.save(version, &instances).await {

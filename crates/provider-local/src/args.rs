@@ -56,6 +56,24 @@ pub fn ray_start_args(node_type: &NodeTypeConfig, gcs: &str, ip: &str) -> Vec<St
     args
 }
 
+/// The `--temp-dir` of one worker: its own, short (Ray puts Unix sockets below it, and
+/// their paths must stay under about 100 bytes), stable for the instance.
+///
+/// Workers must not share the head's session directory: Ray 2.60 names each node's plasma
+/// socket after the first unused `sockets/plasma_store.N` there, a check that is not atomic
+/// across processes, so `ray start`s launched together pick the same name and all but one
+/// raylet die with "Address already in use" (measured: 3 or 4 of 4 workers started at
+/// once, each costing a 30 s registration timeout).
+pub fn worker_temp_dir(cluster_name: &str, instance_id: &str) -> std::path::PathBuf {
+    // FNV-1a: stable across runs and platforms.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in cluster_name.bytes().chain([0]).chain(instance_id.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    std::path::PathBuf::from(format!("/tmp/rsw-{h:016x}"))
+}
+
 /// Checks that `ray start` can express `node_type` exactly: the flag resources are whole
 /// non-negative numbers, and labels survive the `k=v,k=v` syntax.
 pub fn validate_node_type(node_type: &NodeTypeConfig) -> Result<(), LocalProviderError> {

@@ -23,7 +23,7 @@ mod error;
 mod procfs;
 mod provider;
 
-pub use args::{ray_start_args, validate_node_type};
+pub use args::{ray_start_args, validate_node_type, worker_temp_dir};
 pub use error::LocalProviderError;
 pub use provider::{LocalProcessConfig, LocalProcessProvider};
 

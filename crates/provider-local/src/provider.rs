@@ -16,7 +16,7 @@ use rayscale_core::provider::{
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal};
 
-use crate::args::{ray_start_args, validate_node_type};
+use crate::args::{ray_start_args, validate_node_type, worker_temp_dir};
 use crate::error::LocalProviderError;
 use crate::procfs::{self, ProcInfo, Targets};
 use crate::{ENV_CLUSTER, ENV_INSTANCE_ID, ENV_NODE_TYPE, ENV_REQUEST_ID, instance_id};
@@ -327,6 +327,10 @@ impl Inner {
         let stderr = stdout.try_clone().map_err(log_err)?;
         let mut cmd = tokio::process::Command::new(&cfg.ray_binary);
         cmd.args(ray_start_args(node_type, &cfg.gcs_address, &cfg.node_ip))
+            .arg(format!(
+                "--temp-dir={}",
+                worker_temp_dir(&cfg.cluster_name, id).display()
+            ))
             .envs(cfg.extra_env.iter().map(|(k, v)| (k, v)))
             .env(ENV_INSTANCE_ID, id)
             .env(ENV_NODE_TYPE, &node_type.name)

@@ -199,7 +199,14 @@ async fn launch_spawns_tagged_ray_start_in_its_own_group() {
     for k in 0..2 {
         let id = format!("local-r1-{k}");
         let rec = f.record(&id).await;
-        assert_eq!(rec.args, expected);
+        // Plus a temp dir of its own (workers sharing the head's session dir race on
+        // socket names).
+        let mut want = expected.clone();
+        want.push(format!(
+            "--temp-dir={}",
+            rayscale_provider_local::worker_temp_dir(&f.cluster, &id).display()
+        ));
+        assert_eq!(rec.args, want);
         let env: Vec<(&str, &str)> = rec
             .env
             .iter()

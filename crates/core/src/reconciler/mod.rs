@@ -60,8 +60,13 @@ pub struct ReconcilerSettings {
     pub upscaling_speed: f64,
     /// Deadline given to the GCS for draining an idle node.
     pub drain_deadline_s: i64,
-    /// ALLOCATION_FAILED records are reported for this long.
+    /// ALLOCATION_FAILED records are reported (and count for the backoff) this long.
     pub failed_report_s: i64,
+    /// After a launch failure, a type waits this long before the next launch, doubling
+    /// with each failure in the report window.
+    pub launch_backoff_s: i64,
+    /// The longest launch backoff.
+    pub max_launch_backoff_s: i64,
 }
 
 impl Default for ReconcilerSettings {
@@ -77,6 +82,8 @@ impl Default for ReconcilerSettings {
             upscaling_speed: 1.0,
             drain_deadline_s: 30,
             failed_report_s: 600,
+            launch_backoff_s: 5,
+            max_launch_backoff_s: 300,
         }
     }
 }
@@ -292,6 +299,20 @@ struct Run<'m, S: InstanceStorage> {
     out: Outcome,
 }
 
+/// When `i` failed to launch: ALLOCATION_FAILED, or gone with a launch error before Ray
+/// ever ran on it.
+fn launch_failed_at(i: &Instance) -> Option<i64> {
+    match i.status {
+        InstanceStatus::AllocationFailed => i.status_since(InstanceStatus::AllocationFailed),
+        InstanceStatus::Terminated
+            if i.last_error.is_some() && i.times_entered(InstanceStatus::RayRunning) == 0 =>
+        {
+            i.status_since(InstanceStatus::Terminated)
+        }
+        _ => None,
+    }
+}
+
 fn live(i: &Instance) -> bool {
     !matches!(
         i.status,
@@ -408,11 +429,17 @@ impl<S: InstanceStorage> Run<'_, S> {
                 continue;
             }
             if !cloud_ids.contains(cid) {
-                events.push(Self::ev(
-                    i,
-                    InstanceStatus::Terminated,
-                    "cloud instance is gone",
-                ));
+                let mut e = Self::ev(i, InstanceStatus::Terminated, "cloud instance is gone");
+                // Died before Ray ran on it, with a launch error: a failed launch.
+                if i.times_entered(InstanceStatus::RayRunning) == 0
+                    && let Some(err) = obs.provider_errors.iter().find(|e| {
+                        matches!(&e.kind, ProviderErrorKind::Launch { request_id, .. }
+                            if *request_id == i.launch_request_id)
+                    })
+                {
+                    e = e.with_error(err.message.clone());
+                }
+                events.push(e);
             } else if i.status == InstanceStatus::Terminating
                 && let Some(msg) = term_errors.get(cid)
             {
@@ -757,13 +784,35 @@ impl<S: InstanceStorage> Run<'_, S> {
             .count();
         let mut queued: BTreeMap<&str, Vec<&Instance>> = BTreeMap::new();
         let mut running: BTreeMap<&str, usize> = BTreeMap::new();
+        // Launch failures per type within the failure window: (count, latest).
+        let mut failures: BTreeMap<&str, (u32, i64)> = BTreeMap::new();
         for i in &table {
             match i.status {
                 InstanceStatus::Queued => queued.entry(&i.node_type).or_default().push(i),
                 InstanceStatus::RayRunning => *running.entry(&i.node_type).or_default() += 1,
-                _ => {}
+                _ => {
+                    if let Some(at) = launch_failed_at(i)
+                        && now.saturating_sub(at) < s.failed_report_s.saturating_mul(SEC)
+                    {
+                        let e = failures.entry(&i.node_type).or_insert((0, at));
+                        e.0 += 1;
+                        e.1 = e.1.max(at);
+                    }
+                }
             }
         }
+        // After launch failures a type waits before it is launched again:
+        // `launch_backoff_s * 2^(failures - 1)`, at most `max_launch_backoff_s`.
+        queued.retain(|t, _| match failures.get(t) {
+            None => true,
+            Some(&(n, latest)) => {
+                let wait_s = s
+                    .launch_backoff_s
+                    .saturating_mul(1i64 << n.saturating_sub(1).min(20))
+                    .min(s.max_launch_backoff_s);
+                now.saturating_sub(latest) >= wait_s.saturating_mul(SEC)
+            }
+        });
         let mut budget = s.max_concurrent_launches.saturating_sub(requested);
         let new_request = ids.request_id();
         let mut events = Vec::new();
@@ -826,10 +875,8 @@ impl<S: InstanceStorage> Run<'_, S> {
                         details: i.status.name().to_string(),
                     });
                 }
-                InstanceStatus::AllocationFailed => {
-                    let at = i
-                        .status_since(InstanceStatus::AllocationFailed)
-                        .unwrap_or(0);
+                _ if launch_failed_at(i).is_some() => {
+                    let at = launch_failed_at(i).unwrap_or(0);
                     if now.saturating_sub(at) > s.failed_report_s.saturating_mul(SEC) {
                         continue;
                     }

@@ -290,6 +290,86 @@ fn launch_errors_fail_the_request_and_are_reported() {
     );
 }
 
+#[test]
+fn launch_failures_back_off_exponentially() {
+    let mut w = World::new(CONFIG);
+    w.ray.pending_resource_requests = cpu_demand(1);
+    let fail = |w: &mut World, out: &Outcome| {
+        let Some(Effect::Launch(l)) = out.effects.iter().find(|e| matches!(e, Effect::Launch(_)))
+        else {
+            panic!("a launch: {:?}", out.effects);
+        };
+        w.errors.push(ProviderError {
+            kind: ProviderErrorKind::Launch {
+                request_id: l.request_id.clone(),
+                node_type: "w".into(),
+                count: 1,
+            },
+            message: "boom".into(),
+            retryable: true,
+        });
+    };
+    let out = w.tick();
+    fail(&mut w, &out);
+    w.now += SEC;
+    let out = w.tick();
+    // Failed; a new instance is queued but waits 5 s.
+    assert_eq!(w.count(InstanceStatus::AllocationFailed), 1);
+    assert_eq!(w.count(InstanceStatus::Queued), 1);
+    assert!(!out.effects.iter().any(|e| matches!(e, Effect::Launch(_))));
+    w.now += 4 * SEC;
+    let out = w.tick();
+    assert!(!out.effects.iter().any(|e| matches!(e, Effect::Launch(_))));
+    w.now += SEC;
+    let out = w.tick();
+    fail(&mut w, &out);
+    // Second failure: 10 s.
+    w.now += SEC;
+    w.tick();
+    w.now += 8 * SEC;
+    let out = w.tick();
+    assert!(!out.effects.iter().any(|e| matches!(e, Effect::Launch(_))));
+    w.now += 2 * SEC; // 10 s after the second failure
+    let out = w.tick();
+    assert!(out.effects.iter().any(|e| matches!(e, Effect::Launch(_))));
+    assert_eq!(w.count(InstanceStatus::AllocationFailed), 2);
+}
+
+#[test]
+fn a_worker_dying_before_ray_runs_is_a_failed_launch() {
+    let mut w = World::new(CONFIG);
+    w.ray.pending_resource_requests = cpu_demand(1);
+    let out = w.tick();
+    w.cloud_fulfils(&out);
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::Allocated);
+    // The process exits at once: gone from the cloud, with a launch error.
+    let rid = w.instance("i1").launch_request_id.clone();
+    w.cloud.clear();
+    w.errors.push(ProviderError {
+        kind: ProviderErrorKind::Launch {
+            request_id: rid,
+            node_type: "w".into(),
+            count: 1,
+        },
+        message: "ray start exited (exit status: 1)".into(),
+        retryable: true,
+    });
+    w.now += SEC;
+    let out = w.tick();
+    let i1 = w.instance("i1");
+    assert_eq!(i1.status, InstanceStatus::Terminated);
+    assert_eq!(
+        i1.last_error.as_deref(),
+        Some("ray start exited (exit status: 1)")
+    );
+    assert_eq!(out.report.failed_requests.len(), 1);
+    // The replacement waits for the backoff.
+    assert!(!out.effects.iter().any(|e| matches!(e, Effect::Launch(_))));
+    assert_eq!(w.count(InstanceStatus::Queued), 1);
+}
+
 /// A world with one idle running worker `i1` on cloud instance `c-r1-0`.
 fn with_idle_worker() -> World {
     let mut w = World::new(CONFIG);
