@@ -12,7 +12,9 @@ use rayscale_core::config::ClusterConfig;
 use rayscale_core::expander::{ExpanderChain, SeededRng};
 use rayscale_core::instance::{InMemoryStorage, Instance, InstanceManager};
 use rayscale_core::model::InstanceStatus;
-use rayscale_core::provider::{CloudInstanceProvider, LaunchRequest};
+use rayscale_core::provider::{
+    CloudInstanceProvider, LaunchRequest, ProviderError, ProviderErrorKind,
+};
 use rayscale_core::reconciler::{
     DrainRejection, Effect, IdSource, Observed, ReconcilerSettings, reconcile,
 };
@@ -121,6 +123,8 @@ pub async fn run_loop<P: CloudInstanceProvider>(
     // again; the provider is idempotent by request id, so nothing is launched twice.
     let mut pending_effects = relaunch_requested(&im)?;
     let mut rejections: Vec<DrainRejection> = Vec::new();
+    // Provider errors not yet seen by a completed iteration.
+    let mut carried: Vec<ProviderError> = Vec::new();
     let mut last = Fingerprint {
         version: -1,
         ..Default::default()
@@ -137,10 +141,20 @@ pub async fn run_loop<P: CloudInstanceProvider>(
             }
         }
         first = false;
-        // Effects that could not run after an earlier iteration run first.
+        // Effects postponed by an earlier iteration run first, once the table that
+        // recorded them is stored.
         if !pending_effects.is_empty() {
-            let effects = std::mem::take(&mut pending_effects);
-            run_effects(&gcs, &provider, &effects, &mut rejections).await;
+            let (version, instances) = im.get_instances()?;
+            match store.save(version, &instances).await {
+                Ok(()) => {
+                    let effects = std::mem::take(&mut pending_effects);
+                    run_effects(&gcs, &provider, &effects, &mut rejections, &mut carried).await;
+                }
+                Err(e) => {
+                    log(format!("cannot store the instance table yet: {e}"));
+                    continue;
+                }
+            }
         }
         let state = match gcs.get_cluster_resource_state(0).await {
             Ok(s) => s,
@@ -156,9 +170,10 @@ pub async fn run_loop<P: CloudInstanceProvider>(
                 continue;
             }
         };
-        let errors = provider.poll_errors().await;
-        for e in &errors {
+        let mut errors = std::mem::take(&mut carried);
+        for e in provider.poll_errors().await {
             log(format!("provider error: {e}"));
+            errors.push(e);
         }
         let fp = Fingerprint {
             version: state.cluster_resource_state_version,
@@ -180,6 +195,7 @@ pub async fn run_loop<P: CloudInstanceProvider>(
             Ok(s) => s,
             Err(e) => {
                 log(format!("the GCS state does not convert, skipping: {e}"));
+                carried = errors;
                 continue;
             }
         };
@@ -206,6 +222,8 @@ pub async fn run_loop<P: CloudInstanceProvider>(
             Ok(o) => o,
             Err(e) => {
                 log(format!("iteration aborted: {e}"));
+                carried = errors;
+                rejections = rej;
                 continue;
             }
         };
@@ -239,7 +257,14 @@ pub async fn run_loop<P: CloudInstanceProvider>(
         if let Err(e) = gcs.report_autoscaling_state(report).await {
             log(format!("cannot report the autoscaling state: {e}"));
         }
-        run_effects(&gcs, &provider, &outcome.effects, &mut rejections).await;
+        run_effects(
+            &gcs,
+            &provider,
+            &outcome.effects,
+            &mut rejections,
+            &mut carried,
+        )
+        .await;
     }
     log("loop stopped");
     Ok(())
@@ -256,12 +281,23 @@ fn relaunch_requested(im: &InstanceManager<InMemoryStorage>) -> Result<Vec<Effec
         .collect();
     // The provider numbers a request's instances 0..count: count every record of the
     // request (allocated ones too) so the missing ones get their original numbers.
+    // A request some of whose instances are already gone is not replayed: the provider
+    // would number the replay from 0 and could start a terminated one again. Its REQUESTED
+    // records are requeued by the request timeout instead.
+    let broken: BTreeSet<&str> = instances
+        .iter()
+        .filter(|i| {
+            requested.contains(i.launch_request_id.as_str())
+                && matches!(
+                    i.status,
+                    InstanceStatus::Terminated | InstanceStatus::AllocationFailed
+                )
+        })
+        .map(|i| i.launch_request_id.as_str())
+        .collect();
     for i in instances.iter().filter(|i: &&Instance| {
         requested.contains(i.launch_request_id.as_str())
-            && !matches!(
-                i.status,
-                InstanceStatus::Terminated | InstanceStatus::AllocationFailed
-            )
+            && !broken.contains(i.launch_request_id.as_str())
     }) {
         *by_request
             .entry((i.launch_request_id.clone(), i.node_type.clone()))
@@ -282,11 +318,14 @@ fn relaunch_requested(im: &InstanceManager<InMemoryStorage>) -> Result<Vec<Effec
         .collect())
 }
 
+/// Runs effects in order. A drain the GCS rejects is recorded for the next sync, and so
+/// is a launch or termination the provider refuses at once (as a provider error).
 async fn run_effects<P: CloudInstanceProvider>(
     gcs: &GcsClient,
     provider: &P,
     effects: &[Effect],
     rejections: &mut Vec<DrainRejection>,
+    carried: &mut Vec<ProviderError>,
 ) {
     for e in effects {
         match e {
@@ -297,6 +336,14 @@ async fn run_effects<P: CloudInstanceProvider>(
                 ));
                 if let Err(err) = provider.launch(l).await {
                     log(format!("launch {} failed: {err}", l.request_id));
+                    carried.push(ProviderError {
+                        kind: ProviderErrorKind::Launch {
+                            request_id: l.request_id.clone(),
+                            node_type: l.node_type.clone(),
+                            count: l.count,
+                        },
+                        ..err
+                    });
                 }
             }
             Effect::Drain {
@@ -345,6 +392,14 @@ async fn run_effects<P: CloudInstanceProvider>(
                 log(format!("terminating {}", cloud_instance_ids.join(", ")));
                 if let Err(err) = provider.terminate(cloud_instance_ids, request_id).await {
                     log(format!("terminate failed: {err}"));
+                    for id in cloud_instance_ids {
+                        carried.push(ProviderError {
+                            kind: ProviderErrorKind::Terminate {
+                                cloud_instance_id: id.clone(),
+                            },
+                            ..err.clone()
+                        });
+                    }
                 }
             }
         }

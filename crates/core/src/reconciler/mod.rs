@@ -240,7 +240,7 @@ pub fn reconcile<S: InstanceStorage>(
         now_ns,
         out: Outcome::default(),
     };
-    r.sync(observed, ids)?;
+    r.sync(config, observed, ids)?;
     r.step(config, chain, settings, observed, ids)?;
     r.out
         .report
@@ -261,7 +261,7 @@ fn schedulable_state(
 ) -> Option<ClusterResourceState> {
     let cloud: BTreeSet<&str> = table
         .iter()
-        .filter(|i| live(i))
+        .filter(|i| live(i) && config.node_type(&i.node_type).is_some())
         .filter_map(|i| i.cloud_instance_id.as_deref())
         .collect();
     let needs_fix = |n: &crate::model::NodeState| {
@@ -342,7 +342,12 @@ impl<S: InstanceStorage> Run<'_, S> {
 
     // ------------------------------------------------------------------ sync
 
-    fn sync(&mut self, obs: Observed<'_>, ids: &mut dyn IdSource) -> Result<(), CoreError> {
+    fn sync(
+        &mut self,
+        config: &ClusterConfig,
+        obs: Observed<'_>,
+        ids: &mut dyn IdSource,
+    ) -> Result<(), CoreError> {
         let cloud_ids: BTreeSet<&str> = obs
             .cloud
             .iter()
@@ -458,12 +463,19 @@ impl<S: InstanceStorage> Run<'_, S> {
             if held.contains(&c.cloud_instance_id) {
                 continue;
             }
-            let status = if c.is_running {
+            // A node type the config does not know is adopted to be terminated.
+            let known = config.node_type(&c.node_type).is_some();
+            let status = if c.is_running && known {
                 InstanceStatus::Allocated
             } else {
                 InstanceStatus::Terminating
             };
-            let mut e = InstanceUpdateEvent::create(ids.instance_id(), c.node_type.clone(), status)
+            let node_type = if c.node_type.is_empty() {
+                "unknown".to_string()
+            } else {
+                c.node_type.clone()
+            };
+            let mut e = InstanceUpdateEvent::create(ids.instance_id(), node_type, status)
                 .with_cloud_instance_id(c.cloud_instance_id.clone())
                 .with_details("adopted an unknown cloud instance");
             if !c.request_id.is_empty() {
@@ -485,6 +497,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             .filter_map(|i| i.cloud_instance_id.as_deref().map(|c| (c, i)))
             .collect();
         let mut events = Vec::new();
+        let mut moved: BTreeSet<&str> = BTreeSet::new();
         for ns in &obs.ray.node_states {
             let hex = ns.node_id_hex();
             let Some(i) = by_cloud.get(ns.instance_id.as_str()) else {
@@ -509,9 +522,14 @@ impl<S: InstanceStorage> Run<'_, S> {
                 ),
                 _ => true,
             };
+            // A node of an earlier life of this cloud id (the GCS keeps dead nodes) is not
+            // this instance's; and one event per instance per batch.
+            let other_node = i.node_id.as_ref().is_some_and(|n| *n != hex);
             if i.status != target
                 && passive_ok
+                && !other_node
                 && crate::instance::is_valid_transition(i.status, target)
+                && moved.insert(i.instance_id.as_str())
             {
                 events.push(Self::ev(i, target, why).with_node_id(hex));
             }
@@ -630,9 +648,38 @@ impl<S: InstanceStorage> Run<'_, S> {
         let head_running = obs.ray.node_states.iter().any(|n| {
             n.total_resources.get(HEAD_MARKER).is_some() && n.status != Some(NodeStatus::Dead)
         });
+        // Records whose type the config no longer knows are not scheduled: they are
+        // terminated (drained first when Ray runs on them).
+        let unknown_type = |i: &Instance| config.node_type(&i.node_type).is_none();
+        let mut events = Vec::new();
+        for i in table.iter().filter(|i| live(i) && unknown_type(i)) {
+            let why = format!("node type {:?} is not in the config", i.node_type);
+            let e = match i.status {
+                InstanceStatus::Queued => Self::ev(i, InstanceStatus::Terminated, why),
+                InstanceStatus::Allocated | InstanceStatus::RayInstalling => {
+                    Self::ev(i, InstanceStatus::Terminating, why)
+                }
+                InstanceStatus::RayRunning => Self::ev(i, InstanceStatus::RayStopRequested, why),
+                _ => continue,
+            };
+            if e.new_status == InstanceStatus::RayStopRequested {
+                self.out.effects.push(Effect::Drain {
+                    instance_id: i.instance_id.clone(),
+                    node_id_hex: i.node_id.clone().unwrap_or_default(),
+                    reason: e.details.clone(),
+                    deadline_ms: now / 1_000_000 + s.drain_deadline_s * 1000,
+                });
+            }
+            self.out
+                .warnings
+                .push(format!("terminating {}: {}", i.instance_id, e.details));
+            events.push(e);
+        }
+        self.apply(events)?;
+        let table = self.table()?;
         let records: Vec<InstanceRecord> = table
             .iter()
-            .filter(|i| live(i))
+            .filter(|i| live(i) && !unknown_type(i))
             .map(|i| InstanceRecord {
                 instance_id: i.instance_id.clone(),
                 cloud_instance_id: i.cloud_instance_id.clone(),
@@ -814,10 +861,12 @@ impl<S: InstanceStorage> Run<'_, S> {
             }
         });
         let mut budget = s.max_concurrent_launches.saturating_sub(requested);
-        let new_request = ids.request_id();
         let mut events = Vec::new();
         let mut launches: BTreeMap<(String, String), u64> = BTreeMap::new();
         for (t, mut list) in queued {
+            // A fresh request id per type and iteration: providers number a request's
+            // instances, so two types (or a retry) must never share one.
+            let rid = ids.request_id();
             let base = running.get(t).copied().unwrap_or(0).max(1) as f64;
             let desired = ((s.upscaling_speed * base).ceil() as usize).max(1);
             let n = desired.min(budget).min(list.len());
@@ -828,11 +877,6 @@ impl<S: InstanceStorage> Run<'_, S> {
                 )
             });
             for i in list.into_iter().take(n) {
-                let rid = if i.launch_request_id.is_empty() {
-                    new_request.clone()
-                } else {
-                    i.launch_request_id.clone()
-                };
                 *launches.entry((rid.clone(), t.to_string())).or_default() += 1;
                 events.push(
                     Self::ev(
@@ -840,7 +884,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                         InstanceStatus::Requested,
                         format!("launch requested ({rid})"),
                     )
-                    .with_launch_request_id(rid),
+                    .with_launch_request_id(rid.clone()),
                 );
             }
             budget -= n;

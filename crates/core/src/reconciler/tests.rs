@@ -237,13 +237,14 @@ fn requested_timeout_requeues_then_fails_after_the_retry_limit() {
     for round in 1..=3 {
         w.now += 600 * SEC;
         let out = w.tick();
-        // Requeued and requested again in the same iteration, with the same request id.
+        // Requeued and requested again in the same iteration, with a fresh request id
+        // (providers number a request's instances: a reused id would be a no-op).
         assert_eq!(
             w.instance("i1").status,
             InstanceStatus::Requested,
             "round {round}"
         );
-        assert_eq!(w.instance("i1").launch_request_id, first_rid);
+        assert_ne!(w.instance("i1").launch_request_id, first_rid);
         assert_eq!(
             w.instance("i1").times_entered(InstanceStatus::Requested),
             round + 1
@@ -563,6 +564,74 @@ fn a_head_without_a_type_name_and_strange_nodes_do_not_stop_the_loop() {
         "{:?}",
         out.warnings
     );
+}
+
+#[test]
+fn two_types_launched_together_get_distinct_request_ids() {
+    let two = CONFIG.replace(
+        "  w: {resources: {CPU: 2}, max_workers: 4, node_config: {}}",
+        "  w: {resources: {CPU: 2}, max_workers: 4, node_config: {}}\n  g: {resources: {GPU: 1}, max_workers: 2, node_config: {}}",
+    );
+    let mut w = World::new(&two);
+    w.ray.pending_resource_requests = vec![demand(&[("CPU", 1.0)], 1), demand(&[("GPU", 1.0)], 1)];
+    let out = w.tick();
+    let ids: Vec<&str> = out
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Launch(l) => Some(l.request_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{:?}", out.effects);
+    assert_ne!(ids[0], ids[1]);
+}
+
+#[test]
+fn records_of_a_removed_node_type_are_terminated_and_do_not_stall_the_loop() {
+    let mut w = with_idle_worker();
+    // The config loses type `w` (renamed) while i1 runs on it.
+    let renamed = CONFIG.replace("  w: {", "  w2: {");
+    w.config = ClusterConfig::from_yaml_str(&renamed, "test").expect("config");
+    w.ray.pending_resource_requests = cpu_demand(1);
+    w.now += SEC;
+    let out = w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::RayStopRequested);
+    assert!(
+        out.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Drain { .. }))
+    );
+    // Scheduling went on: the demand gets a w2 worker.
+    assert!(
+        out.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Launch(l) if l.node_type == "w2"))
+    );
+    // A stray cloud instance of an unknown (or no) type is adopted to be terminated.
+    w.cloud.push(CloudInstance {
+        cloud_instance_id: "stray".into(),
+        node_type: String::new(),
+        request_id: String::new(),
+        is_running: true,
+    });
+    w.now += SEC;
+    let out = w.tick();
+    assert!(out.effects.iter().any(|e| matches!(e,
+        Effect::Terminate { cloud_instance_ids, .. } if cloud_instance_ids.contains(&"stray".to_string()))));
+}
+
+#[test]
+fn a_dead_node_of_an_earlier_life_does_not_stop_a_new_instance() {
+    let mut w = with_idle_worker();
+    // The GCS still lists a dead node with the same cloud instance id.
+    let mut dead = w.ray.node_states[1].clone();
+    dead.node_id = vec![0xee; 4];
+    dead.status = Some(NodeStatus::Dead);
+    w.ray.node_states.insert(1, dead);
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::RayRunning);
 }
 
 #[test]
