@@ -15,16 +15,21 @@ use rayscale_gcs_client::convert::constraint_to_proto;
 use rayscale_gcs_client::kv_store::KvInstanceStore;
 use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 
-/// A client with short deadlines for one-shot commands (a dead GCS fails in seconds).
-pub fn one_shot_client(addr: &str) -> Result<GcsClient> {
+/// A GCS client with the given per-attempt deadline and number of attempts.
+pub fn gcs_client(addr: &str, deadline_s: u64, attempts: u32) -> Result<GcsClient> {
     Ok(GcsClient::new(
         addr,
         ClientOptions {
-            deadline: std::time::Duration::from_secs(3),
-            max_attempts: 2,
+            deadline: std::time::Duration::from_secs(deadline_s),
+            max_attempts: attempts,
             ..Default::default()
         },
     )?)
+}
+
+/// A client with short deadlines for one-shot commands (a dead GCS fails in seconds).
+pub fn one_shot_client(addr: &str) -> Result<GcsClient> {
+    gcs_client(addr, 3, 2)
 }
 
 /// Arguments of `rayscale status`.

@@ -144,8 +144,7 @@ pub async fn run_loop<P: CloudInstanceProvider>(
         // Effects postponed by an earlier iteration run first, once the table that
         // recorded them is stored.
         if !pending_effects.is_empty() {
-            let (version, instances) = im.get_instances()?;
-            match store.save(version, &instances).await {
+            match save_table(&store, &im).await {
                 Ok(()) => {
                     let effects = std::mem::take(&mut pending_effects);
                     run_effects(&gcs, &provider, &effects, &mut rejections, &mut carried).await;
@@ -240,8 +239,7 @@ pub async fn run_loop<P: CloudInstanceProvider>(
             log(format!("cannot prune the instance table: {e}"));
         }
         // Store the table before any side effect: a crash after this point replays.
-        let (version, instances) = im.get_instances()?;
-        if let Err(e) = store.save(version, &instances).await {
+        if let Err(e) = save_table(&store, &im).await {
             log(format!(
                 "cannot store the instance table, effects postponed: {e}"
             ));
@@ -267,6 +265,13 @@ pub async fn run_loop<P: CloudInstanceProvider>(
         .await;
     }
     log("loop stopped");
+    Ok(())
+}
+
+/// Stores the whole instance table in the GCS.
+async fn save_table(store: &KvInstanceStore, im: &InstanceManager<InMemoryStorage>) -> Result<()> {
+    let (version, instances) = im.get_instances()?;
+    store.save(version, &instances).await?;
     Ok(())
 }
 

@@ -4,8 +4,8 @@
 use anyhow::Result;
 use clap::Args;
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::expander::settings::{DEFAULT_GRPC_TIMEOUT_S, check_chain, parse_chain};
-use rayscale_core::expander::{Expander, ExpanderChain, GrpcExpanderSettings};
+use rayscale_core::expander::settings::{check_chain, parse_chain};
+use rayscale_core::expander::{Expander, ExpanderChain};
 use rayscale_gcs_client::expander::GrpcExpander;
 
 /// How new node types are chosen.
@@ -48,12 +48,7 @@ pub fn build_chain(args: &ExpanderArgs, config: &ClusterConfig) -> Result<Expand
         || args.grpc_expander_insecure
         || args.grpc_expander_timeout.is_some()
     {
-        let mut g = s.grpc.clone().unwrap_or(GrpcExpanderSettings {
-            url: String::new(),
-            cert: None,
-            insecure: false,
-            timeout_s: DEFAULT_GRPC_TIMEOUT_S,
-        });
+        let mut g = s.grpc.clone().unwrap_or_default();
         if let Some(u) = &args.grpc_expander_url {
             g.url.clone_from(u);
         }

@@ -9,7 +9,9 @@ use clap::Args;
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::model::resources::to_f64;
 use rayscale_core::provider::CloudInstanceProvider;
-use rayscale_gcs_client::client::{ClientOptions, GcsClient};
+use rayscale_gcs_client::client::GcsClient;
+
+use crate::cluster::gcs_client;
 use rayscale_provider_local::{LocalProcessConfig, LocalProcessProvider};
 
 use crate::driver::{LoopOptions, log, run_loop};
@@ -78,28 +80,14 @@ fn head_temp_dir(config: &ClusterConfig) -> PathBuf {
 }
 
 async fn gcs_answers(addr: &str) -> bool {
-    let Ok(c) = GcsClient::new(
-        addr,
-        ClientOptions {
-            deadline: Duration::from_secs(2),
-            max_attempts: 1,
-            ..Default::default()
-        },
-    ) else {
+    let Ok(c) = gcs_client(addr, 2, 1) else {
         return false;
     };
     c.get_cluster_resource_state(0).await.is_ok()
 }
 
 fn loop_client(addr: &str) -> Result<GcsClient> {
-    Ok(GcsClient::new(
-        addr,
-        ClientOptions {
-            deadline: Duration::from_secs(5),
-            max_attempts: 3,
-            ..Default::default()
-        },
-    )?)
+    gcs_client(addr, 5, 3)
 }
 
 async fn ctrl_c() {

@@ -158,15 +158,15 @@ fn one_line(s: &str) -> String {
 fn status_message(status: &tonic::Status) -> String {
     let mut m = one_line(status.message());
     let details = status.details();
-    if !details.is_empty() {
-        if let Ok(text) = std::str::from_utf8(details) {
-            let text = one_line(text);
-            if !text.is_empty() {
-                if m.is_empty() {
-                    m = text;
-                } else {
-                    m = format!("{m}: {text}");
-                }
+    if !details.is_empty()
+        && let Ok(text) = std::str::from_utf8(details)
+    {
+        let text = one_line(text);
+        if !text.is_empty() {
+            if m.is_empty() {
+                m = text;
+            } else {
+                m = format!("{m}: {text}");
             }
         }
     }

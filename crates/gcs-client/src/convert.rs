@@ -355,7 +355,7 @@ pub fn node_id_from_hex(hex: &str) -> Result<Vec<u8>, GcsError> {
         path: "node_id".into(),
         message: format!("{hex:?} is not a hex node id"),
     };
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return Err(bad());
     }
     (0..hex.len())

@@ -55,6 +55,18 @@ pub struct GrpcExpanderSettings {
     pub timeout_s: f64,
 }
 
+impl Default for GrpcExpanderSettings {
+    /// No address yet, TLS, the default timeout.
+    fn default() -> Self {
+        GrpcExpanderSettings {
+            url: String::new(),
+            cert: None,
+            insecure: false,
+            timeout_s: DEFAULT_GRPC_TIMEOUT_S,
+        }
+    }
+}
+
 /// Every expander setting.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExpanderSettings {
@@ -238,12 +250,7 @@ fn per_type_numbers(
 }
 
 fn read_grpc(v: &Value, path: &str) -> Result<GrpcExpanderSettings, CoreError> {
-    let mut g = GrpcExpanderSettings {
-        url: String::new(),
-        cert: None,
-        insecure: false,
-        timeout_s: DEFAULT_GRPC_TIMEOUT_S,
-    };
+    let mut g = GrpcExpanderSettings::default();
     for (k, x) in obj(v, path)? {
         let p = join(path, k);
         let want_str = |x: &Value| {

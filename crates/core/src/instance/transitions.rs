@@ -101,11 +101,11 @@ pub fn reachable_statuses(from: InstanceStatus) -> Vec<InstanceStatus> {
     let mut stack: Vec<InstanceStatus> = valid_transitions(from).to_vec();
     while let Some(status) = stack.pop() {
         let slot = status as usize;
-        if let Some(flag) = seen.get_mut(slot) {
-            if !*flag {
-                *flag = true;
-                stack.extend_from_slice(valid_transitions(status));
-            }
+        if let Some(flag) = seen.get_mut(slot)
+            && !*flag
+        {
+            *flag = true;
+            stack.extend_from_slice(valid_transitions(status));
         }
     }
     InstanceStatus::ALL

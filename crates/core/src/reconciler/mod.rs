@@ -238,6 +238,8 @@ pub fn reconcile<S: InstanceStorage>(
     let mut r = Run {
         im,
         now_ns,
+        drain_deadline_ms: now_ns / 1_000_000 + settings.drain_deadline_s * 1000,
+        to_terminate: Vec::new(),
         out: Outcome::default(),
     };
     r.sync(config, observed, ids)?;
@@ -296,6 +298,10 @@ fn schedulable_state(
 struct Run<'m, S: InstanceStorage> {
     im: &'m mut InstanceManager<S>,
     now_ns: i64,
+    /// Wall-clock deadline given with every drain of this iteration.
+    drain_deadline_ms: i64,
+    /// Cloud instances moved to TERMINATING this iteration (one terminate call at the end).
+    to_terminate: Vec<String>,
     out: Outcome,
 }
 
@@ -332,7 +338,30 @@ impl<S: InstanceStorage> Run<'_, S> {
             return Ok(());
         }
         self.out.events_applied += events.len();
-        self.im.update(&events, self.now_ns)?;
+        let applied = self.im.update(&events, self.now_ns)?;
+        // The side effects follow from the transitions (Ray's subscribers): RAY_STOP_REQUESTED
+        // drains the node, TERMINATING terminates the cloud instance.
+        for e in &events {
+            let Some(i) = applied
+                .instances
+                .iter()
+                .find(|i| i.instance_id == e.instance_id)
+            else {
+                continue;
+            };
+            match e.new_status {
+                InstanceStatus::RayStopRequested => self.out.effects.push(Effect::Drain {
+                    instance_id: i.instance_id.clone(),
+                    node_id_hex: i.node_id.clone().unwrap_or_default(),
+                    reason: e.details.clone(),
+                    deadline_ms: self.drain_deadline_ms,
+                }),
+                InstanceStatus::Terminating => {
+                    self.to_terminate.extend(i.cloud_instance_id.clone());
+                }
+                _ => {}
+            }
+        }
         Ok(())
     }
 
@@ -662,14 +691,6 @@ impl<S: InstanceStorage> Run<'_, S> {
                 InstanceStatus::RayRunning => Self::ev(i, InstanceStatus::RayStopRequested, why),
                 _ => continue,
             };
-            if e.new_status == InstanceStatus::RayStopRequested {
-                self.out.effects.push(Effect::Drain {
-                    instance_id: i.instance_id.clone(),
-                    node_id_hex: i.node_id.clone().unwrap_or_default(),
-                    reason: e.details.clone(),
-                    deadline_ms: now / 1_000_000 + s.drain_deadline_s * 1000,
-                });
-            }
             self.out
                 .warnings
                 .push(format!("terminating {}: {}", i.instance_id, e.details));
@@ -760,20 +781,6 @@ impl<S: InstanceStorage> Run<'_, S> {
                     );
                 }
             }
-            // Drains for the instances asked to stop.
-            let drain_deadline_ms = now / 1_000_000 + s.drain_deadline_s * 1000;
-            for e in &events {
-                if e.new_status == InstanceStatus::RayStopRequested
-                    && let Some(i) = by_id.get(e.instance_id.as_str())
-                {
-                    self.out.effects.push(Effect::Drain {
-                        instance_id: i.instance_id.clone(),
-                        node_id_hex: i.node_id.clone().unwrap_or_default(),
-                        reason: e.details.clone(),
-                        deadline_ms: drain_deadline_ms,
-                    });
-                }
-            }
             self.apply(events)?;
         }
         self.out.decision = Some(decision);
@@ -781,7 +788,6 @@ impl<S: InstanceStorage> Run<'_, S> {
         // 4. Terminate what is stopped, timed out or failed.
         let table = self.table()?;
         let mut events = Vec::new();
-        let mut to_terminate = Vec::new();
         for i in &table {
             if matches!(
                 i.status,
@@ -798,22 +804,11 @@ impl<S: InstanceStorage> Run<'_, S> {
                 if i.status == InstanceStatus::TerminationFailed {
                     e = e.bump_termination_retries();
                 }
-                if let Some(c) = &i.cloud_instance_id {
-                    to_terminate.push(c.clone());
-                }
                 events.push(e);
             }
         }
-        // Instances the scheduler sent to TERMINATING above need the call too.
-        for i in &table {
-            if i.status == InstanceStatus::Terminating
-                && i.status_since(InstanceStatus::Terminating) == Some(now)
-                && let Some(c) = &i.cloud_instance_id
-            {
-                to_terminate.push(c.clone());
-            }
-        }
         self.apply(events)?;
+        let mut to_terminate = std::mem::take(&mut self.to_terminate);
         if !to_terminate.is_empty() {
             to_terminate.sort();
             to_terminate.dedup();
@@ -919,8 +914,10 @@ impl<S: InstanceStorage> Run<'_, S> {
                         details: i.status.name().to_string(),
                     });
                 }
-                _ if launch_failed_at(i).is_some() => {
-                    let at = launch_failed_at(i).unwrap_or(0);
+                _ => {
+                    let Some(at) = launch_failed_at(i) else {
+                        continue;
+                    };
                     if now.saturating_sub(at) > s.failed_report_s.saturating_mul(SEC) {
                         continue;
                     }
@@ -940,7 +937,6 @@ impl<S: InstanceStorage> Run<'_, S> {
                         });
                     e.count += 1;
                 }
-                _ => {}
             }
         }
         self.out.report.pending_requests = pending
