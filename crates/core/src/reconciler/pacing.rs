@@ -1,0 +1,152 @@
+//! Pacing: which queued instances are requested this iteration, and the report of what
+//! is queued, pending or failed.
+
+use super::*;
+
+impl<S: InstanceStorage> Run<'_, S> {
+    /// Paced launches: QUEUED -> REQUESTED, within the concurrency budget and upscaling
+    /// speed, after each type's launch backoff.
+    pub(super) fn pace(
+        &mut self,
+        s: &ReconcilerSettings,
+        ids: &mut dyn IdSource,
+    ) -> Result<(), CoreError> {
+        let now = self.now_ns;
+        // 5. Paced launches: QUEUED -> REQUESTED.
+        let table = self.table()?;
+        let requested = table
+            .iter()
+            .filter(|i| i.status == InstanceStatus::Requested)
+            .count();
+        let mut queued: BTreeMap<&str, Vec<&Instance>> = BTreeMap::new();
+        let mut running: BTreeMap<&str, usize> = BTreeMap::new();
+        // Launch failures per type within the failure window: (count, latest).
+        let mut failures: BTreeMap<&str, (u32, i64)> = BTreeMap::new();
+        for i in &table {
+            match i.status {
+                InstanceStatus::Queued => queued.entry(&i.node_type).or_default().push(i),
+                InstanceStatus::RayRunning => *running.entry(&i.node_type).or_default() += 1,
+                _ => {
+                    if let Some(at) = launch_failed_at(i)
+                        && now.saturating_sub(at) < s.failed_report_s.saturating_mul(SEC)
+                    {
+                        let e = failures.entry(&i.node_type).or_insert((0, at));
+                        e.0 += 1;
+                        e.1 = e.1.max(at);
+                    }
+                }
+            }
+        }
+        // After launch failures a type waits before it is launched again:
+        // `launch_backoff_s * 2^(failures - 1)`, at most `max_launch_backoff_s`.
+        queued.retain(|t, _| match failures.get(t) {
+            None => true,
+            Some(&(n, latest)) => {
+                let wait_s = s
+                    .launch_backoff_s
+                    .saturating_mul(1i64 << n.saturating_sub(1).min(20))
+                    .min(s.max_launch_backoff_s);
+                now.saturating_sub(latest) >= wait_s.saturating_mul(SEC)
+            }
+        });
+        let mut budget = s.max_concurrent_launches.saturating_sub(requested);
+        let mut events = Vec::new();
+        let mut launches: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for (t, mut list) in queued {
+            // A fresh request id per type and iteration: providers number a request's
+            // instances, so two types (or a retry) must never share one.
+            let rid = ids.request_id();
+            let base = running.get(t).copied().unwrap_or(0).max(1) as f64;
+            let desired = ((s.upscaling_speed * base).ceil() as usize).max(1);
+            let n = desired.min(budget).min(list.len());
+            list.sort_by_key(|i| {
+                (
+                    i.status_since(InstanceStatus::Queued).unwrap_or(0),
+                    i.instance_id.clone(),
+                )
+            });
+            for i in list.into_iter().take(n) {
+                *launches.entry((rid.clone(), t.to_string())).or_default() += 1;
+                events.push(
+                    Self::ev(
+                        i,
+                        InstanceStatus::Requested,
+                        format!("launch requested ({rid})"),
+                    )
+                    .with_launch_request_id(rid.clone()),
+                );
+            }
+            budget -= n;
+        }
+        self.apply(events)?;
+        for ((request_id, node_type), count) in launches {
+            self.out.effects.push(Effect::Launch(LaunchRequest {
+                request_id,
+                node_type,
+                count,
+            }));
+        }
+        Ok(())
+    }
+
+    /// The report for `ray status`: queued, pending and recently failed launches.
+    pub(super) fn report(&mut self, s: &ReconcilerSettings) -> Result<(), CoreError> {
+        let now = self.now_ns;
+        // The report.
+        let table = self.table()?;
+        let mut pending: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
+        let mut failed: BTreeMap<(String, String), FailedRequest> = BTreeMap::new();
+        for i in &table {
+            match i.status {
+                InstanceStatus::Queued => {
+                    let e = pending.entry(&i.node_type).or_insert((0, i64::MAX));
+                    e.0 += 1;
+                    e.1 =
+                        e.1.min(i.status_since(InstanceStatus::Queued).unwrap_or(now) / SEC);
+                }
+                InstanceStatus::Requested
+                | InstanceStatus::Allocated
+                | InstanceStatus::RayInstalling => {
+                    self.out.report.pending_instances.push(PendingInstance {
+                        instance_id: i.instance_id.clone(),
+                        node_type: i.node_type.clone(),
+                        details: i.status.name().to_string(),
+                    });
+                }
+                _ => {
+                    let Some(at) = launch_failed_at(i) else {
+                        continue;
+                    };
+                    if now.saturating_sub(at) > s.failed_report_s.saturating_mul(SEC) {
+                        continue;
+                    }
+                    let reason = i
+                        .last_error
+                        .clone()
+                        .unwrap_or_else(|| "launch failed".into());
+                    let start = i.status_history.first().map_or(at, |c| c.timestamp_ns);
+                    let e = failed
+                        .entry((i.node_type.clone(), reason.clone()))
+                        .or_insert(FailedRequest {
+                            node_type: i.node_type.clone(),
+                            count: 0,
+                            reason,
+                            start_ts_s: start / SEC,
+                            failed_ts_s: at / SEC,
+                        });
+                    e.count += 1;
+                }
+            }
+        }
+        self.out.report.pending_requests = pending
+            .into_iter()
+            .map(|(t, (count, ts))| PendingRequest {
+                node_type: t.to_string(),
+                count,
+                request_ts_s: ts,
+            })
+            .collect();
+        self.out.report.failed_requests = failed.into_values().collect();
+        Ok(())
+    }
+}

@@ -1,0 +1,248 @@
+//! Step: active transitions (missing Ray nodes, stuck instances, the scheduler's decision,
+//! termination of what is stopped or failed).
+
+use super::*;
+
+impl<S: InstanceStorage> Run<'_, S> {
+    pub(super) fn step(
+        &mut self,
+        config: &ClusterConfig,
+        chain: &mut ExpanderChain,
+        s: &ReconcilerSettings,
+        obs: Observed<'_>,
+        ids: &mut dyn IdSource,
+    ) -> Result<(), CoreError> {
+        let now = self.now_ns;
+        // 1. Ray nodes missing from the GCS.
+        let ray_ids: BTreeSet<String> = obs
+            .ray
+            .node_states
+            .iter()
+            .map(|n| n.node_id_hex())
+            .collect();
+        let table = self.table()?;
+        let mut events = Vec::new();
+        for i in &table {
+            if !i.is_head
+                && matches!(
+                    i.status,
+                    InstanceStatus::RayRunning
+                        | InstanceStatus::RayStopRequested
+                        | InstanceStatus::RayStopping
+                )
+                && let Some(node) = &i.node_id
+                && !ray_ids.contains(node)
+            {
+                events.push(Self::ev(
+                    i,
+                    InstanceStatus::RayStopped,
+                    "ray node no longer in the GCS",
+                ));
+            }
+        }
+        self.apply(events)?;
+
+        // 2. Stuck instances.
+        let table = self.table()?;
+        let mut events = Vec::new();
+        let over = |i: &Instance, limit_s: i64| {
+            i.status_since(i.status)
+                .is_some_and(|t| now.saturating_sub(t) >= limit_s.saturating_mul(SEC))
+        };
+        for i in &table {
+            let e = match i.status {
+                InstanceStatus::Requested if over(i, s.request_timeout_s) => {
+                    let tries = i.times_entered(InstanceStatus::Requested);
+                    Some(if tries > s.max_request_retries {
+                        Self::ev(
+                            i,
+                            InstanceStatus::AllocationFailed,
+                            format!("no cloud instance after {tries} requests"),
+                        )
+                        .with_error(format!("no cloud instance after {tries} requests"))
+                    } else {
+                        Self::ev(
+                            i,
+                            InstanceStatus::Queued,
+                            format!("requeued after {}s", s.request_timeout_s),
+                        )
+                        .bump_launch_retries()
+                    })
+                }
+                InstanceStatus::Allocated if over(i, s.allocate_timeout_s) => Some(Self::ev(
+                    i,
+                    InstanceStatus::AllocationTimeout,
+                    format!("ray not running after {}s", s.allocate_timeout_s),
+                )),
+                InstanceStatus::RayInstalling if over(i, s.install_timeout_s) => Some(Self::ev(
+                    i,
+                    InstanceStatus::RayInstallFailed,
+                    format!("ray not installed after {}s", s.install_timeout_s),
+                )),
+                InstanceStatus::Terminating if over(i, s.terminating_timeout_s) => Some(Self::ev(
+                    i,
+                    InstanceStatus::TerminationFailed,
+                    format!("still there after {}s", s.terminating_timeout_s),
+                )),
+                InstanceStatus::RayStopRequested if over(i, s.stop_requested_timeout_s) => {
+                    Some(Self::ev(
+                        i,
+                        InstanceStatus::RayRunning,
+                        format!("not drained after {}s", s.stop_requested_timeout_s),
+                    ))
+                }
+                _ => None,
+            };
+            events.extend(e);
+        }
+        self.apply(events)?;
+
+        // 3. Scale: the scheduler's decision.
+        let table = self.table()?;
+        let head_running = obs.ray.node_states.iter().any(|n| {
+            n.total_resources.get(HEAD_MARKER).is_some() && n.status != Some(NodeStatus::Dead)
+        });
+        // Records whose type the config no longer knows are not scheduled: they are
+        // terminated (drained first when Ray runs on them).
+        let unknown_type = |i: &Instance| config.node_type(&i.node_type).is_none();
+        let mut events = Vec::new();
+        for i in table.iter().filter(|i| live(i) && unknown_type(i)) {
+            let why = format!("node type {:?} is not in the config", i.node_type);
+            let e = match i.status {
+                InstanceStatus::Queued => Self::ev(i, InstanceStatus::Terminated, why),
+                InstanceStatus::Allocated | InstanceStatus::RayInstalling => {
+                    Self::ev(i, InstanceStatus::Terminating, why)
+                }
+                InstanceStatus::RayRunning => Self::ev(i, InstanceStatus::RayStopRequested, why),
+                _ => continue,
+            };
+            self.out
+                .warnings
+                .push(format!("terminating {}: {}", i.instance_id, e.details));
+            events.push(e);
+        }
+        self.apply(events)?;
+        let table = self.table()?;
+        let records: Vec<InstanceRecord> = table
+            .iter()
+            .filter(|i| live(i) && !unknown_type(i))
+            .map(|i| InstanceRecord {
+                instance_id: i.instance_id.clone(),
+                cloud_instance_id: i.cloud_instance_id.clone(),
+                node_type: i.node_type.clone(),
+                status: i.status,
+                launch_config_hash: Some(i.launch_config_hash.clone()),
+            })
+            .collect();
+        let fixed = schedulable_state(config, obs.ray, &table, &mut self.out.warnings);
+        let request = build_request(
+            config,
+            fixed.as_ref().unwrap_or(obs.ray),
+            &records,
+            "gcs",
+            "instance table",
+        )?;
+        let decision = schedule_with(&request, chain);
+        self.out.warnings.extend(chain.take_warnings());
+        for (r, _) in &decision.infeasible_requests {
+            self.out.report.infeasible_requests.push(r.clone());
+        }
+        for &g in &decision.infeasible_gang_requests {
+            if let Some(x) = request.gang_requests.get(g) {
+                self.out.report.infeasible_gangs.push(x.clone());
+            }
+        }
+        for &c in &decision.infeasible_constraints {
+            if let Some(x) = request.cluster_constraints.get(c) {
+                self.out.report.infeasible_constraints.push(x.clone());
+            }
+        }
+        if head_running {
+            let by_id: HashMap<&str, &Instance> =
+                table.iter().map(|i| (i.instance_id.as_str(), i)).collect();
+            let mut events = Vec::new();
+            for t in &decision.terminate {
+                let Some(i) = by_id.get(t.instance_id.as_str()) else {
+                    self.out.warnings.push(format!(
+                        "cannot terminate ray node {} ({}): no instance of this cluster runs it",
+                        t.ray_node_id,
+                        t.cause.name()
+                    ));
+                    continue;
+                };
+                let why = format!("{} ({})", t.cause.name(), t.node_type);
+                let e = match i.status {
+                    InstanceStatus::Queued => {
+                        Self::ev(i, InstanceStatus::Terminated, format!("canceled: {why}"))
+                    }
+                    InstanceStatus::Allocated | InstanceStatus::RayInstalling => Self::ev(
+                        i,
+                        InstanceStatus::Terminating,
+                        format!("terminating: {why}"),
+                    ),
+                    InstanceStatus::RayRunning => Self::ev(
+                        i,
+                        InstanceStatus::RayStopRequested,
+                        format!("draining: {why}"),
+                    ),
+                    _ => continue,
+                };
+                events.push(e);
+            }
+            for (node_type, count) in &decision.launch {
+                let hash = config
+                    .node_type(node_type)
+                    .map(|t| t.launch_config_hash.clone())
+                    .unwrap_or_default();
+                for _ in 0..*count {
+                    events.push(
+                        InstanceUpdateEvent::create(
+                            ids.instance_id(),
+                            node_type.clone(),
+                            InstanceStatus::Queued,
+                        )
+                        .with_launch_config_hash(hash.clone())
+                        .with_details("queued by the scheduler"),
+                    );
+                }
+            }
+            self.apply(events)?;
+        }
+        self.out.decision = Some(decision);
+
+        // 4. Terminate what is stopped, timed out or failed.
+        let table = self.table()?;
+        let mut events = Vec::new();
+        for i in &table {
+            if matches!(
+                i.status,
+                InstanceStatus::RayStopped
+                    | InstanceStatus::AllocationTimeout
+                    | InstanceStatus::RayInstallFailed
+                    | InstanceStatus::TerminationFailed
+            ) {
+                let mut e = Self::ev(
+                    i,
+                    InstanceStatus::Terminating,
+                    format!("terminating after {}", i.status.name()),
+                );
+                if i.status == InstanceStatus::TerminationFailed {
+                    e = e.bump_termination_retries();
+                }
+                events.push(e);
+            }
+        }
+        self.apply(events)?;
+        let mut to_terminate = std::mem::take(&mut self.to_terminate);
+        if !to_terminate.is_empty() {
+            to_terminate.sort();
+            to_terminate.dedup();
+            self.out.effects.push(Effect::Terminate {
+                cloud_instance_ids: to_terminate,
+                request_id: ids.request_id(),
+            });
+        }
+        self.pace(s, ids)?;
+        self.report(s)
+    }
+}

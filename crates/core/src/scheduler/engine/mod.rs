@@ -1,0 +1,354 @@
+//! The scheduling engine: interned shapes, run-length request lists, cached node trials.
+
+use std::cmp::Ordering;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+use super::{
+    Decision, InstanceInput, NodeFate, NodeView, SchedulingRequest, Termination, TerminationCause,
+    fcmp,
+};
+use crate::expander::{ExpanderChain, ExpansionOption};
+use crate::model::resources::{Fixed, to_f64};
+use crate::model::{
+    InstanceStatus, LabelOperator, LabelSelector, PlacementConstraint, ResourceRequest,
+};
+
+/// Ray's prefix of implicit resources: a node that does not list one has 1 of it.
+const IMPLICIT_PREFIX: &str = "node:__internal_implicit_resource_";
+/// One unit, in fixed point.
+const ONE: Fixed = crate::model::resources::SCALE;
+
+type ResId = u32;
+type ShapeId = u32;
+/// Identity of a request: sorted resources, placement constraints, label selectors.
+type ShapeKey = (
+    Vec<(String, Fixed)>,
+    Vec<PlacementConstraint>,
+    Vec<LabelSelector>,
+);
+/// Affinity group key: label name, label value, label selectors.
+type AffinityKey = (String, String, Vec<LabelSelector>);
+
+/// Request source: demand (tasks, actors, gangs) or the cluster constraint. Each node keeps
+/// separate availability and placed requests per source, as Ray does.
+const DEMAND: usize = 0;
+const CONSTRAINT: usize = 1;
+
+/// Ray's utilisation score of a node for the requests placed on it (higher is better).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Score {
+    /// Rank of the first label selector satisfied (0 when none).
+    pub labels: i64,
+    /// False when a GPU node would get no GPU request.
+    pub gpu_ok: bool,
+    /// Number of requested resource types the node has.
+    pub matching: i64,
+    /// Minimum of `total * util^3` across resources.
+    pub min_util: f64,
+    /// Mean of `total * util^3` across resources.
+    pub mean_util: f64,
+}
+
+impl Score {
+    fn cmp(&self, o: &Score) -> Ordering {
+        self.labels
+            .cmp(&o.labels)
+            .then(self.gpu_ok.cmp(&o.gpu_ok))
+            .then(self.matching.cmp(&o.matching))
+            .then(fcmp(self.min_util, o.min_util))
+            .then(fcmp(self.mean_util, o.mean_util))
+    }
+}
+
+/// An interned, canonical resource request.
+#[derive(Debug, Clone)]
+struct Shape {
+    /// Entries with a positive amount.
+    pos: Vec<(ResId, Fixed)>,
+    /// The bundle names `GPU` (even with 0).
+    has_gpu_key: bool,
+    selectors: Vec<LabelSelector>,
+    /// Anti-affinity constraints (label name, value).
+    anti: Vec<(String, String)>,
+    /// The original request (for output).
+    request: ResourceRequest,
+    /// Ray's sort key: (#placement constraints, #constraints of the first selector,
+    /// #resources, sum of amounts, sorted items).
+    sort_key: (usize, usize, usize, i128, Vec<(String, Fixed)>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    shape: ShapeId,
+    count: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeStatus {
+    ToLaunch,
+    Schedulable,
+    ToTerminate,
+}
+
+#[derive(Debug, Clone)]
+struct SNode {
+    type_idx: usize,
+    status: NodeStatus,
+    im_status: Option<InstanceStatus>,
+    /// Index into the request's instances, for existing nodes.
+    instance: Option<usize>,
+    ray_node_id: Rc<str>,
+    head: bool,
+    idle_ms: i64,
+    launch_hash: Rc<str>,
+    priority: i64,
+    total: Rc<Vec<(ResId, Fixed)>>,
+    avail: [Vec<(ResId, Fixed)>; 2],
+    sched: [Vec<(ShapeId, u64)>; 2],
+    labels: Rc<Vec<(String, String)>>,
+    term: Option<TerminationCause>,
+}
+
+fn get(map: &[(ResId, Fixed)], k: ResId) -> Option<Fixed> {
+    map.iter().find(|(r, _)| *r == k).map(|(_, v)| *v)
+}
+
+fn label<'a>(labels: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+}
+
+/// One trial of a node against a request list.
+#[derive(Debug, Clone)]
+struct Trial {
+    /// (run index, taken, run count when tried).
+    taken: Vec<(usize, u64, u64)>,
+    node: SNode,
+    score: Score,
+}
+
+impl Trial {
+    /// Still the trial's result on the current runs? It is while every run it took from
+    /// still offers what it took, and runs it took whole are untouched.
+    fn valid(&self, runs: &[Run]) -> bool {
+        self.taken.iter().all(|&(r, k, c)| {
+            let now = runs[r].count;
+            if k < c { now >= k } else { now == c }
+        })
+    }
+}
+
+pub(super) struct Engine<'a> {
+    req: &'a SchedulingRequest,
+    res_names: Vec<String>,
+    res_ids: HashMap<String, ResId>,
+    implicit: Vec<bool>,
+    gpu: Option<ResId>,
+    shapes: Vec<Shape>,
+    shape_ids: HashMap<ShapeKey, ShapeId>,
+    /// Node type names: config types first, then unknown ones met in instances.
+    type_names: Vec<String>,
+    n_config_types: usize,
+    nodes: Vec<SNode>,
+    /// Scratch: generation stamps of the unschedulable-shape cache.
+    failed: Vec<u32>,
+    stamp: u32,
+    /// The expander chain, when it is not plain `ray` (new nodes are then chosen in rounds).
+    chain: Option<&'a mut ExpanderChain>,
+}
+
+impl<'a> Engine<'a> {
+    pub(super) fn new(req: &'a SchedulingRequest) -> Self {
+        let type_names: Vec<String> = req.node_types.iter().map(|t| t.name.clone()).collect();
+        Engine {
+            req,
+            res_names: Vec::new(),
+            res_ids: HashMap::new(),
+            implicit: Vec::new(),
+            gpu: None,
+            shapes: Vec::new(),
+            shape_ids: HashMap::new(),
+            n_config_types: type_names.len(),
+            type_names,
+            nodes: Vec::new(),
+            failed: Vec::new(),
+            stamp: 1,
+            chain: None,
+        }
+    }
+
+    /// Chooses new nodes with `chain` (in rounds) unless `ray` heads it.
+    pub(super) fn with_chain(mut self, chain: &'a mut ExpanderChain) -> Self {
+        if !chain.is_ray() {
+            self.chain = Some(chain);
+        }
+        self
+    }
+
+    // ------------------------------------------------------------------ the pass
+
+    pub(super) fn run(mut self) -> (Decision, Vec<NodeView>) {
+        let req = self.req;
+        for (i, inst) in req.instances.iter().enumerate() {
+            if let Some(n) = self.node_from_instance(i, inst) {
+                self.nodes.push(n);
+            }
+        }
+        let mut decision = Decision::default();
+
+        self.terminate_outdated();
+        self.enforce_min_workers();
+        self.enforce_max_per_type();
+        self.enforce_max_global();
+
+        // Cluster resource constraint (Ray asserts there is at most one).
+        if req.cluster_constraints.len() > 1 {
+            decision.extra_constraints_ignored = true;
+        }
+        if let Some(c) = req.cluster_constraints.first() {
+            let runs: Vec<Run> = c
+                .resource_requests
+                .iter()
+                .map(|rc| Run {
+                    shape: self.intern(&rc.request),
+                    count: rc.count,
+                })
+                .collect();
+            let runs = self.sorted_runs(runs);
+            if !runs.is_empty() {
+                let nodes = std::mem::take(&mut self.nodes);
+                let (slots, left) = self.try_schedule(&nodes, runs, CONSTRAINT);
+                if left.iter().any(|r| r.count > 0) {
+                    decision.infeasible_constraints.push(0);
+                    self.nodes = nodes;
+                } else {
+                    self.nodes = materialize(nodes, slots);
+                }
+            }
+        }
+
+        // Gang requests, most constrained first.
+        let mut order: Vec<usize> = (0..req.gang_requests.len()).collect();
+        let gang_key = |g: &crate::model::GangRequest| {
+            let pc: usize = g
+                .requests
+                .iter()
+                .map(|r| r.placement_constraints.len())
+                .sum();
+            (pc, g.requests.len())
+        };
+        order.sort_by(|a, b| {
+            gang_key(&req.gang_requests[*b]).cmp(&gang_key(&req.gang_requests[*a]))
+        });
+        for gi in order {
+            let combined = combine_affinity(req.gang_requests[gi].effective_requests());
+            let runs: Vec<Run> = combined
+                .iter()
+                .map(|r| Run {
+                    shape: self.intern(r),
+                    count: 1,
+                })
+                .collect();
+            let runs = self.sorted_runs(runs);
+            if runs.is_empty() {
+                continue;
+            }
+            let nodes = std::mem::take(&mut self.nodes);
+            let (slots, left) = self.try_schedule(&nodes, runs, DEMAND);
+            if left.iter().any(|r| r.count > 0) {
+                decision.infeasible_gang_requests.push(gi);
+                self.nodes = nodes;
+            } else {
+                self.nodes = materialize(nodes, slots);
+            }
+        }
+
+        // Task and actor requests.
+        let runs: Vec<Run> = req
+            .resource_requests
+            .iter()
+            .map(|rc| Run {
+                shape: self.intern(&rc.request),
+                count: rc.count,
+            })
+            .collect();
+        let runs = self.sorted_runs(runs);
+        if !runs.is_empty() {
+            let nodes = std::mem::take(&mut self.nodes);
+            let (slots, left) = self.try_schedule(&nodes, runs, DEMAND);
+            self.nodes = materialize(nodes, slots);
+            for r in left.into_iter().filter(|r| r.count > 0) {
+                decision
+                    .infeasible_requests
+                    .push((self.shapes[r.shape as usize].request.clone(), r.count));
+            }
+        }
+
+        self.enforce_idle_termination();
+
+        // The decision.
+        let mut launch: Vec<(String, u64)> = Vec::new();
+        for n in &self.nodes {
+            if n.status == NodeStatus::ToLaunch {
+                let name = &self.type_names[n.type_idx];
+                match launch.iter_mut().find(|(t, _)| t == name) {
+                    Some(e) => e.1 += 1,
+                    None => launch.push((name.clone(), 1)),
+                }
+            }
+        }
+        decision.launch = launch;
+        for n in &self.nodes {
+            if let (Some(cause), Some(i)) = (n.term, n.instance) {
+                let inst = &req.instances[i];
+                decision.terminate.push(Termination {
+                    instance_id: inst.instance_id.clone(),
+                    ray_node_id: n.ray_node_id.to_string(),
+                    node_type: self.type_names[n.type_idx].clone(),
+                    instance_status: inst.status,
+                    cause,
+                    idle_duration_ms: n.idle_ms,
+                });
+            }
+        }
+        let views = self.nodes.iter().map(|n| self.view(n)).collect();
+        (decision, views)
+    }
+
+    fn view(&self, n: &SNode) -> NodeView {
+        let map = |v: &[(ResId, Fixed)]| {
+            crate::model::ResourceMap(
+                v.iter()
+                    .map(|(k, x)| (self.res_names[*k as usize].clone(), *x))
+                    .collect(),
+            )
+        };
+        let placed = |src: usize| {
+            n.sched[src]
+                .iter()
+                .map(|(s, k)| (self.shapes[*s as usize].request.clone(), *k))
+                .collect()
+        };
+        NodeView {
+            node_type: self.type_names[n.type_idx].clone(),
+            fate: match n.status {
+                NodeStatus::ToLaunch => NodeFate::Launch,
+                NodeStatus::Schedulable => NodeFate::Keep,
+                NodeStatus::ToTerminate => NodeFate::Terminate,
+            },
+            instance: n.instance,
+            total: map(&n.total),
+            available: map(&n.avail[DEMAND]),
+            available_for_constraint: map(&n.avail[CONSTRAINT]),
+            placed: placed(DEMAND),
+            placed_constraint: placed(CONSTRAINT),
+        }
+    }
+}
+
+mod build;
+mod enforce;
+mod expand;
+mod pack;
+
+use pack::{Slot, combine_affinity, materialize};

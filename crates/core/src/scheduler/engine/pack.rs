@@ -1,0 +1,577 @@
+//! Placement: fitting shapes on nodes, Ray's score, the best-first placement passes.
+
+use super::*;
+
+impl Engine<'_> {
+    /// Can `avail` hold one `shape` (resources only)?
+    pub(super) fn fits(&self, avail: &[(ResId, Fixed)], shape: &Shape) -> bool {
+        shape.pos.iter().all(|&(k, v)| {
+            let have = get(avail, k).unwrap_or(if self.implicit[k as usize] { ONE } else { 0 });
+            v <= have
+        })
+    }
+
+    /// How many `shape`s `avail` can hold (resources only); `u64::MAX` when unbounded.
+    pub(super) fn max_fit(&self, avail: &[(ResId, Fixed)], shape: &Shape) -> u64 {
+        let mut best = u64::MAX;
+        for &(k, v) in &shape.pos {
+            let have = get(avail, k).unwrap_or(if self.implicit[k as usize] { ONE } else { 0 });
+            let n = if have <= 0 { 0 } else { (have / v) as u64 };
+            best = best.min(n);
+        }
+        best
+    }
+
+    pub(super) fn subtract(&self, avail: &mut Vec<(ResId, Fixed)>, shape: &Shape, times: u64) {
+        for &(k, v) in &shape.pos {
+            let amount = v.saturating_mul(times as i128);
+            match avail.iter_mut().find(|(r, _)| *r == k) {
+                Some(e) => e.1 -= amount,
+                // Only implicit resources can be missing here (fits() said so).
+                None => avail.push((k, ONE - amount)),
+            }
+        }
+    }
+
+    pub(super) fn selector_rank(labels: &[(String, String)], selectors: &[LabelSelector]) -> i64 {
+        let n = selectors.len() as i64;
+        for (i, sel) in selectors.iter().enumerate() {
+            let ok = sel.constraints.iter().all(|c| {
+                let v = label(labels, &c.key);
+                match c.operator {
+                    LabelOperator::In => v.is_some_and(|v| c.values.iter().any(|x| x == v)),
+                    LabelOperator::NotIn => !v.is_some_and(|v| c.values.iter().any(|x| x == v)),
+                    LabelOperator::Unspecified => false,
+                }
+            });
+            if ok {
+                return n - i as i64;
+            }
+        }
+        0
+    }
+
+    /// Ray's `_try_schedule_one` for the first request of a run.
+    pub(super) fn try_one(&self, node: &mut SNode, sid: ShapeId, src: usize) -> bool {
+        if !self.can_take(node, sid, src) {
+            return false;
+        }
+        let shape = &self.shapes[sid as usize];
+        self.subtract(&mut node.avail[src], shape, 1);
+        for (name, value) in &shape.anti {
+            if label(&node.labels, name).is_none() {
+                Rc::make_mut(&mut node.labels).push((name.clone(), value.clone()));
+            }
+        }
+        true
+    }
+
+    /// Could `node` take one request of shape `sid` (label selectors, anti-affinity,
+    /// resources)? Does not change the node.
+    pub(super) fn can_take(&self, node: &SNode, sid: ShapeId, src: usize) -> bool {
+        let shape = &self.shapes[sid as usize];
+        if !shape.selectors.is_empty() && Self::selector_rank(&node.labels, &shape.selectors) == 0 {
+            return false;
+        }
+        for (name, value) in &shape.anti {
+            if label(&node.labels, name) == Some(value.as_str()) {
+                return false;
+            }
+        }
+        self.fits(&node.avail[src], shape)
+    }
+
+    pub(super) fn push_sched(node: &mut SNode, src: usize, sid: ShapeId, k: u64) {
+        match node.sched[src].last_mut() {
+            Some(last) if last.0 == sid => last.1 += k,
+            _ => node.sched[src].push((sid, k)),
+        }
+    }
+
+    /// Ray's `try_schedule` of one node against the whole request list, on a copy.
+    pub(super) fn trial(&mut self, node: &SNode, runs: &[Run], src: usize) -> Option<Trial> {
+        // Compatibility rule TERMINATING_CAPACITY: a node this pass terminates takes nothing.
+        if node.status == NodeStatus::ToTerminate {
+            return None;
+        }
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.failed.iter_mut().for_each(|s| *s = 0);
+            self.stamp = 1;
+        }
+        // Until the first request lands the node does not change: find that request
+        // without copying the node (most nodes of a busy cluster take nothing).
+        let mut first = None;
+        for (ri, run) in runs.iter().enumerate() {
+            if run.count == 0 || self.failed[run.shape as usize] == self.stamp {
+                continue;
+            }
+            if self.can_take(node, run.shape, src) {
+                first = Some(ri);
+                break;
+            }
+            self.failed[run.shape as usize] = self.stamp;
+        }
+        let first = first?;
+        let mut n = node.clone();
+        let mut taken = Vec::new();
+        for (ri, run) in runs.iter().enumerate().skip(first) {
+            if run.count == 0 || self.failed[run.shape as usize] == self.stamp {
+                continue;
+            }
+            let shape = &self.shapes[run.shape as usize];
+            let labels_before = n.labels.len();
+            if !self.try_one(&mut n, run.shape, src) {
+                self.failed[run.shape as usize] = self.stamp;
+                continue;
+            }
+            let mut k = 1u64;
+            if n.labels.len() > labels_before {
+                // A label was added (anti-affinity): Ray clears its unschedulable cache, and
+                // the same shape cannot land here again.
+                self.stamp = self.stamp.wrapping_add(1);
+                if self.stamp == 0 {
+                    self.failed.iter_mut().for_each(|s| *s = 0);
+                    self.stamp = 1;
+                }
+                if k < run.count {
+                    self.failed[run.shape as usize] = self.stamp;
+                }
+            } else if k < run.count {
+                let more = self.max_fit(&n.avail[src], shape).min(run.count - k);
+                if more > 0 {
+                    self.subtract(&mut n.avail[src], shape, more);
+                    k += more;
+                }
+                if k < run.count {
+                    self.failed[run.shape as usize] = self.stamp;
+                }
+            }
+            Self::push_sched(&mut n, src, run.shape, k);
+            taken.push((ri, k, run.count));
+        }
+        if taken.is_empty() {
+            return None;
+        }
+        let score = self.score(&n, src);
+        Some(Trial {
+            taken,
+            node: n,
+            score,
+        })
+    }
+
+    /// Ray's `_compute_score`.
+    pub(super) fn score(&self, n: &SNode, src: usize) -> Score {
+        let sched = &n.sched[src];
+        let mut labels = 0;
+        for (sid, _) in sched {
+            let r = Self::selector_rank(&n.labels, &self.shapes[*sid as usize].selectors);
+            if r != 0 {
+                labels = r;
+                break;
+            }
+        }
+        let mut types: Vec<ResId> = Vec::new();
+        let mut any_gpu = false;
+        for (sid, _) in sched {
+            let s = &self.shapes[*sid as usize];
+            any_gpu |= s.has_gpu_key;
+            for (k, _) in &s.pos {
+                if !types.contains(k) {
+                    types.push(*k);
+                }
+            }
+        }
+        let matching = types
+            .iter()
+            .filter(|k| get(&n.total, **k).is_some())
+            .count() as i64;
+        let avail = &n.avail[src];
+        let mut min_util = f64::INFINITY;
+        let mut sum = 0.0f64;
+        let mut cnt = 0usize;
+        for &(k, t) in n.total.iter() {
+            if t == 0 {
+                continue;
+            }
+            if let Some(a) = get(avail, k) {
+                let tf = to_f64(t);
+                let util = (tf - to_f64(a)) / tf;
+                let u = tf * util.powf(3.0);
+                min_util = min_util.min(u);
+                sum += u;
+                cnt += 1;
+            }
+        }
+        let (min_util, mean_util) = if cnt == 0 {
+            (0.0, 0.0)
+        } else {
+            (min_util, sum / cnt as f64)
+        };
+        let is_gpu_node = self
+            .gpu
+            .and_then(|g| get(&n.total, g))
+            .is_some_and(|v| v > 0);
+        Score {
+            labels,
+            gpu_ok: !is_gpu_node || any_gpu,
+            matching,
+            min_util,
+            mean_util,
+        }
+    }
+
+    /// Better trial first: higher score, then higher type priority; exact ties keep the
+    /// earlier node (returns `Less` when `a` should win).
+    pub(super) fn better(a: &Trial, b: &Trial) -> Ordering {
+        b.score
+            .cmp(&a.score)
+            .then(b.node.priority.cmp(&a.node.priority))
+    }
+
+    /// Ray's `_try_schedule`: existing nodes first, then new ones. Returns the resulting
+    /// node list (Ray's order) and what is left of the runs.
+    pub(super) fn try_schedule(
+        &mut self,
+        nodes: &[SNode],
+        mut runs: Vec<Run>,
+        src: usize,
+    ) -> (Vec<Slot>, Vec<Run>) {
+        // Ray's pre-filter: running nodes that cannot hold any one request go last.
+        let mut shapes_pos: Vec<&[(ResId, Fixed)]> = Vec::new();
+        for r in &runs {
+            let p = self.shapes[r.shape as usize].pos.as_slice();
+            if !shapes_pos.contains(&p) {
+                shapes_pos.push(p);
+            }
+        }
+        let implicit = &self.implicit;
+        let can_fit_any = |avail: &[(ResId, Fixed)]| {
+            shapes_pos.is_empty()
+                || shapes_pos.iter().any(|pos| {
+                    pos.iter().all(|&(k, v)| {
+                        v <= get(avail, k).unwrap_or(if implicit[k as usize] { ONE } else { 0 })
+                    })
+                })
+        };
+        let mut exhausted = Vec::new();
+        let mut existing = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if n.im_status == Some(InstanceStatus::RayRunning) && !can_fit_any(&n.avail[src]) {
+                exhausted.push(Slot::Orig(i));
+            } else {
+                existing.push(i);
+            }
+        }
+
+        let mut target = self.place_on_existing(nodes, existing, &mut runs, src);
+        target.append(&mut exhausted);
+
+        if let Some(chain) = self.chain.take() {
+            self.expand_in_rounds(chain, nodes, &mut target, &mut runs, src);
+            self.chain = Some(chain);
+            return (target, runs);
+        }
+
+        // New nodes.
+        let mut available = self.new_node_budget(nodes);
+        let mut pool: Vec<usize> = (0..self.n_config_types)
+            .filter(|t| available[*t] > 0)
+            .collect();
+        let mut cache: Vec<Option<Option<Trial>>> = vec![None; self.n_config_types];
+        let fresh: Vec<SNode> = (0..self.n_config_types)
+            .map(|t| self.node_from_config(t, NodeStatus::ToLaunch))
+            .collect();
+        while runs.iter().any(|r| r.count > 0) && !pool.is_empty() {
+            if let Some(max) = self.req.max_num_nodes
+                && target.len() as u64 >= max
+            {
+                break;
+            }
+            let mut best: Option<usize> = None;
+            for (pi, &t) in pool.iter().enumerate() {
+                let stale = match &cache[t] {
+                    None => true,
+                    Some(Some(tr)) => !tr.valid(&runs),
+                    Some(None) => false,
+                };
+                if stale {
+                    cache[t] = Some(self.trial(&fresh[t], &runs, src));
+                }
+                if let Some(Some(tr)) = &cache[t] {
+                    let better = match best {
+                        None => true,
+                        Some(bi) => {
+                            let Some(Some(b)) = &cache[pool[bi]] else {
+                                unreachable!("best always has a trial")
+                            };
+                            Self::better(tr, b) == Ordering::Less
+                        }
+                    };
+                    if better {
+                        best = Some(pi);
+                    }
+                }
+            }
+            let Some(bi) = best else {
+                break;
+            };
+            let t = pool.remove(bi);
+            let Some(Some(tr)) = cache[t].clone() else {
+                break;
+            };
+            for &(r, k, _) in &tr.taken {
+                runs[r].count -= k;
+            }
+            target.push(Slot::New(tr.node));
+            available[t] -= 1;
+            if available[t] > 0 {
+                pool.push(t);
+            }
+        }
+        (target, runs)
+    }
+
+    /// The existing-node half of `_try_schedule`: repeatedly the best node takes what it
+    /// can. Returns the chosen nodes in order, then the untouched ones in order.
+    pub(super) fn place_on_existing(
+        &mut self,
+        nodes: &[SNode],
+        existing: Vec<usize>,
+        runs: &mut [Run],
+        src: usize,
+    ) -> Vec<Slot> {
+        let idx = existing;
+        let existing: Vec<&SNode> = idx.iter().map(|&i| &nodes[i]).collect();
+        let n = existing.len();
+        let mut alive = vec![true; n];
+        // Ray evaluates only the first of identical non-running nodes (its NodeStateCache).
+        let mut groups: HashMap<StateKey, VecDeque<usize>> = HashMap::new();
+        let mut eligible = vec![true; n];
+        for (i, node) in existing.iter().enumerate() {
+            // Nodes being terminated take nothing and never hide an identical live node.
+            if node.status == NodeStatus::ToTerminate {
+                eligible[i] = false;
+                continue;
+            }
+            if node.im_status != Some(InstanceStatus::RayRunning) {
+                let q = groups.entry(state_key(node, src)).or_default();
+                if !q.is_empty() {
+                    eligible[i] = false;
+                }
+                q.push_back(i);
+            }
+        }
+        let mut trials: Vec<Option<Option<Trial>>> = vec![None; n];
+        // Generation of each node's current trial, to recognise stale heap entries.
+        let mut generation: Vec<u32> = vec![0; n];
+        // Per run, the trials that took from it, keyed by the run count below which the
+        // trial no longer holds (see `Trial::valid`): the top is the first to break.
+        let mut watchers: Vec<std::collections::BinaryHeap<(u64, usize, u32)>> =
+            vec![std::collections::BinaryHeap::new(); runs.len()];
+        let mut best_set: std::collections::BTreeSet<Ranked> = std::collections::BTreeSet::new();
+        let mut dirty: Vec<usize> = (0..n).filter(|i| eligible[*i]).collect();
+        let mut picked = Vec::new();
+        while runs.iter().any(|r| r.count > 0) {
+            for i in dirty.drain(..) {
+                if !alive[i] || !eligible[i] {
+                    continue;
+                }
+                let t = self.trial(existing[i], runs, src);
+                generation[i] = generation[i].wrapping_add(1);
+                if let Some(tr) = &t {
+                    for &(r, k, c) in &tr.taken {
+                        let threshold = if k < c { k } else { c };
+                        watchers[r].push((threshold, i, generation[i]));
+                    }
+                    best_set.insert(Ranked {
+                        score: tr.score,
+                        priority: tr.node.priority,
+                        pos: i,
+                    });
+                }
+                trials[i] = Some(t);
+            }
+            let Some(top) = best_set.iter().next().cloned() else {
+                break;
+            };
+            best_set.remove(&top);
+            let i = top.pos;
+            let Some(Some(tr)) = trials[i].take() else {
+                break;
+            };
+            alive[i] = false;
+            for &(r, k, _) in &tr.taken {
+                runs[r].count -= k;
+            }
+            // The next identical non-running node becomes the one Ray evaluates.
+            if existing[i].im_status != Some(InstanceStatus::RayRunning)
+                && existing[i].status != NodeStatus::ToTerminate
+            {
+                let key = state_key(existing[i], src);
+                if let Some(q) = groups.get_mut(&key) {
+                    q.retain(|&j| j != i);
+                    if let Some(&j) = q.front()
+                        && !eligible[j]
+                    {
+                        eligible[j] = true;
+                        dirty.push(j);
+                    }
+                }
+            }
+            // Trials that took from a changed run and no longer hold are redone.
+            for &(r, _, _) in &tr.taken {
+                let now = runs[r].count;
+                while let Some(&(threshold, j, g)) = watchers[r].peek() {
+                    if threshold <= now {
+                        break;
+                    }
+                    watchers[r].pop();
+                    if !alive[j] || generation[j] != g {
+                        continue;
+                    }
+                    if let Some(Some(tj)) = &trials[j] {
+                        best_set.remove(&Ranked {
+                            score: tj.score,
+                            priority: tj.node.priority,
+                            pos: j,
+                        });
+                        trials[j] = None;
+                        generation[j] = generation[j].wrapping_add(1);
+                        dirty.push(j);
+                    }
+                }
+            }
+            picked.push((i, tr.node));
+        }
+        let mut out: Vec<Slot> = picked.into_iter().map(|(_, n)| Slot::New(n)).collect();
+        for (k, &i) in idx.iter().enumerate() {
+            if alive[k] {
+                out.push(Slot::Orig(i));
+            }
+        }
+        out
+    }
+}
+
+/// One node of a placement pass's result: an untouched node of the input (by index) or a
+/// new or changed one.
+pub(super) enum Slot {
+    Orig(usize),
+    New(SNode),
+}
+
+/// The node list a placement pass produced, taking untouched nodes from `nodes`.
+pub(super) fn materialize(nodes: Vec<SNode>, slots: Vec<Slot>) -> Vec<SNode> {
+    let mut nodes: Vec<Option<SNode>> = nodes.into_iter().map(Some).collect();
+    slots
+        .into_iter()
+        .filter_map(|s| match s {
+            Slot::Orig(i) => nodes[i].take(),
+            Slot::New(n) => Some(n),
+        })
+        .collect()
+}
+
+/// Ray's NodeStateCache key (type, kind, total, available for the source, labels), as
+/// order-insensitive sorted vectors.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct StateKey {
+    type_idx: usize,
+    head: bool,
+    total: Vec<(ResId, Fixed)>,
+    avail: Vec<(ResId, Fixed)>,
+    labels: Vec<(String, String)>,
+}
+
+pub(super) fn state_key(n: &SNode, src: usize) -> StateKey {
+    let mut total = n.total.to_vec();
+    total.sort_unstable();
+    let mut avail = n.avail[src].clone();
+    avail.sort_unstable();
+    let mut labels = n.labels.to_vec();
+    labels.sort_unstable();
+    StateKey {
+        type_idx: n.type_idx,
+        head: n.head,
+        total,
+        avail,
+        labels,
+    }
+}
+
+/// A candidate in the best-first set: greatest score, then priority, then earliest node.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ranked {
+    score: Score,
+    priority: i64,
+    pos: usize,
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Ranked {
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.score
+            .cmp(&self.score)
+            .then(o.priority.cmp(&self.priority))
+            .then(self.pos.cmp(&o.pos))
+    }
+}
+
+/// Ray's `combine_requests_with_affinity`: requests sharing an affinity constraint (and
+/// label selectors) become one request with the summed resources, placed after the others.
+pub(super) fn combine_affinity(requests: &[ResourceRequest]) -> Vec<ResourceRequest> {
+    let mut out: Vec<ResourceRequest> = Vec::new();
+    let mut groups: Vec<(AffinityKey, ResourceRequest)> = Vec::new();
+    for r in requests {
+        match r.placement_constraints.first() {
+            Some(PlacementConstraint::Affinity {
+                label_name,
+                label_value,
+            }) => {
+                let key = (
+                    label_name.clone(),
+                    label_value.clone(),
+                    r.label_selectors.clone(),
+                );
+                match groups.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, combined)) => {
+                        for (name, v) in &r.resources.0 {
+                            match combined.resources.0.iter_mut().find(|(n, _)| n == name) {
+                                Some(e) => e.1 += *v,
+                                None => combined.resources.0.push((name.clone(), *v)),
+                            }
+                        }
+                    }
+                    None => {
+                        let combined = ResourceRequest {
+                            resources: r.resources.clone(),
+                            placement_constraints: vec![PlacementConstraint::Affinity {
+                                label_name: label_name.clone(),
+                                label_value: label_value.clone(),
+                            }],
+                            label_selectors: r.label_selectors.clone(),
+                        };
+                        groups.push((key, combined));
+                    }
+                }
+            }
+            Some(PlacementConstraint::AntiAffinity { .. }) | None => out.push(r.clone()),
+            // A constraint with neither field: Ray drops such a request from the gang.
+            Some(PlacementConstraint::Empty) => {}
+        }
+    }
+    out.extend(groups.into_iter().map(|(_, r)| r));
+    out
+}
