@@ -100,11 +100,24 @@ pub async fn status(args: &StatusArgs) -> Result<String> {
             p.instance_id, p.ray_node_type_name, p.details
         ));
     }
-    out.push_str("Recent failures:\n");
-    if auto.failed_instance_requests.is_empty() {
+    // Unavailable node types travel as failed requests of count 0 (so `ray status -v`
+    // shows them too).
+    let (unavailable, failed): (Vec<_>, Vec<_>) = auto
+        .failed_instance_requests
+        .iter()
+        .partition(|f| f.count == 0);
+    out.push_str("Unavailable node types:\n");
+    if unavailable.is_empty() {
         out.push_str("  (none)\n");
     }
-    for f in &auto.failed_instance_requests {
+    for f in &unavailable {
+        out.push_str(&format!("  {}: {}\n", f.ray_node_type_name, f.reason));
+    }
+    out.push_str("Recent failures:\n");
+    if failed.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    for f in &failed {
         out.push_str(&format!(
             "  {} {}: {}\n",
             f.count, f.ray_node_type_name, f.reason

@@ -5,15 +5,17 @@
 //! Any error aborts the iteration; the loop goes on at the next tick.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use rayscale_core::availability::{Availability, DEFAULT_RECOVERY_S};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::expander::{ExpanderChain, SeededRng};
 use rayscale_core::instance::{InMemoryStorage, Instance, InstanceManager};
 use rayscale_core::model::InstanceStatus;
 use rayscale_core::provider::{
-    CloudInstanceProvider, LaunchRequest, ProviderError, ProviderErrorKind,
+    CloudInstanceProvider, CloudInstanceState, LaunchRequest, ProviderError, ProviderOp,
 };
 use rayscale_core::reconciler::{
     DrainRejection, Effect, IdSource, Observed, ReconcilerSettings, reconcile,
@@ -74,19 +76,23 @@ impl Default for LoopOptions {
 #[derive(PartialEq, Eq, Default)]
 struct Fingerprint {
     version: i64,
-    cloud: BTreeSet<(String, bool)>,
+    cloud: BTreeSet<(String, CloudInstanceState)>,
 }
 
 /// Runs the loop until `shutdown` resolves.
-pub async fn run_loop<P: CloudInstanceProvider>(
+pub async fn run_loop(
     gcs: GcsClient,
-    provider: P,
+    provider: Arc<dyn CloudInstanceProvider>,
     config: ClusterConfig,
     mut chain: ExpanderChain,
     options: LoopOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let settings = ReconcilerSettings::from_config(&config);
+    // Ray's CloudResourceMonitor and rayscale's unavailable types, kept across iterations
+    // (in memory, as Ray keeps its monitor).
+    let mut avail = Availability::new(config.unavailable_type_ttl_s, DEFAULT_RECOVERY_S);
+    log(format!("provider: {}", provider.provider_type()));
     let store = KvInstanceStore::new(gcs.clone(), &config.cluster_name);
     let mut ids = RandomIds(SeededRng::new(
         now_ns() as u64 ^ (u64::from(std::process::id()) << 32),
@@ -147,7 +153,14 @@ pub async fn run_loop<P: CloudInstanceProvider>(
             match save_table(&store, &im).await {
                 Ok(()) => {
                     let effects = std::mem::take(&mut pending_effects);
-                    run_effects(&gcs, &provider, &effects, &mut rejections, &mut carried).await;
+                    run_effects(
+                        &gcs,
+                        provider.as_ref(),
+                        &effects,
+                        &mut rejections,
+                        &mut carried,
+                    )
+                    .await;
                 }
                 Err(e) => {
                     log(format!("cannot store the instance table yet: {e}"));
@@ -178,7 +191,7 @@ pub async fn run_loop<P: CloudInstanceProvider>(
             version: state.cluster_resource_state_version,
             cloud: cloud
                 .iter()
-                .map(|c| (c.cloud_instance_id.clone(), c.is_running))
+                .map(|c| (c.cloud_instance_id.clone(), c.state))
                 .collect(),
         };
         let due = last_run.is_none_or(|t| t.elapsed() >= options.interval);
@@ -207,6 +220,7 @@ pub async fn run_loop<P: CloudInstanceProvider>(
                 &config,
                 &mut chain,
                 &settings,
+                &mut avail,
                 Observed {
                     ray: &core_state,
                     cloud: &cloud,
@@ -257,7 +271,7 @@ pub async fn run_loop<P: CloudInstanceProvider>(
         }
         run_effects(
             &gcs,
-            &provider,
+            provider.as_ref(),
             &outcome.effects,
             &mut rejections,
             &mut carried,
@@ -275,42 +289,30 @@ async fn save_table(store: &KvInstanceStore, im: &InstanceManager<InMemoryStorag
     Ok(())
 }
 
-/// Launch effects for every REQUESTED instance of the table, grouped by request.
+/// Crash recovery: the launch requests of every REQUESTED instance, re-sent as they were
+/// (same request id, type and size). The provider is idempotent by request id, so a
+/// request that went through before the crash makes nothing twice.
 fn relaunch_requested(im: &InstanceManager<InMemoryStorage>) -> Result<Vec<Effect>> {
     let (_, instances) = im.get_instances()?;
-    let mut by_request: std::collections::BTreeMap<(String, String), u64> = Default::default();
-    let requested: BTreeSet<&str> = instances
+    let mut by_request: std::collections::BTreeMap<(String, String), (u64, String)> =
+        Default::default();
+    for i in instances
         .iter()
-        .filter(|i| i.status == InstanceStatus::Requested)
-        .map(|i| i.launch_request_id.as_str())
-        .collect();
-    // The provider numbers a request's instances 0..count: count every record of the
-    // request (allocated ones too) so the missing ones get their original numbers.
-    // A request some of whose instances are already gone is not replayed: the provider
-    // would number the replay from 0 and could start a terminated one again. Its REQUESTED
-    // records are requeued by the request timeout instead.
-    let broken: BTreeSet<&str> = instances
-        .iter()
-        .filter(|i| {
-            requested.contains(i.launch_request_id.as_str())
-                && matches!(
-                    i.status,
-                    InstanceStatus::Terminated | InstanceStatus::AllocationFailed
-                )
-        })
-        .map(|i| i.launch_request_id.as_str())
-        .collect();
-    for i in instances.iter().filter(|i: &&Instance| {
-        requested.contains(i.launch_request_id.as_str())
-            && !broken.contains(i.launch_request_id.as_str())
-    }) {
-        *by_request
+        .filter(|i: &&Instance| i.status == InstanceStatus::Requested)
+    {
+        let e = by_request
             .entry((i.launch_request_id.clone(), i.node_type.clone()))
-            .or_default() += 1;
+            .or_insert((0, i.launch_config_hash.clone()));
+        // A record of an older table has no size: send what is requested.
+        e.0 = if i.launch_request_size > 0 {
+            i.launch_request_size
+        } else {
+            e.0 + 1
+        };
     }
     Ok(by_request
         .into_iter()
-        .map(|((request_id, node_type), count)| {
+        .map(|((request_id, node_type), (count, launch_config_hash))| {
             log(format!(
                 "replaying launch request {request_id} ({count} x {node_type}) after a restart"
             ));
@@ -318,6 +320,7 @@ fn relaunch_requested(im: &InstanceManager<InMemoryStorage>) -> Result<Vec<Effec
                 request_id,
                 node_type,
                 count,
+                launch_config_hash,
             })
         })
         .collect())
@@ -325,9 +328,9 @@ fn relaunch_requested(im: &InstanceManager<InMemoryStorage>) -> Result<Vec<Effec
 
 /// Runs effects in order. A drain the GCS rejects is recorded for the next sync, and so
 /// is a launch or termination the provider refuses at once (as a provider error).
-async fn run_effects<P: CloudInstanceProvider>(
+async fn run_effects(
     gcs: &GcsClient,
-    provider: &P,
+    provider: &dyn CloudInstanceProvider,
     effects: &[Effect],
     rejections: &mut Vec<DrainRejection>,
     carried: &mut Vec<ProviderError>,
@@ -339,16 +342,29 @@ async fn run_effects<P: CloudInstanceProvider>(
                     "launching {} x {} (request {})",
                     l.count, l.node_type, l.request_id
                 ));
-                if let Err(err) = provider.launch(l).await {
-                    log(format!("launch {} failed: {err}", l.request_id));
-                    carried.push(ProviderError {
-                        kind: ProviderErrorKind::Launch {
+                match provider.launch(l).await {
+                    Ok(outcome) => {
+                        if let Some(short) = outcome.shortfall {
+                            log(format!(
+                                "launch {} fell short ({}): {short}",
+                                l.request_id,
+                                short.kind.name()
+                            ));
+                            carried.push(short);
+                        }
+                    }
+                    Err(err) => {
+                        log(format!(
+                            "launch {} failed ({}): {err}",
+                            l.request_id,
+                            err.kind.name()
+                        ));
+                        carried.push(err.for_op(ProviderOp::Launch {
                             request_id: l.request_id.clone(),
                             node_type: l.node_type.clone(),
                             count: l.count,
-                        },
-                        ..err
-                    });
+                        }));
+                    }
                 }
             }
             Effect::Drain {
@@ -398,12 +414,9 @@ async fn run_effects<P: CloudInstanceProvider>(
                 if let Err(err) = provider.terminate(cloud_instance_ids, request_id).await {
                     log(format!("terminate failed: {err}"));
                     for id in cloud_instance_ids {
-                        carried.push(ProviderError {
-                            kind: ProviderErrorKind::Terminate {
-                                cloud_instance_id: id.clone(),
-                            },
-                            ..err.clone()
-                        });
+                        carried.push(err.clone().for_op(ProviderOp::Terminate {
+                            cloud_instance_id: id.clone(),
+                        }));
                     }
                 }
             }

@@ -2,6 +2,7 @@
 //! local `ray start --block` processes), the embedded default.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -12,10 +13,10 @@ use rayscale_core::provider::CloudInstanceProvider;
 use rayscale_gcs_client::client::GcsClient;
 
 use crate::cluster::gcs_client;
-use rayscale_provider_local::{LocalProcessConfig, LocalProcessProvider};
 
 use crate::driver::{LoopOptions, log, run_loop};
 use crate::expander::{ExpanderArgs, build_chain};
+use crate::providers::ProviderEnv;
 
 /// The provider type of the local-process provider.
 pub const LOCAL: &str = "local_processes";
@@ -34,31 +35,30 @@ fn find_ray(flag: Option<&PathBuf>) -> Result<PathBuf> {
         }
         bail!("ray binary {} not found", p.display());
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let cand = dir.join("ray");
-        if cand.is_file() {
-            return Ok(cand);
-        }
-    }
-    bail!(
-        "ray binary not found on PATH: install Ray 2.60 (scripts/setup-python.sh) or pass --ray PATH"
-    )
+    crate::providers::find_ray_on_path()
 }
 
-fn local_provider(config: &ClusterConfig, gcs: &str, ray: &Path) -> Result<LocalProcessProvider> {
+/// `up` and `down` manage a cluster on this host: only `local_processes` fits.
+fn local_provider(
+    config: &ClusterConfig,
+    gcs: &str,
+    ray: &Path,
+) -> Result<Arc<dyn CloudInstanceProvider>> {
     if config.provider_type != LOCAL {
         bail!(
-            "provider.type {:?} is not supported by this build (supported: {LOCAL})",
+            "provider.type {:?}: `up` and `down` run a cluster on this host (provider.type \
+             {LOCAL}); for a cluster elsewhere, start the head as the cloud does and use \
+             `rayscale run`",
             config.provider_type
         );
     }
-    Ok(LocalProcessProvider::new(LocalProcessConfig::new(
-        &config.cluster_name,
-        gcs,
-        ray,
-        config.node_types.clone(),
-    ))?)
+    crate::providers::build(
+        config,
+        &ProviderEnv {
+            gcs_address: gcs.to_string(),
+            ray_binary: Some(ray.to_path_buf()),
+        },
+    )
 }
 
 /// The head's temporary directory (Ray's `--temp-dir`): it names every head process, so
@@ -304,8 +304,13 @@ pub struct RunArgs {
 /// `rayscale run`.
 pub async fn run(args: RunArgs) -> Result<String> {
     let config = load_config(&args.config)?;
-    let ray = find_ray(args.ray.as_ref())?;
-    let provider = local_provider(&config, &args.gcs, &ray)?;
+    let provider = crate::providers::build(
+        &config,
+        &ProviderEnv {
+            gcs_address: args.gcs.clone(),
+            ray_binary: args.ray.clone(),
+        },
+    )?;
     let chain = build_chain(&args.expander, &config)?;
     if !(args.interval.is_finite() && args.interval > 0.0) {
         bail!("--interval: expected a positive number of seconds");

@@ -5,6 +5,7 @@ mod driver;
 mod expander;
 mod local;
 mod plan;
+mod providers;
 
 /// A faster allocator: scheduling large snapshots allocates many small vectors.
 #[global_allocator]

@@ -8,6 +8,7 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use rayscale_core::availability::Availability;
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::expander::ExpanderChain;
 use rayscale_core::instance::{InMemoryStorage, Instance, InstanceManager, StatusChange};
@@ -75,6 +76,7 @@ fn world() -> (
             status: InstanceStatus::RayRunning,
             version: 5,
             launch_request_id: format!("lr-{}", i / 10),
+            launch_request_size: 10,
             cloud_instance_id: Some(format!("c-{i}")),
             node_id: Some(hex),
             launch_config_hash: hash,
@@ -88,12 +90,11 @@ fn world() -> (
             termination_retries: 0,
             last_error: None,
         });
-        cloud.push(CloudInstance {
-            cloud_instance_id: format!("c-{i}"),
-            node_type: t.into(),
-            request_id: format!("lr-{}", i / 10),
-            is_running: true,
-        });
+        cloud.push(CloudInstance::worker(
+            format!("c-{i}"),
+            t,
+            Some(&format!("lr-{}", i / 10)),
+        ));
         type Pairs<'a> = Vec<(&'a str, f64)>;
         let (total, avail): (Pairs, Pairs) = match t {
             "cpu8" => (
@@ -151,6 +152,7 @@ fn bench(c: &mut Criterion) {
             &config,
             &mut ExpanderChain::ray(),
             &settings,
+            &mut Availability::default(),
             Observed {
                 ray: &state,
                 cloud: &cloud,

@@ -8,6 +8,7 @@
 //! access beyond parsing text handed in, wall clock or unseeded randomness. Protobuf types
 //! never cross into this crate; each I/O crate converts at its edge.
 
+pub mod availability;
 pub mod config;
 pub mod error;
 pub mod expander;

@@ -246,7 +246,100 @@ pub fn build_request(
         gang_requests: state.pending_gang_resource_requests.clone(),
         cluster_constraints: state.cluster_resource_constraints.clone(),
         instances: out,
+        ..Default::default()
     })
+}
+
+/// The availability inputs of a scenario (see `plan-scenario.md`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AvailabilityInputs {
+    /// Ray's `cloud_resource_availabilities`.
+    pub cloud_resource_availabilities: Vec<(String, f64)>,
+    /// Ray's `recoverable_resource_availabilities`.
+    pub recoverable_resource_availabilities: Vec<(String, f64)>,
+    /// rayscale's `unavailable_node_types`.
+    pub unavailable_node_types: Vec<String>,
+}
+
+impl AvailabilityInputs {
+    /// Parses the three optional keys (each value an absent/null key, or: a mapping of node
+    /// type to a number in [0, 1]; a list of node types of the config).
+    pub fn parse(
+        cloud: Option<&Value>,
+        recoverable: Option<&Value>,
+        unavailable: Option<&Value>,
+        config: &ClusterConfig,
+    ) -> Result<Self, CoreError> {
+        Ok(AvailabilityInputs {
+            cloud_resource_availabilities: parse_scores(cloud, "cloud_resource_availabilities")?,
+            recoverable_resource_availabilities: parse_scores(
+                recoverable,
+                "recoverable_resource_availabilities",
+            )?,
+            unavailable_node_types: parse_type_list(unavailable, "unavailable_node_types", config)?,
+        })
+    }
+
+    /// Puts the inputs into `req`.
+    pub fn apply(self, req: &mut SchedulingRequest) {
+        req.cloud_resource_availabilities = self.cloud_resource_availabilities;
+        req.recoverable_resource_availabilities = self.recoverable_resource_availabilities;
+        req.unavailable_node_types = self.unavailable_node_types;
+    }
+}
+
+fn parse_scores(v: Option<&Value>, path: &str) -> Result<Vec<(String, f64)>, CoreError> {
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let obj = v.as_object().ok_or_else(|| {
+        CoreError::invalid(path, format!("expected a mapping, got {}", describe(v)))
+    })?;
+    let mut out = Vec::with_capacity(obj.len());
+    for (k, x) in obj {
+        let f = x.as_f64().ok_or_else(|| {
+            CoreError::invalid(
+                join(path, k),
+                format!("expected a number, got {}", describe(x)),
+            )
+        })?;
+        if !(0.0..=1.0).contains(&f) {
+            return Err(CoreError::invalid(
+                join(path, k),
+                format!("expected a number in [0, 1], got {f}"),
+            ));
+        }
+        out.push((k.clone(), f));
+    }
+    Ok(out)
+}
+
+fn parse_type_list(
+    v: Option<&Value>,
+    path: &str,
+    config: &ClusterConfig,
+) -> Result<Vec<String>, CoreError> {
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let arr = v
+        .as_array()
+        .ok_or_else(|| CoreError::invalid(path, format!("expected a list, got {}", describe(v))))?;
+    let mut out = Vec::with_capacity(arr.len());
+    for (i, x) in arr.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let name = x.as_str().ok_or_else(|| {
+            CoreError::invalid(&p, format!("expected a string, got {}", describe(x)))
+        })?;
+        if config.node_type(name).is_none() {
+            return Err(CoreError::invalid(
+                p,
+                format!("unknown node type {name:?} (not in available_node_types)"),
+            ));
+        }
+        out.push(name.to_string());
+    }
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------- canonical JSON

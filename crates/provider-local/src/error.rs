@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use rayscale_core::provider::{ProviderError, ProviderErrorKind};
+use rayscale_core::provider::{ProviderError, ProviderErrorKind, ProviderOp};
 
 /// What can go wrong in the local-process provider. Every message is one line.
 #[derive(Debug, thiserror::Error)]
@@ -68,30 +68,71 @@ pub enum LocalProviderError {
 }
 
 impl LocalProviderError {
-    /// True when the same call may succeed later.
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
+    /// The error table: which [`ProviderErrorKind`] each error is.
+    pub fn kind(&self) -> ProviderErrorKind {
+        match self {
+            LocalProviderError::RayBinaryNotFound(_)
+            | LocalProviderError::RayBinaryNotExecutable(_)
+            | LocalProviderError::InvalidNodeType { .. }
+            | LocalProviderError::InvalidConfig(_)
+            | LocalProviderError::UnknownNodeType(_)
+            | LocalProviderError::InvalidRequestId { .. } => ProviderErrorKind::InvalidConfig,
             LocalProviderError::Spawn { .. }
-                | LocalProviderError::Proc(_)
-                | LocalProviderError::LogFile { .. }
-                | LocalProviderError::Signal { .. }
-        )
+            | LocalProviderError::Proc(_)
+            | LocalProviderError::LogFile { .. }
+            | LocalProviderError::Signal { .. } => ProviderErrorKind::Transient,
+        }
     }
 
-    /// Converts into the trait's error with the given kind.
-    pub fn into_provider_error(self, kind: ProviderErrorKind) -> ProviderError {
-        ProviderError {
-            kind,
-            retryable: self.is_retryable(),
-            message: self.to_string(),
-        }
+    /// True when the same call may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        self.kind() == ProviderErrorKind::Transient
+    }
+
+    /// Converts into the trait's error for `op`, keeping this error as its source.
+    pub fn into_provider_error(self, op: ProviderOp) -> ProviderError {
+        ProviderError::new(op, self.kind(), self.to_string()).with_source(self)
     }
 }
 
 impl From<LocalProviderError> for ProviderError {
-    /// A failed call ([`ProviderErrorKind::Call`]).
+    /// A failed call ([`ProviderOp::Other`]).
     fn from(e: LocalProviderError) -> Self {
-        e.into_provider_error(ProviderErrorKind::Call)
+        e.into_provider_error(ProviderOp::Other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_table() {
+        let cases = [
+            (
+                LocalProviderError::UnknownNodeType("x".into()),
+                ProviderErrorKind::InvalidConfig,
+            ),
+            (
+                LocalProviderError::Proc(io::Error::other("x")),
+                ProviderErrorKind::Transient,
+            ),
+            (
+                LocalProviderError::Spawn {
+                    instance_id: "i".into(),
+                    source: io::Error::other("x"),
+                },
+                ProviderErrorKind::Transient,
+            ),
+            (
+                LocalProviderError::RayBinaryNotFound("ray".into()),
+                ProviderErrorKind::InvalidConfig,
+            ),
+        ];
+        for (e, kind) in cases {
+            let p = e.into_provider_error(ProviderOp::List);
+            assert_eq!(p.kind, kind, "{p}");
+            assert!(std::error::Error::source(&p).is_some());
+        }
     }
 }

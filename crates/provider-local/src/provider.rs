@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use rayscale_core::config::NodeTypeConfig;
 use rayscale_core::provider::{
-    CloudInstance, CloudInstanceProvider, LaunchRequest, ProviderError, ProviderErrorKind,
+    CloudInstance, CloudInstanceProvider, CloudInstanceState, LaunchOutcome, LaunchRequest,
+    ProviderError, ProviderErrorKind, ProviderOp,
 };
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal};
@@ -157,8 +158,8 @@ impl LocalProcessProvider {
         self.inner.log_path(cloud_instance_id)
     }
 
-    async fn launch_impl(&self, request: &LaunchRequest) -> Result<(), ProviderError> {
-        let kind = |count| ProviderErrorKind::Launch {
+    async fn launch_impl(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+        let kind = |count| ProviderOp::Launch {
             request_id: request.request_id.clone(),
             node_type: request.node_type.clone(),
             count,
@@ -184,7 +185,7 @@ impl LocalProcessProvider {
             return fail(e, request.count);
         };
         if request.count == 0 {
-            return Ok(());
+            return Ok(LaunchOutcome::accepted());
         }
         let _serial = self.inner.launch_lock.lock().await;
         let snapshot = match procfs::scan(&cfg.cluster_name) {
@@ -192,16 +193,31 @@ impl LocalProcessProvider {
             Err(e) => return fail(LocalProviderError::Proc(e), request.count),
         };
         let live = procfs::instances(&without_self(snapshot));
+        let mut made = Vec::new();
         for k in 0..request.count {
             let id = instance_id(&request.request_id, k);
             if live.contains_key(&id) || self.inner.lock().launched.contains(&id) {
                 continue;
             }
             if let Err(e) = self.inner.spawn(&id, node_type, &request.request_id) {
-                return fail(e, request.count - k);
+                let error = e.into_provider_error(kind(request.count - k));
+                if made.is_empty() {
+                    return Err(error);
+                }
+                return Ok(LaunchOutcome {
+                    instances: made,
+                    shortfall: Some(error),
+                });
             }
+            let mut c = CloudInstance::worker(id, &node_type.name, Some(&request.request_id));
+            c.state = CloudInstanceState::Pending;
+            c.private_ip = Some(cfg.node_ip.clone());
+            made.push(c);
         }
-        Ok(())
+        Ok(LaunchOutcome {
+            instances: made,
+            shortfall: None,
+        })
     }
 
     async fn list_impl(&self) -> Result<Vec<CloudInstance>, ProviderError> {
@@ -225,18 +241,24 @@ impl LocalProcessProvider {
                 if o.leader.is_none() && !stopping {
                     leaderless.push(id.clone());
                 }
-                out.push(CloudInstance {
-                    cloud_instance_id: id.clone(),
-                    node_type: o.tags.node_type.clone(),
-                    request_id: o.tags.request_id.clone(),
-                    is_running: o.leader.is_some() && !stopping,
-                });
+                let mut c = CloudInstance::worker(
+                    id.clone(),
+                    o.tags.node_type.clone(),
+                    Some(o.tags.request_id.as_str()).filter(|r| !r.is_empty()),
+                );
+                c.state = if o.leader.is_some() && !stopping {
+                    CloudInstanceState::Running
+                } else {
+                    CloudInstanceState::Stopping
+                };
+                c.private_ip = Some(self.inner.config.node_ip.clone());
+                out.push(c);
             }
         }
         // What is left of an instance whose `ray start` died is no node any more: stop it.
         for id in leaderless {
             if let Err(e) = self.inner.begin_termination(&id, &snapshot) {
-                let kind = ProviderErrorKind::Terminate {
+                let kind = ProviderOp::Terminate {
                     cloud_instance_id: id,
                 };
                 self.inner.lock().errors.push(e.into_provider_error(kind));
@@ -251,7 +273,7 @@ impl LocalProcessProvider {
         for id in ids {
             self.inner.lock().stop_requested.insert(id.clone());
             if let Err(e) = self.inner.begin_termination(id, &snapshot) {
-                let kind = ProviderErrorKind::Terminate {
+                let kind = ProviderOp::Terminate {
                     cloud_instance_id: id.clone(),
                 };
                 first_error.get_or_insert(e.into_provider_error(kind));
@@ -261,7 +283,12 @@ impl LocalProcessProvider {
     }
 }
 
+#[async_trait::async_trait]
 impl CloudInstanceProvider for LocalProcessProvider {
+    fn provider_type(&self) -> &str {
+        crate::PROVIDER_TYPE
+    }
+
     /// Every instance of the cluster with a live process, found in `/proc`; `is_running` is
     /// false while it is being stopped (or when its `ray start` is gone and the rest is
     /// being cleaned up).
@@ -269,8 +296,9 @@ impl CloudInstanceProvider for LocalProcessProvider {
         self.list_impl().await
     }
 
-    /// Spawns the missing instances `local-<request_id>-<k>`, `k < count`.
-    async fn launch(&self, request: &LaunchRequest) -> Result<(), ProviderError> {
+    /// Spawns the missing instances `local-<request_id>-<k>`, `k < count`, and reports them
+    /// (pending until listed).
+    async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
         self.launch_impl(request).await
     }
 
@@ -390,22 +418,22 @@ impl Inner {
             exit.node_type,
             exit.log_path.display()
         );
-        self.lock().errors.push(ProviderError {
-            kind: ProviderErrorKind::Launch {
+        self.lock().errors.push(ProviderError::new(
+            ProviderOp::Launch {
                 request_id: exit.request_id,
                 node_type: exit.node_type,
                 count: 1,
             },
+            ProviderErrorKind::Transient,
             message,
-            retryable: true,
-        });
+        ));
         if let Some(g) = exit.pgid {
             self.lock().known_pgids.insert(exit.id.clone(), g);
         }
         if let Ok(snapshot) = self.scan()
             && let Err(e) = self.begin_termination(&exit.id, &snapshot)
         {
-            let kind = ProviderErrorKind::Terminate {
+            let kind = ProviderOp::Terminate {
                 cloud_instance_id: exit.id,
             };
             self.lock().errors.push(e.into_provider_error(kind));
@@ -484,13 +512,13 @@ impl Inner {
                 KILL_WAIT.as_secs()
             ),
         };
-        self.lock().errors.push(ProviderError {
-            kind: ProviderErrorKind::Terminate {
+        self.lock().errors.push(ProviderError::new(
+            ProviderOp::Terminate {
                 cloud_instance_id: id,
             },
+            ProviderErrorKind::Transient,
             message,
-            retryable: true,
-        });
+        ));
     }
 
     fn targets(&self, id: &str, leader_group: Option<i32>) -> Option<Targets> {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{KillOnDrop, TempDir, is_live, my_zombies, node_types, read_proc, tagged, wait_until};
 use rayscale_core::provider::{
-    CloudInstance, CloudInstanceProvider, LaunchRequest, ProviderErrorKind,
+    CloudInstance, CloudInstanceProvider, LaunchRequest, ProviderErrorKind, ProviderOp,
 };
 use rayscale_provider_local::{
     LocalProcessConfig, LocalProcessProvider, LocalProviderError, ray_start_args,
@@ -148,7 +148,14 @@ fn request(id: &str, node_type: &str, count: u64) -> LaunchRequest {
         request_id: id.into(),
         node_type: node_type.into(),
         count,
+        launch_config_hash: String::new(),
     }
+}
+
+fn running(id: &str, node_type: &str, request_id: &str) -> CloudInstance {
+    let mut c = CloudInstance::worker(id, node_type, Some(request_id));
+    c.private_ip = Some("127.0.0.1".into());
+    c
 }
 
 fn ids(list: &[CloudInstance]) -> Vec<&str> {
@@ -289,24 +296,9 @@ async fn list_finds_instances_and_a_restarted_provider_sees_them() {
     }
     let listed = p.list().await.unwrap();
     let expected = vec![
-        CloudInstance {
-            cloud_instance_id: "local-r1-0".into(),
-            node_type: "cpu2".into(),
-            request_id: "r1".into(),
-            is_running: true,
-        },
-        CloudInstance {
-            cloud_instance_id: "local-r2-0".into(),
-            node_type: "head".into(),
-            request_id: "r2".into(),
-            is_running: true,
-        },
-        CloudInstance {
-            cloud_instance_id: "local-r2-1".into(),
-            node_type: "head".into(),
-            request_id: "r2".into(),
-            is_running: true,
-        },
+        running("local-r1-0", "cpu2", "r1"),
+        running("local-r2-0", "head", "r2"),
+        running("local-r2-1", "head", "r2"),
     ];
     assert_eq!(listed, expected);
     // A new provider object knows nothing but /proc.
@@ -336,7 +328,7 @@ async fn terminate_stops_the_group_and_strays_and_reaps() {
         .unwrap();
     // While it is stopping it is listed as not running (or already gone).
     let listed = p.list().await.unwrap();
-    assert!(listed.iter().all(|c| !c.is_running), "{listed:?}");
+    assert!(listed.iter().all(|c| !c.is_running()), "{listed:?}");
     let all_dead = || !is_live(rec.pid) && !is_live(rec.child) && !is_live(rec.stray);
     assert!(wait_until(Duration::from_secs(4), all_dead).await);
     // SIGTERM was enough: nobody waited for the grace period.
@@ -370,7 +362,7 @@ async fn term_ignoring_instance_is_killed_after_the_grace_period() {
     assert!(is_live(rec.pid) && is_live(rec.child) && is_live(rec.stray));
     let listed = p.list().await.unwrap();
     assert_eq!(ids(&listed), ["local-r1-0"]);
-    assert!(!listed[0].is_running);
+    assert!(!listed[0].is_running());
     let all_dead = || !is_live(rec.pid) && !is_live(rec.child) && !is_live(rec.stray);
     assert!(wait_until(Duration::from_secs(6), all_dead).await);
     assert!(t0.elapsed() >= grace, "{:?}", t0.elapsed());
@@ -396,14 +388,15 @@ async fn failing_ray_start_is_reported_once() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     let e = &errors[0];
     assert_eq!(
-        e.kind,
-        ProviderErrorKind::Launch {
+        e.op,
+        ProviderOp::Launch {
             request_id: "r-fail".into(),
             node_type: "cpu2".into(),
             count: 1
         }
     );
-    assert!(e.retryable);
+    assert!(e.retryable());
+    assert_eq!(e.kind, ProviderErrorKind::Transient);
     assert!(!e.message.contains('\n'), "{}", e.message);
     assert!(e.message.contains("local-r-fail-0"), "{}", e.message);
     assert!(e.message.contains("exit status: 1"), "{}", e.message);
@@ -482,7 +475,7 @@ fn a_restarted_provider_stops_the_remains_of_a_dead_instance() {
         let p = f.provider(Duration::from_secs(5));
         let listed = p.list().await.unwrap();
         assert_eq!(ids(&listed), ["local-r1-0"]);
-        assert!(!listed[0].is_running);
+        assert!(!listed[0].is_running());
         let all_dead = || !is_live(rec.child) && !is_live(rec.stray);
         assert!(wait_until(Duration::from_secs(4), all_dead).await);
         assert!(p.list().await.unwrap().is_empty());
@@ -496,10 +489,11 @@ async fn bad_launch_requests_fail_at_once() {
     let p = f.provider(Duration::from_secs(5));
     let e = p.launch(&request("r1", "gpu8", 2)).await.unwrap_err();
     assert_eq!(e.message, "unknown node type \"gpu8\"");
-    assert!(!e.retryable);
+    assert!(!e.retryable());
+    assert_eq!(e.kind, ProviderErrorKind::InvalidConfig);
     assert_eq!(
-        e.kind,
-        ProviderErrorKind::Launch {
+        e.op,
+        ProviderOp::Launch {
             request_id: "r1".into(),
             node_type: "gpu8".into(),
             count: 2

@@ -175,6 +175,7 @@ available_node_types:
             request_id: "live".into(),
             node_type: "cpu2".into(),
             count: 1,
+            launch_config_hash: String::new(),
         })
         .await
         .unwrap();
@@ -201,8 +202,8 @@ available_node_types:
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].cloud_instance_id, id);
     assert_eq!(listed[0].node_type, "cpu2");
-    assert_eq!(listed[0].request_id, "live");
-    assert!(listed[0].is_running);
+    assert_eq!(listed[0].request_id.as_deref(), Some("live"));
+    assert!(listed[0].is_running());
 
     // A task on the worker that starts a child of its own, so the worker node has Ray
     // worker processes (which Ray 2.60 puts in process groups of their own).

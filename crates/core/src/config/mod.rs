@@ -60,6 +60,9 @@ pub struct ClusterConfig {
     pub node_types: Vec<NodeTypeConfig>,
     /// Expander settings from the `rayscale:` extension block (default: Ray's choice).
     pub expander: ExpanderSettings,
+    /// `rayscale.unavailable_type_ttl_s`: how long a capacity error makes a node type
+    /// unavailable (default 180 s).
+    pub unavailable_type_ttl_s: i64,
     /// The whole document as given.
     pub raw: Value,
 }
@@ -157,8 +160,26 @@ impl ClusterConfig {
             &join(path, "rayscale"),
             &type_names,
         )?;
+        let ttl_path = join(&join(path, "rayscale"), "unavailable_type_ttl_s");
+        let unavailable_type_ttl_s =
+            match get("rayscale").and_then(|r| r.get("unavailable_type_ttl_s")) {
+                None | Some(Value::Null) => crate::availability::DEFAULT_UNAVAILABLE_TTL_S,
+                Some(x) => x
+                    .as_u64()
+                    .and_then(|n| i64::try_from(n).ok())
+                    .ok_or_else(|| {
+                        CoreError::invalid(
+                            &ttl_path,
+                            format!(
+                                "expected a whole number of seconds >= 0, got {}",
+                                describe(x)
+                            ),
+                        )
+                    })?,
+            };
         Ok(ClusterConfig {
             expander,
+            unavailable_type_ttl_s,
             cluster_name,
             max_workers,
             upscaling_speed,

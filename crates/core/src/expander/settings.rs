@@ -110,7 +110,14 @@ impl ExpanderSettings {
             let p = join(path, k);
             match k.as_str() {
                 "expander" => s.read_expander(val, &p, node_types)?,
-                _ => return Err(CoreError::invalid(p, "unknown key (known: expander)")),
+                // Read by the cluster config.
+                "unavailable_type_ttl_s" => {}
+                _ => {
+                    return Err(CoreError::invalid(
+                        p,
+                        "unknown key (known: expander, unavailable_type_ttl_s)",
+                    ));
+                }
             }
         }
         Ok(s)

@@ -28,6 +28,8 @@ pub struct InstanceUpdateEvent {
     pub details: String,
     /// Sets the launch request id.
     pub launch_request_id: Option<String>,
+    /// Sets the launch request's size.
+    pub launch_request_size: Option<u64>,
     /// Sets the cloud instance id.
     pub cloud_instance_id: Option<String>,
     /// Sets the Ray node id (hex).
@@ -58,6 +60,7 @@ impl InstanceUpdateEvent {
             new_status,
             details: String::new(),
             launch_request_id: None,
+            launch_request_size: None,
             cloud_instance_id: None,
             node_id: None,
             node_type: None,
@@ -97,6 +100,13 @@ impl InstanceUpdateEvent {
     /// Sets the launch request id.
     pub fn with_launch_request_id(mut self, id: impl Into<String>) -> Self {
         self.launch_request_id = Some(id.into());
+        self
+    }
+
+    /// Sets the launch request id and how many instances the request asked for.
+    pub fn with_launch_request(mut self, id: impl Into<String>, size: u64) -> Self {
+        self.launch_request_id = Some(id.into());
+        self.launch_request_size = Some(size);
         self
     }
 

@@ -288,6 +288,9 @@ fn set_fields(instance: &mut Instance, event: &InstanceUpdateEvent) {
     if let Some(v) = &event.launch_request_id {
         instance.launch_request_id.clone_from(v);
     }
+    if let Some(v) = event.launch_request_size {
+        instance.launch_request_size = v;
+    }
     if let Some(v) = &event.cloud_instance_id {
         instance.cloud_instance_id = Some(v.clone());
     }

@@ -42,6 +42,10 @@ pub struct Instance {
     /// The launch request the instance was (last) requested in; empty if none.
     #[serde(default)]
     pub launch_request_id: String,
+    /// How many instances that launch request asked for (0 when unknown), so a requeue or
+    /// a replay re-sends the request as it was.
+    #[serde(default)]
+    pub launch_request_size: u64,
     /// The cloud provider's id of the instance, once allocated.
     #[serde(default)]
     pub cloud_instance_id: Option<String>,
@@ -85,6 +89,7 @@ impl Instance {
             status,
             version: 1,
             launch_request_id: String::new(),
+            launch_request_size: 0,
             cloud_instance_id: None,
             node_id: None,
             launch_config_hash: String::new(),

@@ -20,6 +20,8 @@
 //! (launch, drain, terminate) that the driver runs after the table has been stored. Their
 //! results are observed in a later iteration. Time and new ids are the caller's.
 
+#[cfg(test)]
+mod cloud_tests;
 mod pacing;
 mod step;
 mod sync;
@@ -29,6 +31,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::CoreError;
+use crate::availability::{Availability, Unavailable};
 use crate::config::ClusterConfig;
 use crate::expander::ExpanderChain;
 use crate::instance::{Instance, InstanceManager, InstanceStorage, InstanceUpdateEvent};
@@ -36,7 +39,9 @@ use crate::model::{
     ClusterConstraint, ClusterResourceState, GangRequest, InstanceStatus, NodeStatus,
     ResourceRequest,
 };
-use crate::provider::{CloudInstance, LaunchRequest, ProviderError, ProviderErrorKind};
+use crate::provider::{
+    CloudInstance, CloudInstanceState, LaunchRequest, ProviderError, ProviderOp,
+};
 use crate::scenario::{HEAD_MARKER, InstanceRecord, build_request};
 use crate::scheduler::{Decision, schedule_with};
 
@@ -208,6 +213,8 @@ pub struct AutoscalingReport {
     pub infeasible_gangs: Vec<GangRequest>,
     /// `request_resources` constraints nothing can hold.
     pub infeasible_constraints: Vec<ClusterConstraint>,
+    /// Node types made unavailable by capacity errors, and why.
+    pub unavailable_types: Vec<Unavailable>,
 }
 
 /// The outcome of one iteration.
@@ -227,19 +234,24 @@ pub struct Outcome {
     pub warnings: Vec<String>,
 }
 
-/// Runs one iteration at `now_ns` (wall clock, ns since the epoch).
+/// Runs one iteration at `now_ns` (wall clock, ns since the epoch). `avail` carries what
+/// is known about the cloud's capacity from one iteration to the next (Ray's
+/// `CloudResourceMonitor` and rayscale's unavailable types); the caller keeps it.
 #[allow(clippy::too_many_arguments)]
 pub fn reconcile<S: InstanceStorage>(
     im: &mut InstanceManager<S>,
     config: &ClusterConfig,
     chain: &mut ExpanderChain,
     settings: &ReconcilerSettings,
+    avail: &mut Availability,
     observed: Observed<'_>,
     now_ns: i64,
     ids: &mut dyn IdSource,
 ) -> Result<Outcome, CoreError> {
+    avail.unavailable.expire(now_ns);
     let mut r = Run {
         im,
+        avail,
         now_ns,
         drain_deadline_ms: now_ns / 1_000_000 + settings.drain_deadline_s * 1000,
         to_terminate: Vec::new(),
@@ -300,6 +312,7 @@ fn schedulable_state(
 
 struct Run<'m, S: InstanceStorage> {
     im: &'m mut InstanceManager<S>,
+    avail: &'m mut Availability,
     now_ns: i64,
     /// Wall-clock deadline given with every drain of this iteration.
     drain_deadline_ms: i64,
@@ -352,6 +365,10 @@ impl<S: InstanceStorage> Run<'_, S> {
             else {
                 continue;
             };
+            // Ray's CloudResourceMonitor subscribes to the same transitions.
+            self.avail
+                .monitor
+                .notify(&i.node_type, e.new_status, self.now_ns);
             match e.new_status {
                 InstanceStatus::RayStopRequested => self.out.effects.push(Effect::Drain {
                     instance_id: i.instance_id.clone(),

@@ -51,11 +51,9 @@ impl<S: InstanceStorage> Run<'_, S> {
         });
         let mut budget = s.max_concurrent_launches.saturating_sub(requested);
         let mut events = Vec::new();
-        let mut launches: BTreeMap<(String, String), u64> = BTreeMap::new();
+        // (request id, node type) -> (count to send, launch config hash).
+        let mut launches: BTreeMap<(String, String), (u64, String)> = BTreeMap::new();
         for (t, mut list) in queued {
-            // A fresh request id per type and iteration: providers number a request's
-            // instances, so two types (or a retry) must never share one.
-            let rid = ids.request_id();
             let base = running.get(t).copied().unwrap_or(0).max(1) as f64;
             let desired = ((s.upscaling_speed * base).ceil() as usize).max(1);
             let n = desired.min(budget).min(list.len());
@@ -65,25 +63,49 @@ impl<S: InstanceStorage> Run<'_, S> {
                     i.instance_id.clone(),
                 )
             });
-            for i in list.into_iter().take(n) {
-                *launches.entry((rid.clone(), t.to_string())).or_default() += 1;
+            let chosen: Vec<&Instance> = list.into_iter().take(n).collect();
+            // A requeued instance keeps its request id, and its request is sent again as
+            // it was (same id, same size): if the first send went through late, a
+            // provider that deduplicates by id makes nothing twice. New instances share
+            // a fresh request id per type and iteration.
+            let fresh = chosen
+                .iter()
+                .filter(|i| i.launch_request_id.is_empty())
+                .count() as u64;
+            let rid = if fresh > 0 {
+                ids.request_id()
+            } else {
+                String::new()
+            };
+            for i in chosen {
+                let (id, size) = if i.launch_request_id.is_empty() {
+                    (rid.clone(), fresh)
+                } else {
+                    (i.launch_request_id.clone(), i.launch_request_size)
+                };
+                let e = launches
+                    .entry((id.clone(), t.to_string()))
+                    .or_insert((0, i.launch_config_hash.clone()));
+                // A record of an older table has no size: send what is requeued.
+                e.0 = if size > 0 { size } else { e.0 + 1 };
                 events.push(
                     Self::ev(
                         i,
                         InstanceStatus::Requested,
-                        format!("launch requested ({rid})"),
+                        format!("launch requested ({id})"),
                     )
-                    .with_launch_request_id(rid.clone()),
+                    .with_launch_request(id, size),
                 );
             }
             budget -= n;
         }
         self.apply(events)?;
-        for ((request_id, node_type), count) in launches {
+        for ((request_id, node_type), (count, launch_config_hash)) in launches {
             self.out.effects.push(Effect::Launch(LaunchRequest {
                 request_id,
                 node_type,
                 count,
+                launch_config_hash,
             }));
         }
         Ok(())
@@ -147,6 +169,26 @@ impl<S: InstanceStorage> Run<'_, S> {
             })
             .collect();
         self.out.report.failed_requests = failed.into_values().collect();
+        // Unavailable types show in `ray status` as failed launches of count 0 whose
+        // details say why and for how long.
+        for u in self.avail.unavailable.active(now) {
+            self.out.report.unavailable_types.push(u.clone());
+            self.out.report.failed_requests.push(FailedRequest {
+                node_type: u.node_type.clone(),
+                count: 0,
+                reason: format!(
+                    "node type unavailable for {}s more after a capacity error{}: {}",
+                    (u.until_ns - now).div_euclid(SEC).max(0),
+                    u.zone
+                        .as_deref()
+                        .map(|z| format!(" in {z}"))
+                        .unwrap_or_default(),
+                    u.reason
+                ),
+                start_ts_s: u.since_ns / SEC,
+                failed_ts_s: u.since_ns / SEC,
+            });
+        }
         Ok(())
     }
 }

@@ -123,6 +123,34 @@ impl<S: InstanceStorage> Run<'_, S> {
         }
         self.apply(events)?;
         let table = self.table()?;
+        // Queued launches of a type the cloud has no capacity for are canceled, so that
+        // the scheduler places their demand on another type (Karpenter's unavailable
+        // offerings); in-flight requests of the type are left to finish or fail.
+        let unavailable: Vec<String> = self
+            .avail
+            .unavailable
+            .active(now)
+            .into_iter()
+            .filter(|u| config.node_type(&u.node_type).is_some())
+            .map(|u| u.node_type.clone())
+            .collect();
+        if !unavailable.is_empty() {
+            let mut events = Vec::new();
+            for i in table.iter().filter(|i| {
+                i.status == InstanceStatus::Queued && unavailable.contains(&i.node_type)
+            }) {
+                events.push(Self::ev(
+                    i,
+                    InstanceStatus::Terminated,
+                    format!(
+                        "canceled: node type {} is unavailable (capacity)",
+                        i.node_type
+                    ),
+                ));
+            }
+            self.apply(events)?;
+        }
+        let table = self.table()?;
         let records: Vec<InstanceRecord> = table
             .iter()
             .filter(|i| live(i) && !unknown_type(i))
@@ -135,13 +163,16 @@ impl<S: InstanceStorage> Run<'_, S> {
             })
             .collect();
         let fixed = schedulable_state(config, obs.ray, &table, &mut self.out.warnings);
-        let request = build_request(
+        let mut request = build_request(
             config,
             fixed.as_ref().unwrap_or(obs.ray),
             &records,
             "gcs",
             "instance table",
         )?;
+        request.cloud_resource_availabilities = self.avail.monitor.availabilities();
+        request.recoverable_resource_availabilities = self.avail.monitor.recoverable(now);
+        request.unavailable_node_types = unavailable;
         let decision = schedule_with(&request, chain);
         self.out.warnings.extend(chain.take_warnings());
         for (r, _) in &decision.infeasible_requests {

@@ -16,7 +16,10 @@ impl<S: InstanceStorage> Run<'_, S> {
             .map(|c| c.cloud_instance_id.as_str())
             .collect();
 
-        // 1. REQUESTED meets the cloud instances of its launch request.
+        // 1. REQUESTED meets a cloud instance: one its launch request made, else (a cloud
+        //    that carries no request id, as KubeRay pods or v1 providers) any unclaimed
+        //    worker of its type, as Ray's `_try_resolve_pending_allocation` does. A head
+        //    is never a worker's instance.
         let table = self.table()?;
         let mut held: BTreeSet<String> = table
             .iter()
@@ -25,35 +28,68 @@ impl<S: InstanceStorage> Run<'_, S> {
             .collect();
         let mut events = Vec::new();
         let mut allocated: BTreeSet<String> = BTreeSet::new();
-        for i in table
+        let requested: Vec<&Instance> = table
             .iter()
             .filter(|i| i.status == InstanceStatus::Requested)
-        {
-            if let Some(c) = obs.cloud.iter().find(|c| {
-                !held.contains(&c.cloud_instance_id)
-                    && c.request_id == i.launch_request_id
-                    && c.node_type == i.node_type
-            }) {
-                held.insert(c.cloud_instance_id.clone());
-                allocated.insert(i.instance_id.clone());
-                events.push(
-                    Self::ev(i, InstanceStatus::Allocated, "cloud instance allocated")
+            .collect();
+        let by_request = |i: &Instance, c: &CloudInstance| {
+            c.request_id.as_deref() == Some(i.launch_request_id.as_str())
+        };
+        let by_type = |_: &Instance, c: &CloudInstance| {
+            c.request_id.is_none() && c.state != CloudInstanceState::Stopping
+        };
+        for (join, how) in [
+            (
+                &by_request as &dyn Fn(&Instance, &CloudInstance) -> bool,
+                "its launch request",
+            ),
+            (&by_type, "its node type"),
+        ] {
+            for i in &requested {
+                if allocated.contains(&i.instance_id) {
+                    continue;
+                }
+                if let Some(c) = obs.cloud.iter().find(|c| {
+                    !c.is_head()
+                        && !held.contains(&c.cloud_instance_id)
+                        && c.node_type == i.node_type
+                        && join(i, c)
+                }) {
+                    held.insert(c.cloud_instance_id.clone());
+                    allocated.insert(i.instance_id.clone());
+                    events.push(
+                        Self::ev(
+                            i,
+                            InstanceStatus::Allocated,
+                            format!("cloud instance allocated (joined by {how})"),
+                        )
                         .with_cloud_instance_id(c.cloud_instance_id.clone()),
-                );
+                    );
+                }
             }
         }
-        // 2. Launch errors fail the instances their request still owes.
+        // 2. Launch errors fail the instances their request still owes, at once; a
+        //    capacity error also makes the type unavailable for a while.
         let mut owed: HashMap<(String, String), u64> = HashMap::new();
         for e in obs.provider_errors {
-            if let ProviderErrorKind::Launch {
+            if let ProviderOp::Launch {
                 request_id,
                 node_type,
                 count,
-            } = &e.kind
+            } = &e.op
             {
                 *owed
                     .entry((request_id.clone(), node_type.clone()))
                     .or_default() += count;
+            }
+            if let Some((node_type, zone)) = e.capacity() {
+                self.avail
+                    .unavailable
+                    .mark(node_type, zone, &e.message, self.now_ns);
+                self.out.warnings.push(format!(
+                    "node type {node_type} is unavailable for a while (capacity): {}",
+                    e.message
+                ));
             }
         }
         for i in table.iter().filter(|i| {
@@ -68,7 +104,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                     .provider_errors
                     .iter()
                     .find(|e| {
-                        matches!(&e.kind, ProviderErrorKind::Launch { request_id, .. } if *request_id == key.0)
+                        matches!(&e.op, ProviderOp::Launch { request_id, .. } if *request_id == key.0)
                     })
                     .map(|e| e.message.clone())
                     .unwrap_or_default();
@@ -81,8 +117,8 @@ impl<S: InstanceStorage> Run<'_, S> {
         let term_errors: BTreeMap<&str, &str> = obs
             .provider_errors
             .iter()
-            .filter_map(|e| match &e.kind {
-                ProviderErrorKind::Terminate { cloud_instance_id } => {
+            .filter_map(|e| match &e.op {
+                ProviderOp::Terminate { cloud_instance_id } => {
                     Some((cloud_instance_id.as_str(), e.message.as_str()))
                 }
                 _ => None,
@@ -100,7 +136,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                 // Died before Ray ran on it, with a launch error: a failed launch.
                 if i.times_entered(InstanceStatus::RayRunning) == 0
                     && let Some(err) = obs.provider_errors.iter().find(|e| {
-                        matches!(&e.kind, ProviderErrorKind::Launch { request_id, .. }
+                        matches!(&e.op, ProviderOp::Launch { request_id, .. }
                             if *request_id == i.launch_request_id)
                     })
                 {
@@ -119,15 +155,28 @@ impl<S: InstanceStorage> Run<'_, S> {
         self.apply(events)?;
 
         // 5. Adopt cloud instances no record knows (e.g. launched just before a crash
-        //    whose REQUESTED record was lost, or started by hand with our tags).
+        //    whose REQUESTED record was lost, or started by hand with our tags). Never the
+        //    head; never an instance being stopped (it is on its way out); never one whose
+        //    request a requeued (QUEUED) record is about to re-send: it joins that record.
+        let requeued: BTreeSet<&str> = table
+            .iter()
+            .filter(|i| i.status == InstanceStatus::Queued && !i.launch_request_id.is_empty())
+            .map(|i| i.launch_request_id.as_str())
+            .collect();
         let mut events = Vec::new();
         for c in obs.cloud {
-            if held.contains(&c.cloud_instance_id) {
+            if held.contains(&c.cloud_instance_id)
+                || c.is_head()
+                || c.state == CloudInstanceState::Stopping
+                || c.request_id
+                    .as_deref()
+                    .is_some_and(|r| requeued.contains(r))
+            {
                 continue;
             }
             // A node type the config does not know is adopted to be terminated.
             let known = config.node_type(&c.node_type).is_some();
-            let status = if c.is_running && known {
+            let status = if known {
                 InstanceStatus::Allocated
             } else {
                 InstanceStatus::Terminating
@@ -140,8 +189,11 @@ impl<S: InstanceStorage> Run<'_, S> {
             let mut e = InstanceUpdateEvent::create(ids.instance_id(), node_type, status)
                 .with_cloud_instance_id(c.cloud_instance_id.clone())
                 .with_details("adopted an unknown cloud instance");
-            if !c.request_id.is_empty() {
-                e = e.with_launch_request_id(c.request_id.clone());
+            if let Some(r) = &c.request_id {
+                e = e.with_launch_request_id(r.clone());
+            }
+            if let Some(h) = &c.launch_config_hash {
+                e = e.with_launch_config_hash(h.clone());
             }
             self.out.warnings.push(format!(
                 "adopted cloud instance {} ({}) that no record knew",

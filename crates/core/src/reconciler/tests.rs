@@ -3,9 +3,10 @@
 use super::*;
 use crate::instance::InMemoryStorage;
 use crate::model::{NodeState, ResourceRequestByCount};
+use crate::provider::ProviderErrorKind;
 use crate::testing::{demand, res};
 
-const CONFIG: &str = r#"
+pub(super) const CONFIG: &str = r#"
 cluster_name: t
 max_workers: 10
 idle_timeout_minutes: 1
@@ -17,7 +18,7 @@ available_node_types:
   w: {resources: {CPU: 2}, max_workers: 4, node_config: {}}
 "#;
 
-struct Ids(u32, u32);
+pub(super) struct Ids(u32, u32);
 impl IdSource for Ids {
     fn instance_id(&mut self) -> String {
         self.0 += 1;
@@ -29,20 +30,21 @@ impl IdSource for Ids {
     }
 }
 
-struct World {
-    im: InstanceManager<InMemoryStorage>,
-    config: ClusterConfig,
-    settings: ReconcilerSettings,
-    chain: ExpanderChain,
-    ids: Ids,
-    ray: ClusterResourceState,
-    cloud: Vec<CloudInstance>,
-    errors: Vec<ProviderError>,
-    rejections: Vec<DrainRejection>,
-    now: i64,
+pub(super) struct World {
+    pub(super) im: InstanceManager<InMemoryStorage>,
+    pub(super) config: ClusterConfig,
+    pub(super) settings: ReconcilerSettings,
+    pub(super) chain: ExpanderChain,
+    pub(super) ids: Ids,
+    pub(super) ray: ClusterResourceState,
+    pub(super) cloud: Vec<CloudInstance>,
+    pub(super) errors: Vec<ProviderError>,
+    pub(super) rejections: Vec<DrainRejection>,
+    pub(super) avail: Availability,
+    pub(super) now: i64,
 }
 
-fn node(
+pub(super) fn node(
     id: u8,
     instance: &str,
     t: &str,
@@ -61,9 +63,10 @@ fn node(
 }
 
 impl World {
-    fn new(config: &str) -> Self {
+    pub(super) fn new(config: &str) -> Self {
         let config = ClusterConfig::from_yaml_str(config, "test").expect("config");
         let settings = ReconcilerSettings::from_config(&config);
+        let ttl = config.unavailable_type_ttl_s;
         World {
             im: InstanceManager::new(InMemoryStorage::new()),
             settings,
@@ -83,11 +86,12 @@ impl World {
             cloud: Vec::new(),
             errors: Vec::new(),
             rejections: Vec::new(),
+            avail: Availability::new(ttl, 600.0),
             now: 1_000 * SEC,
         }
     }
 
-    fn tick(&mut self) -> Outcome {
+    pub(super) fn tick(&mut self) -> Outcome {
         let obs = Observed {
             ray: &self.ray,
             cloud: &self.cloud,
@@ -99,6 +103,7 @@ impl World {
             &self.config,
             &mut self.chain,
             &self.settings,
+            &mut self.avail,
             obs,
             self.now,
             &mut self.ids,
@@ -109,38 +114,37 @@ impl World {
         out
     }
 
-    fn statuses(&self) -> Vec<(String, InstanceStatus)> {
+    pub(super) fn statuses(&self) -> Vec<(String, InstanceStatus)> {
         let (_, mut all) = self.im.get_instances().expect("table");
         all.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
         all.into_iter().map(|i| (i.instance_id, i.status)).collect()
     }
 
-    fn count(&self, s: InstanceStatus) -> usize {
+    pub(super) fn count(&self, s: InstanceStatus) -> usize {
         self.statuses().iter().filter(|(_, x)| *x == s).count()
     }
 
-    fn instance(&self, id: &str) -> Instance {
+    pub(super) fn instance(&self, id: &str) -> Instance {
         self.im.get_instance(id).expect("table").expect("instance")
     }
 
     /// The cloud runs every REQUESTED instance's launch.
-    fn cloud_fulfils(&mut self, out: &Outcome) {
+    pub(super) fn cloud_fulfils(&mut self, out: &Outcome) {
         for e in &out.effects {
             if let Effect::Launch(l) = e {
                 for k in 0..l.count {
-                    self.cloud.push(CloudInstance {
-                        cloud_instance_id: format!("c-{}-{k}", l.request_id),
-                        node_type: l.node_type.clone(),
-                        request_id: l.request_id.clone(),
-                        is_running: true,
-                    });
+                    self.cloud.push(CloudInstance::worker(
+                        format!("c-{}-{k}", l.request_id),
+                        l.node_type.clone(),
+                        Some(&l.request_id),
+                    ));
                 }
             }
         }
     }
 
     /// Every cloud instance's raylet joined, idle.
-    fn ray_joins(&mut self) {
+    pub(super) fn ray_joins(&mut self) {
         for (k, c) in self.cloud.iter().enumerate() {
             if !self
                 .ray
@@ -160,7 +164,7 @@ impl World {
     }
 }
 
-fn cpu_demand(n: u64) -> Vec<ResourceRequestByCount> {
+pub(super) fn cpu_demand(n: u64) -> Vec<ResourceRequestByCount> {
     vec![demand(&[("CPU", 1.0)], n)]
 }
 
@@ -237,19 +241,20 @@ fn requested_timeout_requeues_then_fails_after_the_retry_limit() {
     for round in 1..=3 {
         w.now += 600 * SEC;
         let out = w.tick();
-        // Requeued and requested again in the same iteration, with a fresh request id
-        // (providers number a request's instances: a reused id would be a no-op).
+        // Requeued and requested again in the same iteration, keeping its request id: the
+        // request is sent again as it was, so a late first launch is not doubled.
         assert_eq!(
             w.instance("i1").status,
             InstanceStatus::Requested,
             "round {round}"
         );
-        assert_ne!(w.instance("i1").launch_request_id, first_rid);
+        assert_eq!(w.instance("i1").launch_request_id, first_rid);
         assert_eq!(
             w.instance("i1").times_entered(InstanceStatus::Requested),
             round + 1
         );
-        assert!(out.effects.iter().any(|e| matches!(e, Effect::Launch(_))));
+        assert!(out.effects.iter().any(|e| matches!(e,
+            Effect::Launch(l) if l.request_id == first_rid && l.count == 1 && l.node_type == "w")));
     }
     w.now += 600 * SEC;
     let out = w.tick();
@@ -272,15 +277,15 @@ fn launch_errors_fail_the_request_and_are_reported() {
     let Some(Effect::Launch(l)) = out.effects.first() else {
         panic!("a launch");
     };
-    w.errors.push(ProviderError {
-        kind: ProviderErrorKind::Launch {
+    w.errors.push(ProviderError::new(
+        ProviderOp::Launch {
             request_id: l.request_id.clone(),
             node_type: "w".into(),
             count: 1,
         },
-        message: "InsufficientInstanceCapacity".into(),
-        retryable: true,
-    });
+        ProviderErrorKind::Transient,
+        "InsufficientInstanceCapacity",
+    ));
     w.ray.pending_resource_requests.clear();
     w.now += SEC;
     let out = w.tick();
@@ -300,15 +305,15 @@ fn launch_failures_back_off_exponentially() {
         else {
             panic!("a launch: {:?}", out.effects);
         };
-        w.errors.push(ProviderError {
-            kind: ProviderErrorKind::Launch {
+        w.errors.push(ProviderError::new(
+            ProviderOp::Launch {
                 request_id: l.request_id.clone(),
                 node_type: "w".into(),
                 count: 1,
             },
-            message: "boom".into(),
-            retryable: true,
-        });
+            ProviderErrorKind::Transient,
+            "boom",
+        ));
     };
     let out = w.tick();
     fail(&mut w, &out);
@@ -348,15 +353,15 @@ fn a_worker_dying_before_ray_runs_is_a_failed_launch() {
     // The process exits at once: gone from the cloud, with a launch error.
     let rid = w.instance("i1").launch_request_id.clone();
     w.cloud.clear();
-    w.errors.push(ProviderError {
-        kind: ProviderErrorKind::Launch {
+    w.errors.push(ProviderError::new(
+        ProviderOp::Launch {
             request_id: rid,
             node_type: "w".into(),
             count: 1,
         },
-        message: "ray start exited (exit status: 1)".into(),
-        retryable: true,
-    });
+        ProviderErrorKind::Transient,
+        "ray start exited (exit status: 1)",
+    ));
     w.now += SEC;
     let out = w.tick();
     let i1 = w.instance("i1");
@@ -479,13 +484,13 @@ fn terminating_timeout_fails_and_retries_termination() {
             .any(|e| matches!(e, Effect::Terminate { .. }))
     );
     // A termination error from the provider does the same at once.
-    w.errors.push(ProviderError {
-        kind: ProviderErrorKind::Terminate {
+    w.errors.push(ProviderError::new(
+        ProviderOp::Terminate {
             cloud_instance_id: "c-r1-0".into(),
         },
-        message: "throttled".into(),
-        retryable: true,
-    });
+        ProviderErrorKind::Transient,
+        "throttled",
+    ));
     w.now += SEC;
     w.tick();
     let i1 = w.instance("i1");
@@ -517,12 +522,8 @@ fn allocated_and_installing_timeouts() {
 #[test]
 fn unknown_cloud_instances_are_adopted_and_unknown_ray_nodes_reported() {
     let mut w = World::new(CONFIG);
-    w.cloud.push(CloudInstance {
-        cloud_instance_id: "stray".into(),
-        node_type: "w".into(),
-        request_id: "old".into(),
-        is_running: true,
-    });
+    w.cloud
+        .push(CloudInstance::worker("stray", "w", Some("old")));
     w.ray
         .node_states
         .push(node(9, "by-hand", "w", &[("CPU", 2.0)], &[("CPU", 2.0)]));
@@ -609,12 +610,7 @@ fn records_of_a_removed_node_type_are_terminated_and_do_not_stall_the_loop() {
             .any(|e| matches!(e, Effect::Launch(l) if l.node_type == "w2"))
     );
     // A stray cloud instance of an unknown (or no) type is adopted to be terminated.
-    w.cloud.push(CloudInstance {
-        cloud_instance_id: "stray".into(),
-        node_type: String::new(),
-        request_id: String::new(),
-        is_running: true,
-    });
+    w.cloud.push(CloudInstance::worker("stray", "", None));
     w.now += SEC;
     let out = w.tick();
     assert!(out.effects.iter().any(|e| matches!(e,

@@ -6,8 +6,9 @@
 //! group) request, the task/actor requests, and idle termination. Every placement pass fills
 //! existing (and pending) nodes first, then new nodes, choosing nodes by Ray's score tuple
 //! (label-selector rank, GPU avoidance, matching resource types, minimum and mean
-//! utilisation) with the per-type priority as the last tie-break and Ray's list orders
-//! deciding exact ties.
+//! utilisation), then Ray's tie-breaks (recoverable availability, the per-type priority,
+//! cloud availability), with Ray's list orders deciding exact ties. Types listed as
+//! unavailable (after capacity errors) get no new nodes.
 //!
 //! It is not a line-by-line port. Requests are interned into shapes and kept as run-length
 //! lists (a run of identical requests is placed with one division, not one check per
@@ -118,6 +119,15 @@ pub struct SchedulingRequest {
     pub cluster_constraints: Vec<ClusterConstraint>,
     /// Current instances.
     pub instances: Vec<InstanceInput>,
+    /// Ray's `cloud_resource_availabilities` (node type -> score in [0, 1]; absent = 1):
+    /// the last tie-break after the score, the recoverable availability and the priority.
+    pub cloud_resource_availabilities: Vec<(String, f64)>,
+    /// Ray's `recoverable_resource_availabilities` (absent = 1): ordered right after the
+    /// score.
+    pub recoverable_resource_availabilities: Vec<(String, f64)>,
+    /// rayscale's own: node types no new node is launched of in this pass (capacity
+    /// errors); existing and pending nodes of them still take demand.
+    pub unavailable_node_types: Vec<String>,
 }
 
 /// One existing instance to terminate.

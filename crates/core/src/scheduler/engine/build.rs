@@ -105,6 +105,7 @@ impl Engine<'_> {
             self.res_vec(&m)
         };
         let t = &self.req.node_types[type_idx];
+        let tie = self.tie(&t.name, t.priority);
         SNode {
             type_idx,
             status,
@@ -114,7 +115,7 @@ impl Engine<'_> {
             head: false,
             idle_ms: 0,
             launch_hash: Rc::from(""),
-            priority: t.priority,
+            tie,
             avail: [total.clone(), total.clone()],
             total: Rc::new(total),
             sched: [Vec::new(), Vec::new()],
@@ -146,7 +147,10 @@ impl Engine<'_> {
                 head: inst.is_head,
                 idle_ms: ray.idle_duration_ms,
                 launch_hash: Rc::from(inst.launch_config_hash.as_str()),
-                priority: config_idx.map_or(0, |i| self.req.node_types[i].priority),
+                tie: self.tie(
+                    &inst.node_type,
+                    config_idx.map_or(0, |i| self.req.node_types[i].priority),
+                ),
                 avail: [avail, total.clone()],
                 total: Rc::new(total),
                 sched: [Vec::new(), Vec::new()],
@@ -168,7 +172,7 @@ impl Engine<'_> {
                 head: false,
                 idle_ms: 0,
                 launch_hash: Rc::from(inst.launch_config_hash.as_str()),
-                priority: 0,
+                tie: self.tie(&inst.node_type, 0),
                 total: Rc::new(Vec::new()),
                 avail: [Vec::new(), Vec::new()],
                 sched: [Vec::new(), Vec::new()],
@@ -193,6 +197,11 @@ impl Engine<'_> {
         for n in nodes {
             if n.type_idx < self.n_config_types {
                 available[n.type_idx] -= 1;
+            }
+        }
+        for (a, &off) in available.iter_mut().zip(&self.unavailable) {
+            if off {
+                *a = 0;
             }
         }
         available

@@ -40,7 +40,12 @@ impl Engine<'_> {
         let counts = self.count_by_type();
         let mut new_nodes = Vec::new();
         for (ti, &cur) in counts.iter().enumerate().take(self.n_config_types) {
-            let min = self.req.node_types[ti].min_workers;
+            // No new node of an unavailable type, not even for min_workers.
+            let min = if self.unavailable[ti] {
+                0
+            } else {
+                self.req.node_types[ti].min_workers
+            };
             // Compatibility rule MIN_WORKERS_ALIASING: distinct nodes.
             for _ in cur..min {
                 new_nodes.push(self.node_from_config(ti, NodeStatus::ToLaunch));

@@ -74,7 +74,7 @@ impl Engine<'_> {
             if built.is_empty() {
                 break;
             }
-            // Ray's ranking of each option's first node: score, then priority, then order.
+            // Ray's ranking of each option's first node: score, then tie-breaks, then order.
             let mut order: Vec<usize> = (0..built.len()).collect();
             order.sort_by(|&a, &b| {
                 built[b]
@@ -82,8 +82,8 @@ impl Engine<'_> {
                     .cmp(&built[a].score)
                     .then(
                         fresh[built[b].type_idx]
-                            .priority
-                            .cmp(&fresh[built[a].type_idx].priority),
+                            .tie
+                            .cmp(&fresh[built[a].type_idx].tie),
                     )
                     .then(a.cmp(&b))
             });

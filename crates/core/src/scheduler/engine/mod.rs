@@ -102,12 +102,31 @@ struct SNode {
     head: bool,
     idle_ms: i64,
     launch_hash: Rc<str>,
-    priority: i64,
+    /// Ray's tie-breaks after the score (recoverable availability, priority, availability).
+    tie: TieBreak,
     total: Rc<Vec<(ResId, Fixed)>>,
     avail: [Vec<(ResId, Fixed)>; 2],
     sched: [Vec<(ShapeId, u64)>; 2],
     labels: Rc<Vec<(String, String)>>,
     term: Option<TerminationCause>,
+}
+
+/// Ray's ordering after the utilisation score: recoverable availability, then the type's
+/// priority, then cloud availability (higher first in each).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct TieBreak {
+    recoverable: f64,
+    priority: i64,
+    availability: f64,
+}
+
+impl TieBreak {
+    /// `Greater` when `self` ranks higher.
+    pub(super) fn cmp(&self, o: &TieBreak) -> Ordering {
+        fcmp(self.recoverable, o.recoverable)
+            .then(self.priority.cmp(&o.priority))
+            .then(fcmp(self.availability, o.availability))
+    }
 }
 
 fn get(map: &[(ResId, Fixed)], k: ResId) -> Option<Fixed> {
@@ -155,6 +174,8 @@ pub(super) struct Engine<'a> {
     stamp: u32,
     /// The expander chain, when it is not plain `ray` (new nodes are then chosen in rounds).
     chain: Option<&'a mut ExpanderChain>,
+    /// Per config type: no new node may be launched of it in this pass.
+    unavailable: Vec<bool>,
 }
 
 impl<'a> Engine<'a> {
@@ -174,6 +195,21 @@ impl<'a> Engine<'a> {
             failed: Vec::new(),
             stamp: 1,
             chain: None,
+            unavailable: req
+                .node_types
+                .iter()
+                .map(|t| req.unavailable_node_types.contains(&t.name))
+                .collect(),
+        }
+    }
+
+    /// The tie-breaks of a node of type `name` with `priority`.
+    fn tie(&self, name: &str, priority: i64) -> TieBreak {
+        let look = |m: &[(String, f64)]| m.iter().find(|(t, _)| t == name).map_or(1.0, |(_, v)| *v);
+        TieBreak {
+            recoverable: look(&self.req.recoverable_resource_availabilities),
+            priority,
+            availability: look(&self.req.cloud_resource_availabilities),
         }
     }
 

@@ -222,12 +222,10 @@ impl Engine<'_> {
         }
     }
 
-    /// Better trial first: higher score, then higher type priority; exact ties keep the
+    /// Better trial first: higher score, then Ray's tie-breaks; exact ties keep the
     /// earlier node (returns `Less` when `a` should win).
     pub(super) fn better(a: &Trial, b: &Trial) -> Ordering {
-        b.score
-            .cmp(&a.score)
-            .then(b.node.priority.cmp(&a.node.priority))
+        b.score.cmp(&a.score).then(b.node.tie.cmp(&a.node.tie))
     }
 
     /// Ray's `_try_schedule`: existing nodes first, then new ones. Returns the resulting
@@ -387,7 +385,7 @@ impl Engine<'_> {
                     }
                     best_set.insert(Ranked {
                         score: tr.score,
-                        priority: tr.node.priority,
+                        tie: tr.node.tie,
                         pos: i,
                     });
                 }
@@ -434,7 +432,7 @@ impl Engine<'_> {
                     if let Some(Some(tj)) = &trials[j] {
                         best_set.remove(&Ranked {
                             score: tj.score,
-                            priority: tj.node.priority,
+                            tie: tj.node.tie,
                             pos: j,
                         });
                         trials[j] = None;
@@ -501,11 +499,12 @@ pub(super) fn state_key(n: &SNode, src: usize) -> StateKey {
     }
 }
 
-/// A candidate in the best-first set: greatest score, then priority, then earliest node.
+/// A candidate in the best-first set: greatest score, then Ray's tie-breaks, then earliest
+/// node.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ranked {
     score: Score,
-    priority: i64,
+    tie: TieBreak,
     pos: usize,
 }
 
@@ -524,7 +523,7 @@ impl Ord for Ranked {
     fn cmp(&self, o: &Self) -> Ordering {
         o.score
             .cmp(&self.score)
-            .then(o.priority.cmp(&self.priority))
+            .then(o.tie.cmp(&self.tie))
             .then(self.pos.cmp(&o.pos))
     }
 }

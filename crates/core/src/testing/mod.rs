@@ -1,4 +1,5 @@
-//! Small builders for tests and benchmarks (feature `test-util`; always on in unit tests).
+//! Small builders and a fake cloud for tests and benchmarks (feature `test-util`; always on
+//! in unit tests).
 
 use crate::config::NodeTypeConfig;
 use crate::model::{ResourceMap, ResourceRequest, ResourceRequestByCount};
@@ -32,5 +33,21 @@ pub fn demand(r: &[(&str, f64)], count: u64) -> ResourceRequestByCount {
             ..Default::default()
         },
         count,
+    }
+}
+
+mod fake_provider;
+pub use fake_provider::{FakeCall, FakeProvider, FaultOn};
+
+/// Runs a future that never waits on I/O to completion (the [`FakeProvider`]'s calls), on
+/// the current thread without a runtime.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
     }
 }

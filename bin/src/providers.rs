@@ -1,0 +1,142 @@
+//! `provider.type` -> the provider, chosen at run time among those compiled in. Every
+//! provider is an `Arc<dyn CloudInstanceProvider>`; the loop never knows which.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Result, bail};
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::CloudInstanceProvider;
+use rayscale_provider_local::{LocalProcessConfig, LocalProcessProvider};
+
+/// What building a provider may need besides the cluster config.
+pub struct ProviderEnv {
+    /// The GCS address (`host:port`) the nodes join.
+    pub gcs_address: String,
+    /// The `ray` binary (the local-process provider; found on `PATH` when `None`).
+    pub ray_binary: Option<PathBuf>,
+}
+
+/// Where each `provider.type` of Ray's cluster YAML is served in rayscale.
+enum Served {
+    /// Compiled into every build.
+    Always,
+    /// A provider whose crate is not written yet; the cargo feature it will come behind.
+    Planned(&'static str),
+}
+
+/// Ray's provider types (and rayscale's `local_processes`), with where each is served.
+const TYPES: &[(&str, Served)] = &[
+    (rayscale_provider_local::PROVIDER_TYPE, Served::Always),
+    ("aws", Served::Planned("aws")),
+    ("gcp", Served::Planned("gcp")),
+    ("azure", Served::Planned("azure")),
+    ("kuberay", Served::Planned("kuberay")),
+    // Ray's v1 node providers, through the node-provider adapter.
+    ("external", Served::Planned("adapter")),
+    ("local", Served::Planned("adapter")),
+    ("fake_multinode", Served::Planned("adapter")),
+    ("vsphere", Served::Planned("adapter")),
+    ("aliyun", Served::Planned("adapter")),
+];
+
+/// Builds the provider `config.provider.type` names. A type that is not compiled in, or
+/// not known, is a one-line error saying what to do.
+pub fn build(config: &ClusterConfig, env: &ProviderEnv) -> Result<Arc<dyn CloudInstanceProvider>> {
+    let t = config.provider_type.as_str();
+    match TYPES.iter().find(|(name, _)| *name == t) {
+        Some((_, Served::Always)) => {}
+        Some((_, Served::Planned(feature))) => bail!(
+            "provider.type {t:?}: this rayscale has no {t} provider yet (it is planned, behind \
+             cargo feature {feature:?}); available in this build: {}",
+            available().join(", ")
+        ),
+        None => bail!(
+            "provider.type {t:?} is unknown (known: {})",
+            TYPES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+        ),
+    }
+    // Only `local_processes` is served today.
+    let ray = match &env.ray_binary {
+        Some(p) => {
+            if !p.is_file() {
+                bail!("ray binary {} not found", p.display());
+            }
+            p.clone()
+        }
+        None => find_ray_on_path()?,
+    };
+    Ok(Arc::new(LocalProcessProvider::new(
+        LocalProcessConfig::new(
+            &config.cluster_name,
+            &env.gcs_address,
+            ray,
+            config.node_types.clone(),
+        ),
+    )?))
+}
+
+/// The provider types this build serves.
+pub fn available() -> Vec<&'static str> {
+    TYPES
+        .iter()
+        .filter(|(_, s)| matches!(s, Served::Always))
+        .map(|(n, _)| *n)
+        .collect()
+}
+
+/// `ray` on `PATH`.
+pub fn find_ray_on_path() -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let cand = dir.join("ray");
+        if cand.is_file() {
+            return Ok(cand);
+        }
+    }
+    bail!(
+        "ray binary not found on PATH: install Ray 2.60 (scripts/setup-python.sh) or pass --ray PATH"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(t: &str) -> ClusterConfig {
+        let yaml = format!(
+            "cluster_name: c\nprovider: {{type: {t}}}\nhead_node_type: h\n\
+             available_node_types:\n  h: {{resources: {{}}, node_config: {{}}}}\n"
+        );
+        match ClusterConfig::from_yaml_str(&yaml, "t.yaml") {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn env() -> ProviderEnv {
+        ProviderEnv {
+            gcs_address: "127.0.0.1:1".into(),
+            ray_binary: Some("/bin/sh".into()),
+        }
+    }
+
+    #[test]
+    fn chosen_at_run_time_with_one_line_errors() {
+        let p = build(&config("local_processes"), &env()).map_err(|e| e.to_string());
+        assert_eq!(
+            p.map(|p| p.provider_type().to_string()).as_deref(),
+            Ok("local_processes")
+        );
+        let e = build(&config("aws"), &env())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("feature \"aws\"") && !e.contains('\n'), "{e}");
+        let e = build(&config("external"), &env())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("feature \"adapter\""), "{e}");
+    }
+}

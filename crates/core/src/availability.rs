@@ -1,0 +1,238 @@
+//! Which node types the cloud can give now: Ray 2.60's `CloudResourceMonitor`, exactly,
+//! and rayscale's unavailable-types cache (after Karpenter's unavailable offerings).
+//!
+//! - [`CloudResourceMonitor`] (Ray: `instance_manager/subscribers/cloud_resource_monitor.py`)
+//!   watches instance transitions: ALLOCATION_TIMEOUT stamps the type as unavailable now,
+//!   RAY_RUNNING clears it. It yields Ray's two scheduler inputs: the availability
+//!   `1 - ts / max(ts)` and the recoverable availability, 0 within a safety floor
+//!   (`min(10 s, 10% of the window)`) of the last failure, then climbing linearly to 1 over
+//!   `RAY_AUTOSCALER_AVAILABILITY_RECOVERY_S` (600 s).
+//! - [`UnavailableTypes`] is faster: a capacity error makes the type unavailable at once for
+//!   a window (3 minutes by default, `rayscale.unavailable_type_ttl_s`), so the scheduler
+//!   moves the demand to the next type that can hold it in the next iteration instead of
+//!   waiting out an allocation timeout.
+//!
+//! Time is the caller's (ns since the epoch); nothing here reads a clock.
+
+use std::collections::BTreeMap;
+
+use crate::model::InstanceStatus;
+
+const SEC: f64 = 1e9;
+
+/// Ray's `RAY_AUTOSCALER_AVAILABILITY_RECOVERY_S` default.
+pub const DEFAULT_RECOVERY_S: f64 = 600.0;
+/// How long a capacity error makes a type unavailable, by default.
+pub const DEFAULT_UNAVAILABLE_TTL_S: i64 = 180;
+
+/// Ray's `CloudResourceMonitor`: last unavailable time per node type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloudResourceMonitor {
+    /// Node type -> when it was last found unavailable (s since the epoch, as Ray's
+    /// `time.time()`).
+    last_unavailable_s: BTreeMap<String, f64>,
+    recovery_s: f64,
+}
+
+impl Default for CloudResourceMonitor {
+    fn default() -> Self {
+        Self::new(DEFAULT_RECOVERY_S)
+    }
+}
+
+impl CloudResourceMonitor {
+    /// A monitor with Ray's recovery window `recovery_s` (> 0).
+    pub fn new(recovery_s: f64) -> Self {
+        CloudResourceMonitor {
+            last_unavailable_s: BTreeMap::new(),
+            recovery_s: if recovery_s > 0.0 {
+                recovery_s
+            } else {
+                DEFAULT_RECOVERY_S
+            },
+        }
+    }
+
+    /// Ray's `notify`: an instance of `node_type` entered `status` at `now_ns`.
+    pub fn notify(&mut self, node_type: &str, status: InstanceStatus, now_ns: i64) {
+        match status {
+            InstanceStatus::AllocationTimeout => {
+                self.last_unavailable_s
+                    .insert(node_type.to_string(), now_ns as f64 / SEC);
+            }
+            InstanceStatus::RayRunning if !node_type.is_empty() => {
+                self.last_unavailable_s.remove(node_type);
+            }
+            _ => {}
+        }
+    }
+
+    /// Ray's `get_resource_availabilities`: `1 - ts / max_ts` per type that failed.
+    pub fn availabilities(&self) -> Vec<(String, f64)> {
+        let max = self
+            .last_unavailable_s
+            .values()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
+        self.last_unavailable_s
+            .iter()
+            .map(|(t, ts)| (t.clone(), 1.0 - ts / max))
+            .collect()
+    }
+
+    /// Ray's `get_recoverable_resource_availabilities` at `now_ns`.
+    pub fn recoverable(&self, now_ns: i64) -> Vec<(String, f64)> {
+        let now = now_ns as f64 / SEC;
+        let floor = f64::min(10.0, self.recovery_s * 0.1);
+        self.last_unavailable_s
+            .iter()
+            .map(|(t, ts)| {
+                let diff = now - ts;
+                let score = if diff < floor {
+                    0.0
+                } else {
+                    f64::min(1.0, diff / self.recovery_s)
+                };
+                (t.clone(), score)
+            })
+            .collect()
+    }
+}
+
+/// Why and until when a node type is unavailable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The node type.
+    pub node_type: String,
+    /// The zone the cloud named, if any.
+    pub zone: Option<String>,
+    /// The capacity error's message.
+    pub reason: String,
+    /// When it was marked (ns).
+    pub since_ns: i64,
+    /// Until when (ns).
+    pub until_ns: i64,
+}
+
+/// Node types no new node is launched of for a while after a capacity error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnavailableTypes {
+    ttl_ns: i64,
+    entries: BTreeMap<String, Unavailable>,
+}
+
+impl Default for UnavailableTypes {
+    fn default() -> Self {
+        Self::new(DEFAULT_UNAVAILABLE_TTL_S)
+    }
+}
+
+impl UnavailableTypes {
+    /// A cache whose entries last `ttl_s` seconds.
+    pub fn new(ttl_s: i64) -> Self {
+        UnavailableTypes {
+            ttl_ns: ttl_s.max(0).saturating_mul(1_000_000_000),
+            entries: BTreeMap::new(),
+        }
+    }
+
+    /// Marks `node_type` unavailable from `now_ns` for the window (a later mark extends it).
+    pub fn mark(&mut self, node_type: &str, zone: Option<&str>, reason: &str, now_ns: i64) {
+        self.entries.insert(
+            node_type.to_string(),
+            Unavailable {
+                node_type: node_type.to_string(),
+                zone: zone.map(str::to_string),
+                reason: reason.to_string(),
+                since_ns: now_ns,
+                until_ns: now_ns.saturating_add(self.ttl_ns),
+            },
+        );
+    }
+
+    /// Drops entries whose window is over at `now_ns`.
+    pub fn expire(&mut self, now_ns: i64) {
+        self.entries.retain(|_, u| u.until_ns > now_ns);
+    }
+
+    /// Entries still in force at `now_ns`, by node type.
+    pub fn active(&self, now_ns: i64) -> Vec<&Unavailable> {
+        self.entries
+            .values()
+            .filter(|u| u.until_ns > now_ns)
+            .collect()
+    }
+
+    /// Whether `node_type` is unavailable at `now_ns`.
+    pub fn contains(&self, node_type: &str, now_ns: i64) -> bool {
+        self.entries
+            .get(node_type)
+            .is_some_and(|u| u.until_ns > now_ns)
+    }
+}
+
+/// Both, as the reconciler keeps them between iterations.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Availability {
+    /// Ray's monitor.
+    pub monitor: CloudResourceMonitor,
+    /// rayscale's cache.
+    pub unavailable: UnavailableTypes,
+}
+
+impl Availability {
+    /// With the unavailability window `ttl_s` and Ray's recovery window `recovery_s`.
+    pub fn new(ttl_s: i64, recovery_s: f64) -> Self {
+        Availability {
+            monitor: CloudResourceMonitor::new(recovery_s),
+            unavailable: UnavailableTypes::new(ttl_s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+
+    #[test]
+    fn monitor_follows_ray() {
+        let mut m = CloudResourceMonitor::new(600.0);
+        let t0 = 1_000_000 * S;
+        m.notify("a", InstanceStatus::AllocationTimeout, t0);
+        m.notify("b", InstanceStatus::AllocationTimeout, t0 + 100 * S);
+        let av: BTreeMap<_, _> = m.availabilities().into_iter().collect();
+        assert_eq!(av["b"], 0.0);
+        assert!((av["a"] - (1.0 - 1_000_000.0 / 1_000_100.0)).abs() < 1e-15);
+        // Within the 10 s floor: 0; then linear to 1 over 600 s.
+        let rec: BTreeMap<_, _> = m.recoverable(t0 + 105 * S).into_iter().collect();
+        assert_eq!(rec["b"], 0.0);
+        assert!((rec["a"] - 105.0 / 600.0).abs() < 1e-12);
+        let rec: BTreeMap<_, _> = m.recoverable(t0 + 5000 * S).into_iter().collect();
+        assert_eq!(rec["a"], 1.0);
+        m.notify("a", InstanceStatus::RayRunning, t0 + 200 * S);
+        assert_eq!(m.availabilities().len(), 1);
+        m.notify("b", InstanceStatus::AllocationFailed, t0);
+        assert_eq!(m.availabilities()[0].0, "b");
+    }
+
+    #[test]
+    fn floor_is_ten_percent_of_a_short_window() {
+        let mut m = CloudResourceMonitor::new(50.0);
+        m.notify("a", InstanceStatus::AllocationTimeout, 0);
+        assert_eq!(m.recoverable(4 * S)[0].1, 0.0);
+        assert_eq!(m.recoverable(5 * S)[0].1, 0.1);
+    }
+
+    #[test]
+    fn unavailable_types_expire() {
+        let mut u = UnavailableTypes::new(180);
+        u.mark("gpu", Some("z1"), "no capacity", 10 * S);
+        assert!(u.contains("gpu", 189 * S));
+        assert!(!u.contains("gpu", 190 * S));
+        assert_eq!(u.active(100 * S)[0].zone.as_deref(), Some("z1"));
+        u.expire(190 * S);
+        assert!(u.active(0).is_empty());
+    }
+}

@@ -1,0 +1,240 @@
+//! The cloud side: [`CloudInstanceProvider`], the small trait every cloud (and the local
+//! process provider, and the v1 node-provider adapter) implements, modelled on Ray 2.60's
+//! `ICloudInstanceProvider`. The trait is object safe: the binary holds one
+//! `Arc<dyn CloudInstanceProvider>` chosen at run time from `provider.type`.
+//!
+//! # Contract
+//! Every implementation keeps these rules; the conformance suite (`tests/conformance`)
+//! checks them on each provider's fake or emulator.
+//! - **Observe, do not guess.** Calls are requests; their results are observed by a later
+//!   [`list`](CloudInstanceProvider::list) (or [`poll_errors`](CloudInstanceProvider::poll_errors)).
+//!   What a provider cannot know (whether Ray runs on an instance) it does not report.
+//! - **`list` is complete or an error.** Every non-terminated instance of the cluster, the
+//!   head included (as [`NodeKind::Head`]), across every page; never a part.
+//! - **`launch` is idempotent by `request_id`.** However often a request is sent (a retry,
+//!   a requeue, a replay after a crash), at most `count` instances exist for that request
+//!   id. Sending a request again never makes a second set. Every instance made carries the
+//!   request id where the cloud can hold it (tags, labels, environment); it may not
+//!   (KubeRay pods), and the reconciler then joins by node type, as Ray does.
+//! - **`launch` reports what it made.** [`LaunchOutcome::instances`] lists the instances
+//!   whose ids the cloud returned at once (may be empty when it returns none);
+//!   [`LaunchOutcome::shortfall`] says how many were not made and why (EC2 MinCount <
+//!   MaxCount). An `Err` means nothing was made by this call.
+//! - **`terminate` of an instance that is already gone succeeds.** A head is never
+//!   terminated: asking is an [`ProviderErrorKind::InvalidConfig`] error and touches nothing.
+//! - **Errors carry a kind** ([`ProviderErrorKind`]): capacity (with node type and, where
+//!   known, zone), quota, throttled, invalid config, auth, not found, transient; and keep
+//!   their source. Errors of calls that were accepted and failed later come back from
+//!   `poll_errors`, once each.
+//! - **No global state, no runtime of its own.** A provider holds its client and config.
+
+mod error;
+pub mod tags;
+
+use std::collections::BTreeMap;
+
+pub use error::{ProviderError, ProviderErrorKind, ProviderOp};
+
+/// Whether an instance runs Ray's head or a worker (Ray's `NodeKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NodeKind {
+    /// The head node: never adopted as a worker, never terminated by the autoscaler.
+    Head,
+    /// A worker node.
+    Worker,
+}
+
+impl NodeKind {
+    /// Ray's tag value (`ray-node-type` tag): `head` or `worker`.
+    pub fn tag_value(self) -> &'static str {
+        match self {
+            NodeKind::Head => tags::NODE_KIND_HEAD,
+            NodeKind::Worker => tags::NODE_KIND_WORKER,
+        }
+    }
+}
+
+/// The cloud's state of an instance, reduced to what the reconciler needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CloudInstanceState {
+    /// Being allocated or booting (EC2 `pending`, GCE `PROVISIONING`/`STAGING`, a pod
+    /// not yet running).
+    Pending,
+    /// Running (Ray's `is_running`).
+    Running,
+    /// Being stopped or terminated.
+    Stopping,
+}
+
+/// A cloud instance as the provider lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudInstance {
+    /// The provider's id of the instance (what Ray's raylet reports as its cloud instance
+    /// id).
+    pub cloud_instance_id: String,
+    /// Node type it was launched as (`ray-user-node-type`).
+    pub node_type: String,
+    /// Head or worker (`ray-node-type`).
+    pub kind: NodeKind,
+    /// The launch request that made it, when the cloud carries one.
+    pub request_id: Option<String>,
+    /// The cloud's state.
+    pub state: CloudInstanceState,
+    /// Private IP address, once known.
+    pub private_ip: Option<String>,
+    /// The launch config hash it was launched with (`ray-launch-config`), when carried.
+    pub launch_config_hash: Option<String>,
+    /// The cloud's labels or tags on the instance.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl CloudInstance {
+    /// A running worker of `node_type` made by `request_id`, nothing else known.
+    pub fn worker(
+        cloud_instance_id: impl Into<String>,
+        node_type: impl Into<String>,
+        request_id: Option<&str>,
+    ) -> Self {
+        CloudInstance {
+            cloud_instance_id: cloud_instance_id.into(),
+            node_type: node_type.into(),
+            kind: NodeKind::Worker,
+            request_id: request_id.map(str::to_string),
+            state: CloudInstanceState::Running,
+            private_ip: None,
+            launch_config_hash: None,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// The same instance in `state`.
+    pub fn in_state(mut self, state: CloudInstanceState) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// The same instance as a head.
+    pub fn as_head(mut self) -> Self {
+        self.kind = NodeKind::Head;
+        self
+    }
+
+    /// Ray's `is_running`: running, neither pending nor being stopped.
+    pub fn is_running(&self) -> bool {
+        self.state == CloudInstanceState::Running
+    }
+
+    /// Whether this is the head.
+    pub fn is_head(&self) -> bool {
+        self.kind == NodeKind::Head
+    }
+}
+
+/// A request to launch `count` instances of `node_type`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchRequest {
+    /// Idempotency key of the request: at most `count` instances ever exist for it.
+    pub request_id: String,
+    /// Node type.
+    pub node_type: String,
+    /// Number of instances.
+    pub count: u64,
+    /// The node type's launch config hash, for the `ray-launch-config` tag.
+    pub launch_config_hash: String,
+}
+
+/// What a launch call made.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchOutcome {
+    /// Instances the cloud returned at once (possibly none; the next `list` shows them).
+    pub instances: Vec<CloudInstance>,
+    /// How many of the request were not made, and why: an error whose
+    /// [`ProviderOp::Launch`] count is the shortfall. `None` when all were made (or are
+    /// being made).
+    pub shortfall: Option<ProviderError>,
+}
+
+impl LaunchOutcome {
+    /// Everything asked for was accepted; the ids are not known yet.
+    pub fn accepted() -> Self {
+        LaunchOutcome::default()
+    }
+}
+
+/// The cloud, as the reconciler sees it. Object safe: used as
+/// `Arc<dyn CloudInstanceProvider>`. See the module docs for the contract.
+#[async_trait::async_trait]
+pub trait CloudInstanceProvider: Send + Sync {
+    /// The `provider.type` this provider serves (for logs).
+    fn provider_type(&self) -> &str;
+    /// Every non-terminated instance of this cluster, the head included, or an error.
+    async fn list(&self) -> Result<Vec<CloudInstance>, ProviderError>;
+    /// Asks for new instances (idempotent by `request.request_id`).
+    async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError>;
+    /// Asks for workers to be terminated (`request_id` keys the call). Instances already
+    /// gone succeed; a head is refused.
+    async fn terminate(
+        &self,
+        cloud_instance_ids: &[String],
+        request_id: &str,
+    ) -> Result<(), ProviderError>;
+    /// Errors of accepted calls that failed since the last poll, each once.
+    async fn poll_errors(&self) -> Vec<ProviderError>;
+}
+
+/// An idempotency token for `request_id` and `batch` (EC2 `ClientToken`, GCE `requestId`,
+/// ...): a name-based UUID (version 5 layout over SHA-1), the same for the same inputs
+/// in every process, 36 characters (under EC2's 64 and GCE's UUID rule).
+pub fn idempotency_token(request_id: &str, batch: u64) -> String {
+    let mut h = sha1_smol::Sha1::new();
+    h.update(b"rayscale-launch\0");
+    h.update(request_id.as_bytes());
+    h.update(b"\0");
+    h.update(&batch.to_be_bytes());
+    let d = h.digest().bytes();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&d[..16]);
+    b[6] = (b[6] & 0x0f) | 0x50;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_stable_distinct_and_uuid_shaped() {
+        let a = idempotency_token("lr-1", 0);
+        assert_eq!(a, idempotency_token("lr-1", 0));
+        assert_ne!(a, idempotency_token("lr-1", 1));
+        assert_ne!(a, idempotency_token("lr-2", 0));
+        assert_eq!(a.len(), 36);
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(parts[2].starts_with('5'), "version 5: {a}");
+        assert!(
+            matches!(&parts[3][..1], "8" | "9" | "a" | "b"),
+            "variant: {a}"
+        );
+    }
+
+    #[test]
+    fn running_means_running() {
+        let c = CloudInstance::worker("i-1", "cpu", None);
+        assert!(c.is_running());
+        assert!(!c.clone().in_state(CloudInstanceState::Pending).is_running());
+        assert!(!c.in_state(CloudInstanceState::Stopping).is_running());
+    }
+}

@@ -1,0 +1,25 @@
+//! Ray's tag and label keys on cloud instances (`ray/autoscaler/tags.py`), in one place
+//! for every provider, so Ray's own tooling (`ray down`, `ray get-head-ip`) sees rayscale's
+//! instances as Ray's.
+
+/// The cluster name.
+pub const CLUSTER_NAME: &str = "ray-cluster-name";
+/// The node kind (`head` / `worker`; the key says "type" for historical reasons).
+pub const NODE_KIND: &str = "ray-node-type";
+/// The user's node type (a key of `available_node_types`).
+pub const USER_NODE_TYPE: &str = "ray-user-node-type";
+/// The node's name.
+pub const NODE_NAME: &str = "ray-node-name";
+/// The node's status as Ray's updater sets it.
+pub const NODE_STATUS: &str = "ray-node-status";
+/// The launch config hash.
+pub const LAUNCH_CONFIG: &str = "ray-launch-config";
+/// The launch request id.
+pub const LAUNCH_REQUEST: &str = "ray-launch-request";
+
+/// Value of [`NODE_KIND`] for the head.
+pub const NODE_KIND_HEAD: &str = "head";
+/// Value of [`NODE_KIND`] for a worker.
+pub const NODE_KIND_WORKER: &str = "worker";
+/// Value of [`NODE_KIND`] for a node Ray does not manage.
+pub const NODE_KIND_UNMANAGED: &str = "unmanaged";

@@ -1,0 +1,310 @@
+//! Reconciler tests against the stateful [`FakeProvider`]: capacity fallback, joins by
+//! node type, requeues that keep their request id, partial fills, the head.
+
+use super::tests::{CONFIG, World, cpu_demand, node};
+use super::*;
+use crate::provider::{CloudInstanceProvider, ProviderErrorKind};
+use crate::testing::{FakeProvider, block_on};
+
+/// Two interchangeable worker types; `a` comes first, so Ray's order prefers it.
+const TWO_TYPES: &str = r#"
+cluster_name: t
+max_workers: 20
+idle_timeout_minutes: 1
+upscaling_speed: 100
+head_node_type: head
+provider: {type: local_processes}
+available_node_types:
+  head: {resources: {CPU: 0}, node_config: {}}
+  a: {resources: {CPU: 2}, max_workers: 8, node_config: {}}
+  b: {resources: {CPU: 2}, max_workers: 8, node_config: {}}
+"#;
+
+impl World {
+    /// Performs the outcome's launches and terminations on `cloud` as the driver does
+    /// (a shortfall or a refused call becomes a provider error for the next sync), then
+    /// lists the cloud.
+    fn apply_to(&mut self, cloud: &FakeProvider, out: &Outcome) {
+        for e in &out.effects {
+            match e {
+                Effect::Launch(l) => match block_on(cloud.launch(l)) {
+                    Ok(o) => self.errors.extend(o.shortfall),
+                    Err(err) => self.errors.push(err),
+                },
+                Effect::Terminate {
+                    cloud_instance_ids,
+                    request_id,
+                } => {
+                    if let Err(err) = block_on(cloud.terminate(cloud_instance_ids, request_id)) {
+                        self.errors.push(err);
+                    }
+                }
+                Effect::Drain { .. } => {}
+            }
+        }
+        self.errors.extend(block_on(cloud.poll_errors()));
+        self.cloud = block_on(cloud.list()).expect("list");
+    }
+
+    fn launched_types(out: &Outcome) -> Vec<(String, u64)> {
+        out.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Launch(l) => Some((l.node_type.clone(), l.count)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn a_capacity_error_moves_the_demand_to_the_next_type_and_the_type_returns_later() {
+    let mut w = World::new(TWO_TYPES);
+    let cloud = FakeProvider::new();
+    cloud.set_capacity("a", Some(0), Some("zone-1"));
+    w.ray.pending_resource_requests = cpu_demand(2);
+    let out = w.tick();
+    assert_eq!(World::launched_types(&out), [("a".to_string(), 1)]);
+    w.apply_to(&cloud, &out);
+    assert!(w.errors[0].capacity().is_some(), "{:?}", w.errors);
+
+    // Next iteration: the record fails at once, `a` is unavailable, `b` takes the demand.
+    w.now += SEC;
+    let out = w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::AllocationFailed);
+    assert_eq!(World::launched_types(&out), [("b".to_string(), 1)]);
+    assert_eq!(
+        out.decision.as_ref().map(|d| d.launch.clone()),
+        Some(vec![("b".into(), 1)])
+    );
+    let u = &out.report.unavailable_types;
+    assert_eq!((u.len(), u[0].node_type.as_str()), (1, "a"));
+    assert_eq!(u[0].zone.as_deref(), Some("zone-1"));
+    assert!(
+        out.report
+            .failed_requests
+            .iter()
+            .any(|f| f.node_type == "a" && f.count == 0 && f.reason.contains("unavailable")),
+        "{:?}",
+        out.report.failed_requests
+    );
+    w.apply_to(&cloud, &out);
+    w.now += SEC;
+    w.tick();
+    w.ray_joins();
+    // The b node runs and is busy.
+    let last = w.ray.node_states.len() - 1;
+    w.ray.node_states[last].available_resources = crate::testing::res(&[("CPU", 0.0)]);
+
+    // More demand within the window: only b.
+    w.ray.pending_resource_requests = cpu_demand(4);
+    w.now += 60 * SEC;
+    let out = w.tick();
+    let types = World::launched_types(&out);
+    assert!(
+        !types.is_empty() && types.iter().all(|(t, _)| t == "b"),
+        "{types:?}"
+    );
+
+    // After the window (and with capacity back), a is chosen again.
+    cloud.set_capacity("a", None, None);
+    w.ray.pending_resource_requests = cpu_demand(12);
+    w.now += 180 * SEC;
+    let out = w.tick();
+    assert!(out.report.unavailable_types.is_empty());
+    let types = World::launched_types(&out);
+    assert!(types.iter().any(|(t, _)| t == "a"), "{types:?}");
+}
+
+#[test]
+fn queued_instances_of_an_unavailable_type_are_canceled() {
+    let slow = TWO_TYPES.replace("upscaling_speed: 100", "upscaling_speed: 0");
+    let mut w = World::new(&slow);
+    let cloud = FakeProvider::new();
+    cloud.set_capacity("a", Some(0), None);
+    w.ray.pending_resource_requests = cpu_demand(6);
+    let out = w.tick();
+    // Ray's order gives a, b, a; one of each type is requested (speed 0: one at a time
+    // per type), the second a waits in QUEUED.
+    assert_eq!(w.count(InstanceStatus::Requested), 2);
+    assert_eq!(w.count(InstanceStatus::Queued), 1);
+    w.apply_to(&cloud, &out);
+    w.now += SEC;
+    w.tick();
+    let (_, table) = w.im.get_instances().expect("table");
+    let live_a = table
+        .iter()
+        .filter(|i| i.node_type == "a" && live(i))
+        .count();
+    assert_eq!(live_a, 0, "{table:#?}");
+    let b = table
+        .iter()
+        .filter(|i| i.node_type == "b" && live(i))
+        .count();
+    assert_eq!(b, 3);
+}
+
+#[test]
+fn a_partial_fill_fails_only_the_shortfall() {
+    let mut w = World::new(CONFIG);
+    let cloud = FakeProvider::new();
+    cloud.set_capacity("w", Some(1), None);
+    w.ray.pending_resource_requests = cpu_demand(6);
+    let out = w.tick();
+    assert_eq!(World::launched_types(&out), [("w".to_string(), 3)]);
+    w.apply_to(&cloud, &out);
+    assert_eq!(w.cloud.len(), 1);
+    assert_eq!(
+        w.errors.iter().map(|e| e.op.clone()).collect::<Vec<_>>(),
+        [ProviderOp::Launch {
+            request_id: "r1".into(),
+            node_type: "w".into(),
+            count: 2
+        }]
+    );
+    w.now += SEC;
+    let out = w.tick();
+    assert_eq!(w.count(InstanceStatus::Allocated), 1);
+    assert_eq!(w.count(InstanceStatus::AllocationFailed), 2);
+    // No other type can hold the demand and w is unavailable: nothing is launched.
+    assert!(World::launched_types(&out).is_empty());
+}
+
+#[test]
+fn instances_without_request_ids_join_their_records_by_type_and_nothing_is_launched_twice() {
+    let mut w = World::new(CONFIG);
+    let cloud = FakeProvider::new().without_request_ids().with_head("head");
+    w.ray.pending_resource_requests = cpu_demand(6);
+    let out = w.tick();
+    assert_eq!(World::launched_types(&out), [("w".to_string(), 3)]);
+    w.apply_to(&cloud, &out);
+    assert!(w.cloud.iter().all(|c| c.request_id.is_none()));
+    w.now += SEC;
+    let out = w.tick();
+    assert_eq!(w.count(InstanceStatus::Allocated), 3);
+    assert!(
+        !out.warnings.iter().any(|m| m.contains("adopted")),
+        "{:?}",
+        out.warnings
+    );
+    // Long after the request timeout, with Ray not yet up, nothing is launched again.
+    for _ in 0..4 {
+        w.now += 700 * SEC;
+        let out = w.tick();
+        w.apply_to(&cloud, &out);
+        assert!(World::launched_types(&out).is_empty());
+    }
+    assert_eq!(cloud.launches().len(), 1);
+    assert_eq!(cloud.instances().len(), 4, "3 workers and the head");
+}
+
+#[test]
+fn the_head_is_never_adopted_nor_terminated() {
+    let mut w = World::new(CONFIG);
+    let cloud = FakeProvider::new().with_head("head");
+    w.cloud = block_on(cloud.list()).expect("list");
+    // The head runs Ray under its cloud id.
+    w.ray.node_states[0].instance_id = "head".into();
+    for _ in 0..3 {
+        let out = w.tick();
+        w.apply_to(&cloud, &out);
+        w.now += 400 * SEC;
+    }
+    let (_, table) = w.im.get_instances().expect("table");
+    assert!(table.is_empty(), "{table:#?}");
+    assert!(
+        cloud
+            .calls()
+            .iter()
+            .all(|c| !matches!(c, crate::testing::FakeCall::Terminate(_)))
+    );
+    // Even asked directly, the provider refuses to terminate it.
+    let err = block_on(cloud.terminate(&["head".to_string()], "r")).expect_err("refused");
+    assert_eq!(err.kind, ProviderErrorKind::InvalidConfig);
+    assert_eq!(cloud.instances().len(), 1);
+}
+
+#[test]
+fn a_requeued_request_is_sent_again_as_it_was_and_a_late_first_launch_is_not_doubled() {
+    let mut w = World::new(CONFIG);
+    let cloud = FakeProvider::new();
+    w.ray.pending_resource_requests = cpu_demand(4);
+    let first = w.tick();
+    assert_eq!(World::launched_types(&first), [("w".to_string(), 2)]);
+    // The first launch is lost in transit: nothing happens for 10 minutes.
+    w.now += 600 * SEC;
+    let second = w.tick();
+    let (Some(Effect::Launch(a)), Some(Effect::Launch(b))) = (
+        first
+            .effects
+            .iter()
+            .find(|e| matches!(e, Effect::Launch(_))),
+        second
+            .effects
+            .iter()
+            .find(|e| matches!(e, Effect::Launch(_))),
+    ) else {
+        panic!("two launches: {first:?} {second:?}");
+    };
+    assert_eq!(a, b, "the same request, sent again");
+    // Both arrive (the first late): the instances are made once.
+    w.apply_to(&cloud, &first);
+    w.apply_to(&cloud, &second);
+    assert_eq!(cloud.instances().len(), 2);
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.count(InstanceStatus::Allocated), 2);
+}
+
+#[test]
+fn a_late_instance_of_a_requeued_request_waits_for_its_record() {
+    let mut w = World::new(CONFIG);
+    let cloud = FakeProvider::new();
+    w.ray.pending_resource_requests = cpu_demand(2);
+    let first = w.tick();
+    // Timed out and requeued, but another request holds the only launch slot.
+    w.now += 600 * SEC;
+    w.settings.max_concurrent_launches = 0;
+    w.tick();
+    assert_eq!(w.count(InstanceStatus::Queued), 1);
+    // The first launch lands now: its instance is not adopted as a stranger.
+    w.apply_to(&cloud, &first);
+    w.now += SEC;
+    let out = w.tick();
+    assert!(
+        !out.warnings.iter().any(|m| m.contains("adopted")),
+        "{:?}",
+        out.warnings
+    );
+    // Once the record is requested again, it joins its instance.
+    w.settings.max_concurrent_launches = 10;
+    w.now += SEC;
+    let out = w.tick();
+    w.apply_to(&cloud, &out);
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.count(InstanceStatus::Allocated), 1);
+    assert_eq!(cloud.instances().len(), 1);
+}
+
+#[test]
+fn pending_instances_are_adopted_and_stopping_ones_are_not() {
+    let mut w = World::new(CONFIG);
+    w.cloud.push(
+        CloudInstance::worker("booting", "w", Some("lost")).in_state(CloudInstanceState::Pending),
+    );
+    w.cloud.push(
+        CloudInstance::worker("leaving", "w", Some("lost")).in_state(CloudInstanceState::Stopping),
+    );
+    w.ray
+        .node_states
+        .push(node(7, "elsewhere", "w", &[("CPU", 2.0)], &[("CPU", 2.0)]));
+    w.tick();
+    let (_, table) = w.im.get_instances().expect("table");
+    let adopted: Vec<_> = table
+        .iter()
+        .filter_map(|i| i.cloud_instance_id.as_deref())
+        .collect();
+    assert_eq!(adopted, ["booting"]);
+    assert_eq!(table[0].status, InstanceStatus::Allocated);
+}

@@ -1,0 +1,324 @@
+//! [`FakeProvider`]: a stateful, recording fake cloud behind [`CloudInstanceProvider`], for
+//! the reconciler tests and the provider conformance suite (after Karpenter's fake cloud
+//! provider). It keeps the contract in `crate::provider`, and can be told to behave like
+//! the clouds do: limited capacity per type (partial fills and capacity errors), instances
+//! that carry no request id (KubeRay pods), instances that boot slowly, a head, paged
+//! listing, and one-shot errors of any kind.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::provider::{
+    CloudInstance, CloudInstanceProvider, CloudInstanceState, LaunchOutcome, LaunchRequest,
+    NodeKind, ProviderError, ProviderErrorKind, ProviderOp,
+};
+
+/// One call the fake received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FakeCall {
+    /// `list`.
+    List,
+    /// `launch`.
+    Launch(LaunchRequest),
+    /// `terminate`.
+    Terminate(Vec<String>),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Live instances, by id (ids are `fake-<n>`, never reused).
+    instances: BTreeMap<String, CloudInstance>,
+    next_id: u64,
+    /// Request id -> instances ever made for it (the idempotency record).
+    made: BTreeMap<String, u64>,
+    /// Per node type, how many more instances the cloud has (absent = unlimited).
+    capacity: BTreeMap<String, u64>,
+    /// Zone named in capacity errors.
+    zone: Option<String>,
+    /// Errors the next calls return, in order (`op` says which call).
+    faults: VecDeque<(FaultOn, ProviderErrorKind)>,
+    /// Errors for `poll_errors`.
+    async_errors: Vec<ProviderError>,
+    calls: Vec<FakeCall>,
+    /// Instances carry their request id.
+    tag_request_ids: bool,
+    /// New instances start pending (until [`FakeProvider::boot_all`]).
+    boot_pending: bool,
+    page_size: usize,
+    /// Pages served by `list` (to check that listing walks them all).
+    pages_served: usize,
+}
+
+/// Which call an injected fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultOn {
+    /// The next `list`.
+    List,
+    /// The next `launch`.
+    Launch,
+    /// The next `terminate`.
+    Terminate,
+}
+
+/// A fake cloud (see the module docs). Shared by reference; all state behind a mutex.
+#[derive(Debug)]
+pub struct FakeProvider {
+    state: Mutex<State>,
+}
+
+impl Default for FakeProvider {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FakeProvider {
+    /// An empty cloud with unlimited capacity, request ids on instances, instances running
+    /// at once, pages of 3.
+    pub fn new() -> Self {
+        FakeProvider {
+            state: Mutex::new(State {
+                tag_request_ids: true,
+                page_size: 3,
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Instances carry no request id (as KubeRay pods and v1 providers).
+    pub fn without_request_ids(self) -> Self {
+        self.lock().tag_request_ids = false;
+        self
+    }
+
+    /// New instances are pending until [`Self::boot_all`].
+    pub fn booting_slowly(self) -> Self {
+        self.lock().boot_pending = true;
+        self
+    }
+
+    /// Adds a running head instance `head` of type `node_type`.
+    pub fn with_head(self, node_type: &str) -> Self {
+        self.lock().instances.insert(
+            "head".into(),
+            CloudInstance::worker("head", node_type, None).as_head(),
+        );
+        self
+    }
+
+    /// Only `n` more instances of `node_type` can be made; beyond that, launches fall short
+    /// with a capacity error naming the type (and `zone`).
+    pub fn set_capacity(&self, node_type: &str, n: Option<u64>, zone: Option<&str>) {
+        let mut st = self.lock();
+        match n {
+            Some(n) => {
+                st.capacity.insert(node_type.to_string(), n);
+            }
+            None => {
+                st.capacity.remove(node_type);
+            }
+        }
+        st.zone = zone.map(str::to_string);
+    }
+
+    /// The next call `on` fails with an error of `kind` (and makes nothing).
+    pub fn fail_next(&self, on: FaultOn, kind: ProviderErrorKind) {
+        self.lock().faults.push_back((on, kind));
+    }
+
+    /// Pending instances become running.
+    pub fn boot_all(&self) {
+        for c in self.lock().instances.values_mut() {
+            if c.state == CloudInstanceState::Pending {
+                c.state = CloudInstanceState::Running;
+            }
+        }
+    }
+
+    /// An instance vanishes (preempted, deleted from outside).
+    pub fn remove(&self, id: &str) -> bool {
+        self.lock().instances.remove(id).is_some()
+    }
+
+    /// An instance made from outside rayscale.
+    pub fn insert(&self, instance: CloudInstance) {
+        self.lock()
+            .instances
+            .insert(instance.cloud_instance_id.clone(), instance);
+    }
+
+    /// An error for the next `poll_errors`.
+    pub fn push_async_error(&self, e: ProviderError) {
+        self.lock().async_errors.push(e);
+    }
+
+    /// The live instances, head included.
+    pub fn instances(&self) -> Vec<CloudInstance> {
+        self.lock().instances.values().cloned().collect()
+    }
+
+    /// Every call received, in order.
+    pub fn calls(&self) -> Vec<FakeCall> {
+        self.lock().calls.clone()
+    }
+
+    /// The launch calls received.
+    pub fn launches(&self) -> Vec<LaunchRequest> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                FakeCall::Launch(l) => Some(l),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// How many pages `list` has served so far.
+    pub fn pages_served(&self) -> usize {
+        self.lock().pages_served
+    }
+
+    fn take_fault(st: &mut State, on: FaultOn) -> Option<ProviderErrorKind> {
+        let pos = st.faults.iter().position(|(o, _)| *o == on)?;
+        st.faults.remove(pos).map(|(_, k)| k)
+    }
+}
+
+#[async_trait::async_trait]
+impl CloudInstanceProvider for FakeProvider {
+    fn provider_type(&self) -> &str {
+        "fake"
+    }
+
+    /// Walks the instances page by page (as a cloud API would make a client do).
+    async fn list(&self) -> Result<Vec<CloudInstance>, ProviderError> {
+        let mut st = self.lock();
+        st.calls.push(FakeCall::List);
+        if let Some(kind) = Self::take_fault(&mut st, FaultOn::List) {
+            return Err(ProviderError::new(
+                ProviderOp::List,
+                kind,
+                "fake: list failed",
+            ));
+        }
+        let all: Vec<CloudInstance> = st.instances.values().cloned().collect();
+        let mut out = Vec::with_capacity(all.len());
+        for page in all.chunks(st.page_size.max(1)) {
+            out.extend_from_slice(page);
+            st.pages_served += 1;
+        }
+        Ok(out)
+    }
+
+    async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+        let mut st = self.lock();
+        st.calls.push(FakeCall::Launch(request.clone()));
+        let op = |count| ProviderOp::Launch {
+            request_id: request.request_id.clone(),
+            node_type: request.node_type.clone(),
+            count,
+        };
+        if request.request_id.is_empty() {
+            return Err(ProviderError::new(
+                op(request.count),
+                ProviderErrorKind::InvalidConfig,
+                "fake: empty request id",
+            ));
+        }
+        if let Some(kind) = Self::take_fault(&mut st, FaultOn::Launch) {
+            return Err(ProviderError::new(
+                op(request.count),
+                kind,
+                format!("fake: launch of {} failed", request.node_type),
+            ));
+        }
+        let done = st.made.get(&request.request_id).copied().unwrap_or(0);
+        let want = request.count.saturating_sub(done);
+        let room = st.capacity.get(&request.node_type).copied();
+        let n = room.map_or(want, |r| r.min(want));
+        let mut made = Vec::new();
+        for _ in 0..n {
+            let id = format!("fake-{}", st.next_id);
+            st.next_id += 1;
+            let mut c = CloudInstance::worker(
+                id.clone(),
+                request.node_type.clone(),
+                st.tag_request_ids.then_some(request.request_id.as_str()),
+            );
+            c.kind = NodeKind::Worker;
+            c.launch_config_hash = Some(request.launch_config_hash.clone());
+            if st.boot_pending {
+                c.state = CloudInstanceState::Pending;
+            }
+            st.instances.insert(id, c.clone());
+            made.push(c);
+        }
+        if let Some(r) = st.capacity.get_mut(&request.node_type) {
+            *r -= n;
+        }
+        *st.made.entry(request.request_id.clone()).or_default() += n;
+        let short = want - n;
+        let shortfall = (short > 0).then(|| {
+            ProviderError::new(
+                op(short),
+                ProviderErrorKind::Capacity {
+                    node_type: request.node_type.clone(),
+                    zone: st.zone.clone(),
+                },
+                format!(
+                    "fake: no capacity for {} more of {}",
+                    short, request.node_type
+                ),
+            )
+        });
+        // Instances that fell short were never made: the request may make them later.
+        Ok(LaunchOutcome {
+            instances: made,
+            shortfall,
+        })
+    }
+
+    async fn terminate(
+        &self,
+        cloud_instance_ids: &[String],
+        _request_id: &str,
+    ) -> Result<(), ProviderError> {
+        let mut st = self.lock();
+        st.calls
+            .push(FakeCall::Terminate(cloud_instance_ids.to_vec()));
+        if let Some(id) = cloud_instance_ids
+            .iter()
+            .find(|id| st.instances.get(*id).is_some_and(CloudInstance::is_head))
+        {
+            return Err(ProviderError::new(
+                ProviderOp::Terminate {
+                    cloud_instance_id: id.clone(),
+                },
+                ProviderErrorKind::InvalidConfig,
+                format!("fake: {id} is the head and is never terminated"),
+            ));
+        }
+        if let Some(kind) = Self::take_fault(&mut st, FaultOn::Terminate) {
+            let id = cloud_instance_ids.first().cloned().unwrap_or_default();
+            return Err(ProviderError::new(
+                ProviderOp::Terminate {
+                    cloud_instance_id: id,
+                },
+                kind,
+                "fake: terminate failed",
+            ));
+        }
+        for id in cloud_instance_ids {
+            st.instances.remove(id);
+        }
+        Ok(())
+    }
+
+    async fn poll_errors(&self) -> Vec<ProviderError> {
+        std::mem::take(&mut self.lock().async_errors)
+    }
+}

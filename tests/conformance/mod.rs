@@ -1,0 +1,323 @@
+//! The provider conformance suite: ONE set of checks of the contract in
+//! `rayscale_core::provider`, run by every provider against its own fake or emulator
+//! (`tests/tests/conformance.rs` runs it on `local_processes` and on core's
+//! `FakeProvider`; each cloud adds a [`Subject`] for its fake). Write checks here, never
+//! a copy in a provider's own tests.
+//!
+//! A provider shows what it can be made to do through [`Provoke`]: a cloud fake can answer
+//! any error kind and limit capacity; the local-process provider only produces what its
+//! own inputs can cause. Checks a subject cannot take part in are reported as skipped, by
+//! name, so a run says what it did not check.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rayscale_core::provider::{
+    CloudInstance, CloudInstanceProvider, LaunchOutcome, LaunchRequest, NodeKind, ProviderError,
+    ProviderErrorKind, ProviderOp,
+};
+
+/// What a subject can be made to do, beyond plain calls.
+#[async_trait::async_trait]
+pub trait Provoke: Send + Sync {
+    /// A launch request the provider will answer with an error of `kind` (arranging the
+    /// fake's answer first where it needs to), or `None` when this provider cannot be made
+    /// to produce that kind.
+    async fn error(&self, kind: &ProviderErrorKind, request_id: &str) -> Option<LaunchRequest>;
+    /// Lets only `n` more instances of `node_type` be made; false when unsupported.
+    async fn limit_capacity(&self, node_type: &str, n: u64) -> bool;
+    /// Lifts a limit set by [`Self::limit_capacity`].
+    async fn unlimit_capacity(&self, node_type: &str);
+}
+
+/// A provider under test, with what the suite needs to know about it.
+pub struct Subject {
+    /// The provider.
+    pub provider: Arc<dyn CloudInstanceProvider>,
+    /// A worker node type it can launch.
+    pub node_type: String,
+    /// The head the cloud lists, if it has one.
+    pub head_id: Option<String>,
+    /// How long a made instance may take to show in `list`.
+    pub settle: Duration,
+    /// What it can be made to do.
+    pub provoke: Box<dyn Provoke>,
+}
+
+/// Which checks ran and which were skipped (and why).
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Checks that ran and passed.
+    pub passed: Vec<String>,
+    /// Checks this subject cannot take part in, with the reason.
+    pub skipped: Vec<(String, String)>,
+}
+
+impl Report {
+    fn pass(&mut self, name: &str) {
+        self.passed.push(name.to_string());
+    }
+    fn skip(&mut self, name: &str, why: impl Into<String>) {
+        self.skipped.push((name.to_string(), why.into()));
+    }
+}
+
+/// Every error kind of the contract, with a name for the report.
+pub fn all_kinds(node_type: &str) -> Vec<ProviderErrorKind> {
+    vec![
+        ProviderErrorKind::Capacity {
+            node_type: node_type.to_string(),
+            zone: None,
+        },
+        ProviderErrorKind::Quota,
+        ProviderErrorKind::Throttled,
+        ProviderErrorKind::InvalidConfig,
+        ProviderErrorKind::Auth,
+        ProviderErrorKind::NotFound,
+        ProviderErrorKind::Transient,
+    ]
+}
+
+fn request(s: &Subject, id: &str, count: u64) -> LaunchRequest {
+    LaunchRequest {
+        request_id: id.to_string(),
+        node_type: s.node_type.clone(),
+        count,
+        launch_config_hash: "conformance".to_string(),
+    }
+}
+
+async fn list(s: &Subject) -> Vec<CloudInstance> {
+    match s.provider.list().await {
+        Ok(l) => l,
+        Err(e) => panic!("list failed: {e}"),
+    }
+}
+
+async fn launch(s: &Subject, r: &LaunchRequest) -> LaunchOutcome {
+    match s.provider.launch(r).await {
+        Ok(o) => o,
+        Err(e) => panic!("launch {} failed: {e}", r.request_id),
+    }
+}
+
+fn workers(l: &[CloudInstance]) -> BTreeSet<String> {
+    l.iter()
+        .filter(|c| c.kind == NodeKind::Worker)
+        .map(|c| c.cloud_instance_id.clone())
+        .collect()
+}
+
+/// Waits until the workers listed, less `before`, number `n` (or the settle time is
+/// over), and returns them.
+async fn new_workers(s: &Subject, before: &BTreeSet<String>, n: usize) -> BTreeSet<String> {
+    let t0 = Instant::now();
+    loop {
+        let now: BTreeSet<String> = workers(&list(s).await)
+            .difference(before)
+            .cloned()
+            .collect();
+        if now.len() >= n || t0.elapsed() > s.settle {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Terminates every worker and waits until none is listed.
+async fn clean(s: &Subject) {
+    let ids: Vec<String> = workers(&list(s).await).into_iter().collect();
+    if !ids.is_empty()
+        && let Err(e) = s.provider.terminate(&ids, "conformance-clean").await
+    {
+        panic!("terminate of every worker failed: {e}");
+    }
+    let t0 = Instant::now();
+    while !workers(&list(s).await).is_empty() {
+        assert!(
+            t0.elapsed() < s.settle + Duration::from_secs(20),
+            "workers still listed after terminate: {:?}",
+            list(s).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs every check on `s`; panics naming the broken rule. Leaves no worker behind.
+pub async fn run_all(s: &Subject) -> Report {
+    let mut r = Report::default();
+    clean(s).await;
+    idempotent_launch(s, &mut r).await;
+    list_is_complete(s, &mut r).await;
+    terminate_of_a_gone_instance_succeeds(s, &mut r).await;
+    the_head_is_never_a_worker(s, &mut r).await;
+    partial_fill_is_reported(s, &mut r).await;
+    error_kinds(s, &mut r).await;
+    clean(s).await;
+    r
+}
+
+/// The same request id twice makes the instances once; what a launch reports it made is
+/// what the cloud lists; every instance carries its node type (and the request id, where
+/// the cloud can carry one).
+async fn idempotent_launch(s: &Subject, r: &mut Report) {
+    let before = workers(&list(s).await);
+    let req = request(s, "conf-idem", 2);
+    let first = launch(s, &req).await;
+    assert!(first.shortfall.is_none(), "{:?}", first.shortfall);
+    let second = launch(s, &req).await;
+    let made = new_workers(s, &before, 2).await;
+    // Let a late second set show, if the provider made one.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let made_after = new_workers(s, &before, 3).await;
+    assert_eq!(made.len(), 2, "first launch made {made:?}");
+    assert_eq!(made_after, made, "the same request id made instances twice");
+    for o in [&first, &second] {
+        for c in &o.instances {
+            assert!(
+                made.contains(&c.cloud_instance_id),
+                "launch reported {} which the cloud does not list",
+                c.cloud_instance_id
+            );
+        }
+    }
+    let listed = list(s).await;
+    for c in listed
+        .iter()
+        .filter(|c| made.contains(&c.cloud_instance_id))
+    {
+        assert_eq!(c.node_type, s.node_type, "{c:?}");
+        assert_eq!(c.kind, NodeKind::Worker, "{c:?}");
+        if let Some(id) = &c.request_id {
+            assert_eq!(id, &req.request_id, "{c:?}");
+        }
+    }
+    r.pass("idempotent_launch");
+}
+
+/// `list` returns every instance (across pages), never a part.
+async fn list_is_complete(s: &Subject, r: &mut Report) {
+    let before = workers(&list(s).await);
+    let req = request(s, "conf-many", 7);
+    launch(s, &req).await;
+    let made = new_workers(s, &before, 7).await;
+    assert_eq!(made.len(), 7, "7 launched, {} listed", made.len());
+    for _ in 0..3 {
+        assert_eq!(workers(&list(s).await).len(), before.len() + 7);
+    }
+    r.pass("list_is_complete");
+}
+
+/// Terminating an instance that is already gone, or never existed, succeeds.
+async fn terminate_of_a_gone_instance_succeeds(s: &Subject, r: &mut Report) {
+    let victim = workers(&list(s).await).into_iter().next();
+    let Some(victim) = victim else {
+        panic!("no worker to terminate");
+    };
+    let ids = vec![victim.clone()];
+    if let Err(e) = s.provider.terminate(&ids, "conf-term").await {
+        panic!("terminate failed: {e}");
+    }
+    let t0 = Instant::now();
+    while workers(&list(s).await).contains(&victim) {
+        assert!(
+            t0.elapsed() < s.settle + Duration::from_secs(20),
+            "{victim} still listed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for ids in [ids, vec!["conformance-never-existed".to_string()]] {
+        if let Err(e) = s.provider.terminate(&ids, "conf-term-again").await {
+            panic!("terminate of a gone instance {ids:?} failed: {e}");
+        }
+    }
+    r.pass("terminate_of_a_gone_instance_succeeds");
+}
+
+/// The head is listed as a head, never as a worker, and a terminate naming it touches
+/// nothing.
+async fn the_head_is_never_a_worker(s: &Subject, r: &mut Report) {
+    let listed = list(s).await;
+    let heads: Vec<&CloudInstance> = listed.iter().filter(|c| c.is_head()).collect();
+    let Some(head) = &s.head_id else {
+        assert!(
+            heads.is_empty(),
+            "a head listed by a subject without one: {heads:?}"
+        );
+        r.skip("the_head_is_never_a_worker", "this provider lists no head");
+        return;
+    };
+    assert_eq!(
+        heads
+            .iter()
+            .map(|c| c.cloud_instance_id.as_str())
+            .collect::<Vec<_>>(),
+        [head.as_str()]
+    );
+    let e = s
+        .provider
+        .terminate(std::slice::from_ref(head), "conf-head")
+        .await
+        .expect_err("terminating the head must be refused");
+    assert_eq!(e.kind, ProviderErrorKind::InvalidConfig, "{e}");
+    assert!(list(s).await.iter().any(|c| &c.cloud_instance_id == head));
+    r.pass("the_head_is_never_a_worker");
+}
+
+/// A launch the cloud fills only in part reports how many fell short, as a capacity error
+/// of the node type.
+async fn partial_fill_is_reported(s: &Subject, r: &mut Report) {
+    if !s.provoke.limit_capacity(&s.node_type, 1).await {
+        r.skip("partial_fill_is_reported", "capacity cannot be limited");
+        return;
+    }
+    let before = workers(&list(s).await);
+    let o = launch(s, &request(s, "conf-partial", 3)).await;
+    s.provoke.unlimit_capacity(&s.node_type).await;
+    let Some(short) = &o.shortfall else {
+        panic!("no shortfall reported: {o:?}");
+    };
+    assert_eq!(
+        short.op,
+        ProviderOp::Launch {
+            request_id: "conf-partial".into(),
+            node_type: s.node_type.clone(),
+            count: 2
+        }
+    );
+    assert_eq!(short.capacity().map(|c| c.0), Some(s.node_type.as_str()));
+    assert_eq!(new_workers(s, &before, 1).await.len(), 1);
+    r.pass("partial_fill_is_reported");
+}
+
+/// Each error kind the provider can be made to produce comes back with that kind, a
+/// one-line message, and the launch it belongs to.
+async fn error_kinds(s: &Subject, r: &mut Report) {
+    for (n, kind) in all_kinds(&s.node_type).into_iter().enumerate() {
+        let name = format!("error_kind_{}", kind.name());
+        let rid = format!("conf-err-{n}");
+        let Some(req) = s.provoke.error(&kind, &rid).await else {
+            r.skip(&name, "this provider cannot be made to produce it");
+            continue;
+        };
+        let e: ProviderError = match s.provider.launch(&req).await {
+            Err(e) => e,
+            Ok(LaunchOutcome {
+                shortfall: Some(e), ..
+            }) => e,
+            Ok(o) => panic!("{name}: the launch succeeded: {o:?}"),
+        };
+        assert_eq!(e.kind, kind, "{name}: {e}");
+        assert!(
+            !e.message.is_empty() && !e.message.contains('\n'),
+            "{name}: {e:?}"
+        );
+        assert!(
+            matches!(&e.op, ProviderOp::Launch { request_id, .. } if *request_id == rid),
+            "{name}: {:?}",
+            e.op
+        );
+        r.pass(&name);
+    }
+}
