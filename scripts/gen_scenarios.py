@@ -867,6 +867,24 @@ class Gen:
         scn = {"config": cfg, "cluster_resource_state": self.encode_state()}
         if self.instances or self.chance(0.3):
             scn["instances"] = self.instances
+        # Ray's CloudResourceMonitor inputs, in about a third of the scenarios: scores for
+        # some worker types, often ties and extremes (so they decide between types).
+        names = [n for n in cfg["available_node_types"] if n != cfg.get("head_node_type")]
+        twins = any(n + "-b" in names for n in names)
+        if self.chance(0.7 if twins else 0.3):
+            for key in ("cloud_resource_availabilities", "recoverable_resource_availabilities"):
+                if not names or not self.chance(0.7):
+                    continue
+                picked = [n for n in names if self.chance(0.6)]
+                # Twin types tie exactly on the score: there the maps decide.
+                for n in names:
+                    if n + "-b" in names and self.chance(0.8):
+                        picked += [x for x in (n, n + "-b") if x not in picked]
+                scn[key] = {
+                    n: self.rng.choice([0.0, 0.0, 0.25, 0.5, 1.0, round(self.rng.random(), 3)])
+                    for n in picked
+                }
+                self.features[f"has_{key}"] += 1
         if self.mode_aliasing:
             self.features["aliasing_mode"] += 1
         return scn

@@ -131,7 +131,30 @@ VALID_INSTANCE_STATUSES = STATUS_CHAIN + [
 # InstanceUtil.is_ray_running_reachable): an unknown type is an error there.
 LIVE_STATUSES = set(STATUS_CHAIN[:6])
 INSTANCE_KEYS = {"instance_id", "cloud_instance_id", "node_type", "status", "launch_config_hash"}
-TOP_KEYS = {"config", "cluster_resource_state", "instances"}
+TOP_KEYS = {
+    "config",
+    "cluster_resource_state",
+    "instances",
+    "cloud_resource_availabilities",
+    "recoverable_resource_availabilities",
+}
+
+
+def _availability_map(scn: dict, key: str) -> dict:
+    """Ray's availability map (node type -> score in [0, 1]) of the scenario."""
+    m = scn.get(key)
+    if m is None:
+        return {}
+    if not isinstance(m, dict):
+        raise ScenarioError(f"{key}: expected a mapping, got {type(m).__name__}")
+    out = {}
+    for k, v in m.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ScenarioError(f"{key}.{k}: expected a number, got {type(v).__name__}")
+        if not 0.0 <= float(v) <= 1.0:
+            raise ScenarioError(f"{key}.{k}: expected a number in [0, 1], got {v}")
+        out[str(k)] = float(v)
+    return out
 
 
 # libyaml's loader when present (same YAML 1.1 rules as SafeLoader, ~10x faster).
@@ -487,8 +510,10 @@ def build_request(scn: Any) -> Tuple[SchedulingRequest, Dict[str, str]]:
         gang_resource_requests=list(state.pending_gang_resource_requests),
         cluster_resource_constraints=list(state.cluster_resource_constraints),
         current_instances=current,
-        cloud_resource_availabilities={},
-        recoverable_resource_availabilities={},
+        cloud_resource_availabilities=_availability_map(scn, "cloud_resource_availabilities"),
+        recoverable_resource_availabilities=_availability_map(
+            scn, "recoverable_resource_availabilities"
+        ),
     )
     return req, real_ids
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
+use rayscale_core::availability::{Availability, DEFAULT_RECOVERY_S};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::model::{
     ClusterConstraint, ResourceMap, ResourceRequest, ResourceRequestByCount,
@@ -287,10 +288,31 @@ pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
             serde_json::Value::Object(m)
         })
         .collect();
+    // The availability the loop last stored, as the scheduler would see it now.
+    let mut avail = Availability::new(config.unavailable_type_ttl_s, DEFAULT_RECOVERY_S);
+    if let Some(s) = store.load_availability().await? {
+        avail.restore(s);
+    }
+    let inputs = avail.scheduler_inputs(crate::driver::now_ns());
+    let (cloud, recoverable) = (
+        inputs.cloud_resource_availabilities,
+        inputs.recoverable_resource_availabilities,
+    );
+    let unavailable: Vec<String> = inputs
+        .unavailable_node_types
+        .into_iter()
+        .filter(|t| config.node_type(t).is_some())
+        .collect();
+    let map = |m: Vec<(String, f64)>| -> serde_json::Map<String, serde_json::Value> {
+        m.into_iter().map(|(k, v)| (k, v.into())).collect()
+    };
     let doc = serde_json::json!({
         "config": config.raw,
         "cluster_resource_state": serde_json::to_value(&state)?,
         "instances": instances,
+        "cloud_resource_availabilities": map(cloud),
+        "recoverable_resource_availabilities": map(recoverable),
+        "unavailable_node_types": unavailable,
     });
     Ok(serde_json::to_string_pretty(&doc)?)
 }

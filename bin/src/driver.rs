@@ -118,6 +118,18 @@ pub async fn run_loop(
         }
     };
     let mut im = InstanceManager::new(storage);
+    match store.load_availability().await {
+        Ok(Some(state)) => {
+            log(format!(
+                "loaded the availability state ({} unavailable types) from the GCS",
+                state.unavailable.len()
+            ));
+            avail.restore(state);
+        }
+        Ok(None) => {}
+        Err(e) => log(format!("ignoring the stored availability state: {e}")),
+    }
+    let mut saved_avail = avail.state();
     // Let `ray status` show the v2 view with this autoscaler's reports.
     if let Err(e) = gcs
         .kv_put("__autoscaler", b"__autoscaler_v2_enabled", b"1", true)
@@ -259,6 +271,15 @@ pub async fn run_loop(
             ));
             pending_effects = outcome.effects;
             continue;
+        }
+        // What is known of the cloud's capacity survives a restart (and `snapshot` reads
+        // it); it is only written when it changed.
+        let now_avail = avail.state();
+        if now_avail != saved_avail {
+            match store.save_availability(&now_avail).await {
+                Ok(()) => saved_avail = now_avail,
+                Err(e) => log(format!("cannot store the availability state: {e}")),
+            }
         }
         report_version += 1;
         let report = autoscaling_state_to_proto(

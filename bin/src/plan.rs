@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
 use clap::Args;
-use rayscale_core::config::{ClusterConfig, parse_yaml};
-use rayscale_core::scenario::{build_request, decision_json, parse_instances};
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::scenario::{AvailabilityInputs, build_request, decision_json, parse_instances};
 use rayscale_core::scheduler::schedule_with;
 use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 
@@ -51,6 +51,9 @@ struct ScenarioDoc {
     config: Option<serde_json::Value>,
     cluster_resource_state: Option<pb::ClusterResourceState>,
     instances: Option<serde_json::Value>,
+    cloud_resource_availabilities: Option<serde_json::Value>,
+    recoverable_resource_availabilities: Option<serde_json::Value>,
+    unavailable_node_types: Option<serde_json::Value>,
 }
 
 /// Decodes a scenario; a syntax error names the file, a wrong value names its path.
@@ -64,15 +67,30 @@ fn decode(text: &str, origin: &str) -> Result<ScenarioDoc> {
         }
     };
     if text.trim_start().starts_with('{') {
-        // JSON is YAML too, but decoding it directly is several times faster.
+        // JSON is YAML too, but decoding it directly is several times faster. Paths are
+        // tracked only to explain an error.
+        if let Ok(doc) = serde_json::from_str(text) {
+            return Ok(doc);
+        }
         let de = &mut serde_json::Deserializer::from_str(text);
         return serde_path_to_error::deserialize(de).map_err(|e| {
             let syntax = e.inner().is_syntax() || e.inner().is_eof();
             at(e.path().to_string(), e.inner().to_string(), syntax)
         });
     }
-    let value = parse_yaml(text, origin)?;
-    serde_path_to_error::deserialize(value)
+    // Plain YAML (what snapshots and most hand-written scenarios are) goes through the
+    // fast reader; anything else, in one typed pass through libyaml.
+    if let Some(value) = rayscale_core::config::fast_yaml::parse(text) {
+        if let Ok(doc) = serde_json::from_value(value) {
+            return Ok(doc);
+        }
+        // Read again to find the path of the error (only on bad input).
+        let value = rayscale_core::config::fast_yaml::parse(text).unwrap_or_default();
+        return serde_path_to_error::deserialize(value)
+            .map_err(|e| at(e.path().to_string(), e.inner().to_string(), false));
+    }
+    let de = serde_yaml_ng::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de)
         .map_err(|e| at(e.path().to_string(), e.inner().to_string(), false))
 }
 
@@ -92,13 +110,20 @@ fn plan(args: &PlanArgs) -> Result<String> {
         "cluster_resource_state",
     )?;
     let instances = parse_instances(doc.instances.as_ref(), "instances")?;
-    let request = build_request(
+    let availability = AvailabilityInputs::parse(
+        doc.cloud_resource_availabilities.as_ref(),
+        doc.recoverable_resource_availabilities.as_ref(),
+        doc.unavailable_node_types.as_ref(),
+        &config,
+    )?;
+    let mut request = build_request(
         &config,
         &state,
         &instances,
         "cluster_resource_state",
         "instances",
     )?;
+    availability.apply(&mut request);
     let mut chain = crate::expander::build_chain(&args.expander, &config)?;
     let t_build = t0.elapsed();
     let decision = schedule_with(&request, &mut chain);

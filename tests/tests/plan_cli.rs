@@ -259,3 +259,60 @@ fn bad_expander_settings_exit_2_with_one_line() {
         "{stderr}"
     );
 }
+
+const TWINS: &str = r#"
+config:
+  cluster_name: t
+  head_node_type: head
+  provider: {type: local_processes}
+  available_node_types:
+    head: {resources: {CPU: 0}, node_config: {}}
+    a: {resources: {CPU: 4}, node_config: {}}
+    b: {resources: {CPU: 4}, node_config: {}}
+cluster_resource_state:
+  pending_resource_requests:
+    - {request: {resources_bundle: {CPU: 4}}, count: 2}
+"#;
+
+fn launched(text: &str) -> serde_json::Value {
+    let (code, stdout, stderr) = bad("avail.yaml", text);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    v["launch"].clone()
+}
+
+#[test]
+fn availability_inputs_choose_the_type() {
+    assert_eq!(launched(TWINS), serde_json::json!({"a": 2}));
+    let unavailable = format!("{TWINS}unavailable_node_types: [a]\n");
+    assert_eq!(launched(&unavailable), serde_json::json!({"b": 2}));
+    let recovering = format!("{TWINS}recoverable_resource_availabilities: {{a: 0.0}}\n");
+    assert_eq!(launched(&recovering), serde_json::json!({"b": 2}));
+    let scarce = format!("{TWINS}cloud_resource_availabilities: {{a: 0.25, b: 0.5}}\n");
+    assert_eq!(launched(&scarce), serde_json::json!({"b": 2}));
+}
+
+#[test]
+fn bad_availability_inputs_name_their_path() {
+    for (extra, path) in [
+        (
+            "unavailable_node_types: [nope]\n",
+            "unavailable_node_types[0]:",
+        ),
+        ("unavailable_node_types: a\n", "unavailable_node_types:"),
+        (
+            "cloud_resource_availabilities: {a: 2}\n",
+            "cloud_resource_availabilities.a:",
+        ),
+        (
+            "recoverable_resource_availabilities: {b: high}\n",
+            "recoverable_resource_availabilities.b:",
+        ),
+    ] {
+        let (code, stdout, stderr) = bad("bad-avail.yaml", &format!("{TWINS}{extra}"));
+        assert_eq!(code, 2, "{extra}: {stderr}");
+        assert!(stdout.is_empty());
+        assert!(stderr.contains(path), "{extra}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    }
+}

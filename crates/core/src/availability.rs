@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::InstanceStatus;
+use crate::scenario::AvailabilityInputs;
 
 const SEC: f64 = 1e9;
 
@@ -100,7 +101,7 @@ impl CloudResourceMonitor {
 }
 
 /// Why and until when a node type is unavailable.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Unavailable {
     /// The node type.
     pub node_type: String,
@@ -171,6 +172,16 @@ impl UnavailableTypes {
     }
 }
 
+/// What [`Availability`] keeps, as stored between processes (JSON): the monitor's
+/// timestamps and the unavailable types.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct AvailabilityState {
+    /// Ray's monitor: node type -> last unavailable time (s since the epoch).
+    pub last_unavailable_s: BTreeMap<String, f64>,
+    /// rayscale's unavailable types.
+    pub unavailable: Vec<Unavailable>,
+}
+
 /// Both, as the reconciler keeps them between iterations.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Availability {
@@ -186,6 +197,39 @@ impl Availability {
         Availability {
             monitor: CloudResourceMonitor::new(recovery_s),
             unavailable: UnavailableTypes::new(ttl_s),
+        }
+    }
+
+    /// What to store.
+    pub fn state(&self) -> AvailabilityState {
+        AvailabilityState {
+            last_unavailable_s: self.monitor.last_unavailable_s.clone(),
+            unavailable: self.unavailable.entries.values().cloned().collect(),
+        }
+    }
+
+    /// Restores a stored state (the windows stay this object's).
+    pub fn restore(&mut self, state: AvailabilityState) {
+        self.monitor.last_unavailable_s = state.last_unavailable_s;
+        self.unavailable.entries = state
+            .unavailable
+            .into_iter()
+            .map(|u| (u.node_type.clone(), u))
+            .collect();
+    }
+
+    /// The scheduler's three availability inputs at `now_ns` (as a `plan` scenario
+    /// holds them): Ray's two maps and the unavailable types.
+    pub fn scheduler_inputs(&self, now_ns: i64) -> AvailabilityInputs {
+        AvailabilityInputs {
+            cloud_resource_availabilities: self.monitor.availabilities(),
+            recoverable_resource_availabilities: self.monitor.recoverable(now_ns),
+            unavailable_node_types: self
+                .unavailable
+                .active(now_ns)
+                .into_iter()
+                .map(|u| u.node_type.clone())
+                .collect(),
         }
     }
 }
@@ -234,5 +278,21 @@ mod tests {
         assert_eq!(u.active(100 * S)[0].zone.as_deref(), Some("z1"));
         u.expire(190 * S);
         assert!(u.active(0).is_empty());
+    }
+
+    #[test]
+    fn state_round_trips_through_json() {
+        let mut a = Availability::new(180, 600.0);
+        a.monitor
+            .notify("a", InstanceStatus::AllocationTimeout, 5 * S);
+        a.unavailable.mark("b", None, "stockout", 7 * S);
+        let json = serde_json::to_string(&a.state()).expect("json");
+        let mut b = Availability::new(180, 600.0);
+        b.restore(serde_json::from_str(&json).expect("parse"));
+        assert_eq!(a, b);
+        let i = b.scheduler_inputs(8 * S);
+        assert_eq!(i.cloud_resource_availabilities.len(), 1);
+        assert_eq!(i.recoverable_resource_availabilities[0].1, 0.0);
+        assert_eq!(i.unavailable_node_types, ["b"]);
     }
 }

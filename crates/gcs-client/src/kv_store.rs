@@ -3,8 +3,12 @@
 //!
 //! The whole table (its version and every instance) is one value, encoded with
 //! `rayscale_core::instance::encode_table`, under key `instances/<cluster name>` in
-//! namespace [`KvInstanceStore::NAMESPACE`].
+//! namespace [`KvInstanceStore::NAMESPACE`]. Beside it, under `availability/<cluster name>`,
+//! what the loop knows of the cloud's capacity (JSON of
+//! `rayscale_core::availability::AvailabilityState`), so that a restart keeps it and
+//! `rayscale snapshot` can put it in a scenario.
 
+use rayscale_core::availability::AvailabilityState;
 use rayscale_core::instance::{Instance, decode_table, encode_table};
 
 use crate::GcsError;
@@ -16,6 +20,7 @@ pub struct KvInstanceStore {
     client: GcsClient,
     namespace: String,
     key: String,
+    availability_key: String,
 }
 
 impl KvInstanceStore {
@@ -29,6 +34,7 @@ impl KvInstanceStore {
             client,
             namespace: Self::NAMESPACE.to_string(),
             key: format!("instances/{cluster_name}"),
+            availability_key: format!("availability/{cluster_name}"),
         }
     }
 
@@ -79,8 +85,49 @@ impl KvInstanceStore {
             .map(|_| ())
     }
 
-    /// Removes the stored table. Returns whether there was one.
+    /// The stored availability state, `None` if none is stored. Bytes that do not decode
+    /// are a one-line [`GcsError::InstanceTable`] naming the key.
+    pub async fn load_availability(&self) -> Result<Option<AvailabilityState>, GcsError> {
+        let Some(bytes) = self
+            .client
+            .kv_get(&self.namespace, self.availability_key.as_bytes())
+            .await?
+        else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| GcsError::InstanceTable {
+                namespace: self.namespace.clone(),
+                key: self.availability_key.clone(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Stores the availability state, replacing what was stored.
+    pub async fn save_availability(&self, state: &AvailabilityState) -> Result<(), GcsError> {
+        let bytes = serde_json::to_vec(state).map_err(|e| GcsError::InstanceTable {
+            namespace: self.namespace.clone(),
+            key: self.availability_key.clone(),
+            message: e.to_string(),
+        })?;
+        self.client
+            .kv_put(
+                &self.namespace,
+                self.availability_key.as_bytes(),
+                &bytes,
+                true,
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Removes the stored table (and the availability state). Returns whether there was a
+    /// table.
     pub async fn delete(&self) -> Result<bool, GcsError> {
+        self.client
+            .kv_del(&self.namespace, self.availability_key.as_bytes(), false)
+            .await?;
         self.client
             .kv_del(&self.namespace, self.key.as_bytes(), false)
             .await

@@ -4,6 +4,7 @@
 //! uses are extracted into typed fields. Anything Ray's schema or Ray's own post-schema
 //! checks reject is an error naming the offending path.
 
+pub mod fast_yaml;
 pub mod schema;
 
 use serde_json::Value;
@@ -281,6 +282,11 @@ pub fn parse_yaml(text: &str, origin: &str) -> Result<Value, CoreError> {
             origin: origin.to_string(),
             message: e.to_string().replace('\n', " "),
         });
+    }
+    // Most configs and scenarios are plain YAML that the fast reader takes; the rest (and
+    // every malformed document, with libyaml's error) goes to libyaml.
+    if let Some(v) = fast_yaml::parse(text) {
+        return Ok(v);
     }
     serde_yaml_ng::from_str::<Value>(text).map_err(|e| CoreError::Parse {
         origin: origin.to_string(),

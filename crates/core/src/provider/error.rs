@@ -71,10 +71,14 @@ impl ProviderErrorKind {
 pub type ErrorSource = Arc<dyn std::error::Error + Send + Sync + 'static>;
 
 /// An error of a provider call: what failed, why, a one-line message, and the cloud's or
-/// SDK's own error as its source.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct ProviderError {
+/// SDK's own error as its source. Boxed, so `Result`s stay small; its fields are read
+/// through [`ProviderErrorDetail`] (`e.kind`, `e.op`, `e.message`).
+#[derive(Debug, Clone)]
+pub struct ProviderError(Box<ProviderErrorDetail>);
+
+/// The fields of a [`ProviderError`].
+#[derive(Debug, Clone)]
+pub struct ProviderErrorDetail {
     /// What failed.
     pub op: ProviderOp,
     /// Why.
@@ -82,8 +86,35 @@ pub struct ProviderError {
     /// One line saying what is wrong (names the node type, instance or request).
     pub message: String,
     /// The underlying error.
-    #[source]
     pub source: Option<ErrorSource>,
+}
+
+impl std::ops::Deref for ProviderError {
+    type Target = ProviderErrorDetail;
+    fn deref(&self) -> &ProviderErrorDetail {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ProviderError {
+    fn deref_mut(&mut self) -> &mut ProviderErrorDetail {
+        &mut self.0
+    }
+}
+
+impl std::fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.message)
+    }
+}
+
+impl std::error::Error for ProviderError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 impl PartialEq for ProviderError {
@@ -96,12 +127,12 @@ impl PartialEq for ProviderError {
 impl ProviderError {
     /// An error of `op` of kind `kind`.
     pub fn new(op: ProviderOp, kind: ProviderErrorKind, message: impl Into<String>) -> Self {
-        ProviderError {
+        ProviderError(Box::new(ProviderErrorDetail {
             op,
             kind,
             message: message.into(),
             source: None,
-        }
+        }))
     }
 
     /// A failed call that is not a launch or terminate of something (`ProviderOp::Other`).

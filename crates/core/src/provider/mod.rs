@@ -33,7 +33,7 @@ pub mod tags;
 
 use std::collections::BTreeMap;
 
-pub use error::{ProviderError, ProviderErrorKind, ProviderOp};
+pub use error::{ErrorSource, ProviderError, ProviderErrorDetail, ProviderErrorKind, ProviderOp};
 
 /// Whether an instance runs Ray's head or a worker (Ray's `NodeKind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

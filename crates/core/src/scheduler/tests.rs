@@ -671,3 +671,74 @@ mod expander_rounds {
         assert_eq!(c.rounds(), 0);
     }
 }
+
+// ---------------------------------------------------------------------- availability
+
+fn twins() -> SchedulingRequest {
+    base(vec![
+        ntype("a", &[("CPU", 2.0)], 0, Some(10)),
+        ntype("b", &[("CPU", 2.0)], 0, Some(10)),
+    ])
+}
+
+#[test]
+fn exact_ties_follow_ray_tie_breaks_recoverable_then_priority_then_availability() {
+    let mut r = twins();
+    r.resource_requests = vec![task(&[("CPU", 2.0)], 1)];
+    assert_eq!(schedule(&r).launch, [("a".to_string(), 1)], "config order");
+    // Lower cloud availability loses the tie.
+    r.cloud_resource_availabilities = vec![("a".into(), 0.5)];
+    assert_eq!(schedule(&r).launch, [("b".to_string(), 1)]);
+    // Priority outranks cloud availability...
+    r.node_types[1].priority = 1;
+    assert_eq!(schedule(&r).launch, [("a".to_string(), 1)]);
+    // ...and recoverable availability outranks priority.
+    r.recoverable_resource_availabilities = vec![("a".into(), 0.1), ("b".into(), 0.2)];
+    assert_eq!(schedule(&r).launch, [("b".to_string(), 1)]);
+    // A type absent from a map counts 1.0.
+    r.recoverable_resource_availabilities = vec![("b".into(), 0.9)];
+    assert_eq!(schedule(&r).launch, [("a".to_string(), 1)]);
+}
+
+#[test]
+fn the_utilisation_score_outranks_availability() {
+    let mut r = base(vec![
+        ntype("small", &[("CPU", 2.0)], 0, Some(10)),
+        ntype("big", &[("CPU", 8.0)], 0, Some(10)),
+    ]);
+    r.resource_requests = vec![task(&[("CPU", 2.0)], 1)];
+    r.recoverable_resource_availabilities = vec![("small".into(), 0.0)];
+    r.cloud_resource_availabilities = vec![("small".into(), 0.0)];
+    assert_eq!(schedule(&r).launch, [("small".to_string(), 1)]);
+}
+
+#[test]
+fn unavailable_types_get_no_new_nodes_but_keep_their_existing_ones() {
+    let mut r = twins();
+    r.node_types[1].min_workers = 1;
+    r.unavailable_node_types = vec!["a".into(), "b".into()];
+    r.instances
+        .push(running("a1", "a", &[("CPU", 2.0)], &[("CPU", 2.0)], 0));
+    r.resource_requests = vec![task(&[("CPU", 2.0)], 3)];
+    let d = schedule(&r);
+    // min_workers of b is not launched, the existing a node takes one task, two are left.
+    assert!(d.launch.is_empty(), "{:?}", d.launch);
+    assert_eq!(d.infeasible_requests.iter().map(|(_, n)| n).sum::<u64>(), 2);
+    // Only a unavailable: b takes the rest.
+    r.unavailable_node_types = vec!["a".into()];
+    let d = schedule(&r);
+    assert_eq!(d.launch, [("b".to_string(), 2)]);
+    assert!(d.infeasible_requests.is_empty());
+}
+
+#[test]
+fn unavailable_types_are_not_offered_to_expanders() {
+    let mut r = twins();
+    r.resource_requests = vec![task(&[("CPU", 2.0)], 2)];
+    r.unavailable_node_types = vec!["a".into()];
+    let mut chain = crate::expander::ExpanderChain::new(
+        vec![Box::new(crate::expander::LeastWaste)],
+        Vec::new(),
+    );
+    assert_eq!(schedule_with(&r, &mut chain).launch, [("b".to_string(), 2)]);
+}
