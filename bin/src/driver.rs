@@ -365,6 +365,14 @@ async fn run_effects(
                 ));
                 match provider.launch(l).await {
                     Ok(outcome) => {
+                        if !outcome.instances.is_empty() {
+                            let ids: Vec<&str> = outcome
+                                .instances
+                                .iter()
+                                .map(|c| c.cloud_instance_id.as_str())
+                                .collect();
+                            log(format!("launch {} made {}", l.request_id, ids.join(", ")));
+                        }
                         if let Some(short) = outcome.shortfall {
                             log(format!(
                                 "launch {} fell short ({}): {short}",

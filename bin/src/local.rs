@@ -241,6 +241,7 @@ pub async fn down(args: DownArgs) -> Result<String> {
     let workers = provider.list().await?;
     let ids: Vec<String> = workers
         .iter()
+        .filter(|c| !c.is_head())
         .map(|c| c.cloud_instance_id.clone())
         .collect();
     if !ids.is_empty() {

@@ -90,8 +90,13 @@ fn decode(text: &str, origin: &str) -> Result<ScenarioDoc> {
             .map_err(|e| at(e.path().to_string(), e.inner().to_string(), false));
     }
     let de = serde_yaml_ng::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de)
-        .map_err(|e| at(e.path().to_string(), e.inner().to_string(), false))
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        // A syntax error names the file, a wrong value its path.
+        match serde_yaml_ng::from_str::<serde::de::IgnoredAny>(text) {
+            Err(syntax) => at(String::new(), syntax.to_string(), true),
+            Ok(_) => at(e.path().to_string(), e.inner().to_string(), false),
+        }
+    })
 }
 
 fn plan(args: &PlanArgs) -> Result<String> {

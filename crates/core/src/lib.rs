@@ -1,8 +1,11 @@
 //! `rayscale-core`: the pure heart of rayscale.
 //!
 //! What lives here: the domain model (resources in exact fixed-point arithmetic, labels,
-//! instance statuses), the Ray cluster config loader with path-naming validation, and the
-//! Ray-compatible scheduler (`scheduler::schedule`), a deterministic function of a snapshot.
+//! instance statuses), the Ray cluster config loader with path-naming validation (and a
+//! fast reader for plain YAML), the Ray-compatible scheduler (`scheduler::schedule`), a
+//! deterministic function of a snapshot, the expanders, the instance manager, the pure
+//! reconciler, the provider contract every cloud implements (`provider`), what is known of
+//! the cloud's capacity (`availability`), and, behind `test-util`, a fake cloud.
 //!
 //! What must NOT live here: any I/O. No tonic, prost, HTTP client, cloud SDK, file system
 //! access beyond parsing text handed in, wall clock or unseeded randomness. Protobuf types

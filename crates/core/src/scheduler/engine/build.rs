@@ -81,6 +81,21 @@ impl Engine<'_> {
 
     /// Sorts runs as Ray sorts requests (descending by its key, stable) and merges
     /// neighbours of the same shape.
+    /// Requests with counts as interned runs, in Ray's scheduling order.
+    pub(super) fn runs_of(
+        &mut self,
+        requests: &[crate::model::ResourceRequestByCount],
+    ) -> Vec<Run> {
+        let runs: Vec<Run> = requests
+            .iter()
+            .map(|rc| Run {
+                shape: self.intern(&rc.request),
+                count: rc.count,
+            })
+            .collect();
+        self.sorted_runs(runs)
+    }
+
     pub(super) fn sorted_runs(&self, mut runs: Vec<Run>) -> Vec<Run> {
         runs.retain(|r| r.count > 0);
         runs.sort_by(|a, b| {

@@ -242,15 +242,7 @@ impl<'a> Engine<'a> {
             decision.extra_constraints_ignored = true;
         }
         if let Some(c) = req.cluster_constraints.first() {
-            let runs: Vec<Run> = c
-                .resource_requests
-                .iter()
-                .map(|rc| Run {
-                    shape: self.intern(&rc.request),
-                    count: rc.count,
-                })
-                .collect();
-            let runs = self.sorted_runs(runs);
+            let runs = self.runs_of(&c.resource_requests);
             if !runs.is_empty() {
                 let nodes = std::mem::take(&mut self.nodes);
                 let (slots, left) = self.try_schedule(&nodes, runs, CONSTRAINT);
@@ -300,15 +292,7 @@ impl<'a> Engine<'a> {
         }
 
         // Task and actor requests.
-        let runs: Vec<Run> = req
-            .resource_requests
-            .iter()
-            .map(|rc| Run {
-                shape: self.intern(&rc.request),
-                count: rc.count,
-            })
-            .collect();
-        let runs = self.sorted_runs(runs);
+        let runs = self.runs_of(&req.resource_requests);
         if !runs.is_empty() {
             let nodes = std::mem::take(&mut self.nodes);
             let (slots, left) = self.try_schedule(&nodes, runs, DEMAND);
