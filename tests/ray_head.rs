@@ -49,6 +49,21 @@ pub struct RayHeadOptions {
     pub env: Vec<(String, String)>,
 }
 
+impl RayHeadOptions {
+    /// A head for an external autoscaler, as the README says to start one:
+    /// `RAY_enable_autoscaler_v2=1 ray start --head --no-monitor`, with the head's node type
+    /// named `head_type` (so `ray status` lists it under its type).
+    pub fn external_autoscaler(head_type: &str) -> Self {
+        RayHeadOptions {
+            extra_args: vec!["--no-monitor".into()],
+            env: vec![
+                ("RAY_enable_autoscaler_v2".into(), "1".into()),
+                ("RAY_NODE_TYPE_NAME".into(), head_type.into()),
+            ],
+        }
+    }
+}
+
 /// A running (or stopped) Ray head node owned by a test.
 #[derive(Debug)]
 pub struct RayHead {

@@ -54,6 +54,29 @@ impl IdSource for RandomIds {
     }
 }
 
+/// Said once when the head was started without autoscaler v2.
+pub const V1_HEAD_HINT: &str = "this Ray head was started without RAY_enable_autoscaler_v2=1: \
+rayscale autoscales it, but `ray status` does not show rayscale's view (and turning v2 on now \
+would make every Ray job print tracebacks). For the full view, start the head with \
+`RAY_enable_autoscaler_v2=1 ray start --head --no-monitor ...`";
+
+/// Said once when another autoscaler reports to the same GCS.
+const OTHER_AUTOSCALER_HINT: &str = "another autoscaler reports to this GCS (a Ray head \
+started without --no-monitor runs Ray's own): both act on the cluster. Start the head with \
+`RAY_enable_autoscaler_v2=1 ray start --head --no-monitor ...`";
+
+/// How often the loop looks at the autoscaling state version the GCS holds.
+const HELD_CHECK: Duration = Duration::from_secs(60);
+
+/// The version of the autoscaling state the GCS holds (0 when none).
+async fn held_report_version(gcs: &GcsClient) -> Result<i64> {
+    Ok(gcs
+        .get_cluster_status()
+        .await?
+        .autoscaling_state
+        .map_or(0, |s| s.autoscaler_state_version))
+}
+
 /// Loop timing.
 #[derive(Debug, Clone)]
 pub struct LoopOptions {
@@ -130,12 +153,14 @@ pub async fn run_loop(
         Err(e) => log(format!("ignoring the stored availability state: {e}")),
     }
     let mut saved_avail = avail.state();
-    // Let `ray status` show the v2 view with this autoscaler's reports.
-    if let Err(e) = gcs
-        .kv_put("__autoscaler", b"__autoscaler_v2_enabled", b"1", true)
-        .await
-    {
-        log(format!("cannot mark autoscaler v2 as enabled: {e}"));
+    // `ray status` shows this autoscaler's reports only on a head started for autoscaler
+    // v2 (`RAY_enable_autoscaler_v2=1`). Turning v2 on for a head started without it is
+    // harmful: its log monitor stays in v1 mode and every Ray job then prints a traceback
+    // per log line. So rayscale never sets the flag; it says once how to start the head.
+    match gcs.kv_get("__autoscaler", b"__autoscaler_v2_enabled").await {
+        Ok(Some(v)) if v == b"1" => {}
+        Ok(_) => log(V1_HEAD_HINT),
+        Err(e) => log(format!("cannot read whether autoscaler v2 is enabled: {e}")),
     }
     // Crash recovery: launches that were recorded but may not have been made are made
     // again; the provider is idempotent by request id, so nothing is launched twice.
@@ -149,6 +174,8 @@ pub async fn run_loop(
     };
     let mut last_run: Option<Instant> = None;
     let mut report_version: i64 = 0;
+    let mut warned_other = false;
+    let mut last_held_check: Option<Instant> = None;
     let mut first = true;
 
     loop {
@@ -279,6 +306,20 @@ pub async fn run_loop(
             match store.save_availability(&now_avail).await {
                 Ok(()) => saved_avail = now_avail,
                 Err(e) => log(format!("cannot store the availability state: {e}")),
+            }
+        }
+        // The GCS drops reports not newer than the one it holds (a restarted rayscale, or
+        // another autoscaler, may have sent higher versions): look at what it holds at the
+        // start and then once a minute, and go on from there. A version this process did
+        // not send means another autoscaler reports too.
+        if last_held_check.is_none_or(|t| t.elapsed() >= HELD_CHECK) {
+            last_held_check = Some(Instant::now());
+            if let Ok(held) = held_report_version(&gcs).await {
+                if held > report_version && report_version > 0 && !warned_other {
+                    log(OTHER_AUTOSCALER_HINT);
+                    warned_other = true;
+                }
+                report_version = report_version.max(held);
             }
         }
         report_version += 1;

@@ -62,10 +62,11 @@ fn local_provider(
 }
 
 /// The head's temporary directory (Ray's `--temp-dir`): it names every head process, so
-/// `down` stops exactly this cluster's head.
+/// `down` stops exactly this cluster's head. Short (Ray puts unix sockets under it), and
+/// distinct for distinct names: a name reduced or cut to fit gets a hash of the whole.
 fn head_temp_dir(config: &ClusterConfig) -> PathBuf {
-    let safe: String = config
-        .cluster_name
+    let name = &config.cluster_name;
+    let safe: String = name
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
@@ -74,9 +75,27 @@ fn head_temp_dir(config: &ClusterConfig) -> PathBuf {
                 '_'
             }
         })
-        .take(24)
         .collect();
-    PathBuf::from(format!("/tmp/rayscale-{safe}-head"))
+    if safe == *name && safe.len() <= 24 {
+        return PathBuf::from(format!("/tmp/rayscale-{safe}-head"));
+    }
+    // FNV-1a: stable across builds and platforms.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let short: String = safe.chars().take(15).collect();
+    PathBuf::from(format!("/tmp/rayscale-{short}-{:08x}-head", hash as u32))
+}
+
+/// Whether a command line names `dir` itself or something inside it (not a longer name
+/// that starts the same, as `/tmp/rayscale-foo-head-head` for `/tmp/rayscale-foo-head`).
+fn mentions_dir(cmdline: &str, dir: &str) -> bool {
+    cmdline.match_indices(dir).any(|(i, _)| {
+        matches!(
+            cmdline[i + dir.len()..].chars().next(),
+            None | Some('/' | '\0' | ' ' | '"' | '\'' | ',' | ':' | ';')
+        )
+    })
 }
 
 async fn gcs_answers(addr: &str) -> bool {
@@ -159,8 +178,12 @@ async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()>
             &format!("--num-cpus={cpus}"),
             "--include-dashboard=false",
             "--disable-usage-stats",
+            // The head of an external autoscaler: autoscaler v2's view in `ray status`,
+            // and no Ray autoscaler of its own (see the README).
+            "--no-monitor",
             &format!("--temp-dir={}", temp.display()),
         ])
+        .env("RAY_enable_autoscaler_v2", "1")
         .env(
             "RAY_NODE_TYPE_NAME",
             config.head_node_type.as_deref().unwrap_or("head"),
@@ -204,6 +227,7 @@ pub struct DownArgs {
 }
 
 /// Pids of the processes whose command line mentions `needle`.
+/// Processes (not this one) whose command line names the directory `needle`.
 fn pids_mentioning(needle: &str) -> Vec<u32> {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -214,7 +238,7 @@ fn pids_mentioning(needle: &str) -> Vec<u32> {
         .filter(|&pid| pid != me)
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .map(|c| mentions_dir(&String::from_utf8_lossy(&c), needle))
                 .unwrap_or(false)
         })
         .collect()
@@ -333,4 +357,37 @@ pub async fn run(args: RunArgs) -> Result<String> {
     )
     .await?;
     Ok(String::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(name: &str) -> ClusterConfig {
+        let yaml = format!(
+            "cluster_name: {name:?}\nprovider: {{type: local_processes}}\nhead_node_type: h\n\
+             available_node_types:\n  h: {{resources: {{}}, node_config: {{}}}}\n"
+        );
+        ClusterConfig::from_yaml_str(&yaml, "t.yaml").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_cluster_never_matches_another_clusters_head() {
+        let foo = head_temp_dir(&config("foo")).display().to_string();
+        let foo_head = head_temp_dir(&config("foo-head")).display().to_string();
+        assert_eq!(foo, "/tmp/rayscale-foo-head");
+        let cmd = format!("raylet\0--temp-dir={foo_head}\0--session-dir={foo_head}/session_1");
+        assert!(!mentions_dir(&cmd, &foo), "{cmd}");
+        assert!(mentions_dir(&cmd, &foo_head));
+        assert!(mentions_dir(
+            &format!("gcs_server --log-dir={foo}/session_x/logs"),
+            &foo
+        ));
+        // Long or reduced names stay distinct.
+        let a = head_temp_dir(&config("a-very-long-cluster-name-number-1"));
+        let b = head_temp_dir(&config("a-very-long-cluster-name-number-2"));
+        assert_ne!(a, b);
+        assert_ne!(head_temp_dir(&config("x y")), head_temp_dir(&config("x_y")));
+        assert!(a.display().to_string().len() <= 45);
+    }
 }

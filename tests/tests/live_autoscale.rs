@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rayscale_gcs_client::client::ClientOptions;
-use rayscale_tests::ray_head::{RayHead, is_head_node};
+use rayscale_tests::ray_head::{RayHead, RayHeadOptions, is_head_node};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -240,7 +240,16 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// A cluster whose head is started for an external autoscaler (v2, no Ray monitor).
     fn new(name: &str, idle_minutes: f64) -> Fixture {
+        Self::with_head(
+            name,
+            idle_minutes,
+            RayHeadOptions::external_autoscaler("head"),
+        )
+    }
+
+    fn with_head(name: &str, idle_minutes: f64, options: RayHeadOptions) -> Fixture {
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let cluster = format!("{name}{}", std::process::id());
         let scratch = Scratch::new(name);
@@ -250,7 +259,7 @@ impl Fixture {
             cluster,
             scratch,
             config,
-            head: RayHead::start(),
+            head: RayHead::start_with(options),
             _serial: serial,
         }
     }
@@ -279,6 +288,7 @@ fn scale_up_from_zero_then_idle_scale_down_through_drain() {
         "workload failed: {out}\nrayscale log:\n{log}"
     );
     assert!(log.contains("launching"), "{log}");
+    assert_no_traceback(&out);
     // Idle for 12 s: drained through the GCS, then terminated; no process left.
     let gone = wait_until(Duration::from_secs(90), || {
         alive_workers(head).is_empty() && cluster_processes(&cluster).is_empty()
@@ -290,6 +300,53 @@ fn scale_up_from_zero_then_idle_scale_down_through_drain() {
         cluster_processes(&cluster)
     );
     assert!(log.contains("draining"), "no drain in the log:\n{log}");
+}
+
+/// Ray prints a traceback per log line into every job when the v2 flag is turned on for a
+/// head whose log monitor runs in v1 mode (measured: 219 in a 10 s job).
+fn assert_no_traceback(job_output: &str) {
+    for bad in ["Traceback", "Failed to parse event"] {
+        assert!(
+            !job_output.contains(bad),
+            "the job printed {bad:?}:\n{job_output}"
+        );
+    }
+}
+
+#[test]
+fn a_head_started_without_v2_is_autoscaled_without_tracebacks_and_told_once() {
+    let f = Fixture::with_head("v1", 0.2, RayHeadOptions::default());
+    let lp = f.start_loop();
+    let (ok, out) = finish(
+        workload(&f.head, &["tasks", "4", "1", "3"]),
+        Duration::from_secs(180),
+    );
+    let log = lp.log_text();
+    assert!(
+        ok && out.contains("done 4"),
+        "workload failed: {out}\n{log}"
+    );
+    assert_no_traceback(&out);
+    assert_eq!(
+        log.matches("started without RAY_enable_autoscaler_v2=1")
+            .count(),
+        1,
+        "{log}"
+    );
+    // The flag is left as the head set it.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _in_runtime = rt.enter();
+    let client = f.head.client(ClientOptions {
+        deadline: Duration::from_secs(3),
+        ..Default::default()
+    });
+    let flag = rt
+        .block_on(client.kv_get("__autoscaler", b"__autoscaler_v2_enabled"))
+        .expect("kv get");
+    assert_eq!(flag.as_deref(), Some(&b"0"[..]));
 }
 
 #[test]
@@ -413,6 +470,60 @@ fn kill_9_in_the_middle_of_a_scale_up_launches_nothing_twice() {
     );
     assert!(nodes.len() <= 4, "{nodes:?}\n{log}");
     assert!(before.len() <= cluster_processes(&cluster).len() + 64);
+}
+
+#[test]
+fn ray_status_is_current_right_after_a_restart() {
+    let f = Fixture::new("rv", 5.0);
+    let head = &f.head;
+    // An earlier rayscale reported up to version 1000 before it was replaced.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _in_runtime = rt.enter();
+    let client = head.client(ClientOptions {
+        deadline: Duration::from_secs(3),
+        ..Default::default()
+    });
+    rt.block_on(client.report_autoscaling_state(
+        rayscale_gcs_client::proto::ray::rpc::autoscaler::AutoscalingState {
+            autoscaler_state_version: 1000,
+            ..Default::default()
+        },
+    ))
+    .expect("report");
+    let lp = f.start_loop();
+    let mut w = workload(head, &["infeasible"]);
+    let mut version = 0;
+    let current = wait_until(Duration::from_secs(20), || {
+        version = rt
+            .block_on(client.get_cluster_status())
+            .ok()
+            .and_then(|r| r.autoscaling_state)
+            .map_or(0, |s| s.autoscaler_state_version);
+        version > 1000
+    });
+    let mut shown = String::new();
+    let infeasible_shown = wait_until(Duration::from_secs(20), || {
+        shown = Command::new(head.ray_bin())
+            .args(["status", "--address", &head.addr()])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        shown.contains("GPU: 8") || shown.contains("'GPU': 8")
+    });
+    let _ = w.kill();
+    let _ = w.wait();
+    assert!(
+        current,
+        "the GCS still holds version {version}:\n{}",
+        lp.log_text()
+    );
+    assert!(
+        infeasible_shown,
+        "ray status does not show the new report:\n{shown}"
+    );
 }
 
 /// Instance ids of the live worker `ray start` processes (process-group leaders).

@@ -419,10 +419,10 @@ impl Inner {
             exit.log_path.display()
         );
         self.lock().errors.push(ProviderError::new(
-            ProviderOp::Launch {
-                request_id: exit.request_id,
+            ProviderOp::Instance {
+                cloud_instance_id: exit.id.clone(),
+                request_id: Some(exit.request_id).filter(|r| !r.is_empty()),
                 node_type: exit.node_type,
-                count: 1,
             },
             ProviderErrorKind::Transient,
             message,

@@ -389,10 +389,10 @@ async fn failing_ray_start_is_reported_once() {
     let e = &errors[0];
     assert_eq!(
         e.op,
-        ProviderOp::Launch {
-            request_id: "r-fail".into(),
+        ProviderOp::Instance {
+            cloud_instance_id: "local-r-fail-0".into(),
+            request_id: Some("r-fail".into()),
             node_type: "cpu2".into(),
-            count: 1
         }
     );
     assert!(e.retryable());

@@ -14,6 +14,16 @@ pub enum ProviderOp {
         /// How many instances of it failed.
         count: u64,
     },
+    /// An instance failed on its own after its launch (its boot or its process died)
+    /// before anyone asked it to stop.
+    Instance {
+        /// The instance.
+        cloud_instance_id: String,
+        /// The launch request that made it, if known.
+        request_id: Option<String>,
+        /// Its node type.
+        node_type: String,
+    },
     /// Terminating an instance failed.
     Terminate {
         /// The instance.

@@ -308,3 +308,65 @@ fn pending_instances_are_adopted_and_stopping_ones_are_not() {
     assert_eq!(adopted, ["booting"]);
     assert_eq!(table[0].status, InstanceStatus::Allocated);
 }
+
+#[test]
+fn an_instance_that_fails_on_its_own_fails_its_record_not_a_sibling() {
+    let mut w = World::new(CONFIG);
+    w.ray.pending_resource_requests = cpu_demand(4);
+    let out = w.tick();
+    assert_eq!(World::launched_types(&out), [("w".to_string(), 2)]);
+    // Only the first instance shows up; it joins i1, i2 still waits for its own.
+    let rid = w.instance("i1").launch_request_id.clone();
+    w.cloud.push(CloudInstance::worker("c-0", "w", Some(&rid)));
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::Allocated);
+    assert_eq!(w.instance("i2").status, InstanceStatus::Requested);
+    // c-0's process dies on its own and the provider says which instance it was.
+    w.errors.push(ProviderError::new(
+        ProviderOp::Instance {
+            cloud_instance_id: "c-0".into(),
+            request_id: Some(rid.clone()),
+            node_type: "w".into(),
+        },
+        ProviderErrorKind::Transient,
+        "ray start exited (exit status: 1)",
+    ));
+    w.now += SEC;
+    w.tick();
+    // Still listed (remnants being stopped): its record is terminated with the error.
+    let i1 = w.instance("i1");
+    assert_eq!(i1.status, InstanceStatus::Terminating);
+    assert_eq!(
+        i1.last_error.as_deref(),
+        Some("ray start exited (exit status: 1)")
+    );
+    assert_eq!(
+        w.instance("i2").status,
+        InstanceStatus::Requested,
+        "the sibling waits"
+    );
+    // An instance that died before any record held it costs its request one instance.
+    w.errors.push(ProviderError::new(
+        ProviderOp::Instance {
+            cloud_instance_id: "c-1".into(),
+            request_id: Some(rid),
+            node_type: "w".into(),
+        },
+        ProviderErrorKind::Transient,
+        "ray start exited (exit status: 1)",
+    ));
+    w.cloud.clear();
+    w.now += SEC;
+    let out = w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::Terminated);
+    assert_eq!(w.instance("i2").status, InstanceStatus::AllocationFailed);
+    assert_eq!(
+        out.report
+            .failed_requests
+            .iter()
+            .map(|f| f.count)
+            .sum::<u64>(),
+        2
+    );
+}

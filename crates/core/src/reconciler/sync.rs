@@ -71,16 +71,32 @@ impl<S: InstanceStorage> Run<'_, S> {
         // 2. Launch errors fail the instances their request still owes, at once; a
         //    capacity error also makes the type unavailable for a while.
         let mut owed: HashMap<(String, String), u64> = HashMap::new();
+        let mut failed_instances: BTreeMap<&str, &str> = BTreeMap::new();
         for e in obs.provider_errors {
-            if let ProviderOp::Launch {
-                request_id,
-                node_type,
-                count,
-            } = &e.op
-            {
-                *owed
-                    .entry((request_id.clone(), node_type.clone()))
-                    .or_default() += count;
+            match &e.op {
+                ProviderOp::Launch {
+                    request_id,
+                    node_type,
+                    count,
+                } => {
+                    *owed
+                        .entry((request_id.clone(), node_type.clone()))
+                        .or_default() += count;
+                }
+                // An instance that failed on its own is its record's failure; only one
+                // that no record holds yet costs its request one instance.
+                ProviderOp::Instance {
+                    cloud_instance_id,
+                    request_id,
+                    node_type,
+                } => {
+                    if held.contains(cloud_instance_id) {
+                        failed_instances.insert(cloud_instance_id.as_str(), e.message.as_str());
+                    } else if let Some(r) = request_id {
+                        *owed.entry((r.clone(), node_type.clone())).or_default() += 1;
+                    }
+                }
+                _ => {}
             }
             if let Some((node_type, zone)) = e.capacity() {
                 self.avail
@@ -103,8 +119,12 @@ impl<S: InstanceStorage> Run<'_, S> {
                 let why = obs
                     .provider_errors
                     .iter()
-                    .find(|e| {
-                        matches!(&e.op, ProviderOp::Launch { request_id, .. } if *request_id == key.0)
+                    .find(|e| match &e.op {
+                        ProviderOp::Launch { request_id, .. } => *request_id == key.0,
+                        ProviderOp::Instance { request_id, .. } => {
+                            request_id.as_deref() == Some(key.0.as_str())
+                        }
+                        _ => false,
                     })
                     .map(|e| e.message.clone())
                     .unwrap_or_default();
@@ -133,16 +153,36 @@ impl<S: InstanceStorage> Run<'_, S> {
             }
             if !cloud_ids.contains(cid) {
                 let mut e = Self::ev(i, InstanceStatus::Terminated, "cloud instance is gone");
-                // Died before Ray ran on it, with a launch error: a failed launch.
-                if i.times_entered(InstanceStatus::RayRunning) == 0
-                    && let Some(err) = obs.provider_errors.iter().find(|e| {
-                        matches!(&e.op, ProviderOp::Launch { request_id, .. }
-                            if *request_id == i.launch_request_id)
-                    })
-                {
-                    e = e.with_error(err.message.clone());
+                // Died before Ray ran on it, with an error of its own or of its launch: a
+                // failed launch.
+                if i.times_entered(InstanceStatus::RayRunning) == 0 {
+                    let own = failed_instances.get(cid).map(|m| m.to_string());
+                    let of_launch = || {
+                        obs.provider_errors
+                            .iter()
+                            .find(|e| {
+                                matches!(&e.op, ProviderOp::Launch { request_id, .. }
+                                    if *request_id == i.launch_request_id)
+                            })
+                            .map(|e| e.message.clone())
+                    };
+                    if let Some(msg) = own.or_else(of_launch) {
+                        e = e.with_error(msg);
+                    }
                 }
                 events.push(e);
+            } else if let Some(msg) = failed_instances.get(cid)
+                && matches!(
+                    i.status,
+                    InstanceStatus::Allocated | InstanceStatus::RayInstalling
+                )
+                && crate::instance::is_valid_transition(i.status, InstanceStatus::Terminating)
+            {
+                // Failed before Ray ran on it and still there: terminate what is left.
+                events.push(
+                    Self::ev(i, InstanceStatus::Terminating, "the instance failed")
+                        .with_error(*msg),
+                );
             } else if i.status == InstanceStatus::Terminating
                 && let Some(msg) = term_errors.get(cid)
             {
