@@ -176,6 +176,8 @@ pub async fn run_loop(
     let mut report_version: i64 = 0;
     let mut warned_other = false;
     let mut last_held_check: Option<Instant> = None;
+    // Rows of the GCS state left out, as last said.
+    let mut bad_rows: BTreeSet<String> = BTreeSet::new();
     let mut first = true;
 
     loop {
@@ -239,17 +241,17 @@ pub async fn run_loop(
         }
         last = fp;
         last_run = Some(Instant::now());
-        let core_state = match rayscale_gcs_client::convert::cluster_resource_state(
+        // A row that does not convert is left out (as Ray's scheduler skips it), and said
+        // once while it lasts; the rest of the state is still acted on.
+        let (core_state, skipped) = rayscale_gcs_client::convert::cluster_resource_state_lenient(
             &state,
             "cluster_resource_state",
-        ) {
-            Ok(s) => s,
-            Err(e) => {
-                log(format!("the GCS state does not convert, skipping: {e}"));
-                carried = errors;
-                continue;
-            }
-        };
+        );
+        let now_bad: BTreeSet<String> = skipped.iter().map(ToString::to_string).collect();
+        for e in now_bad.difference(&bad_rows) {
+            log(format!("left out of this iteration's GCS state: {e}"));
+        }
+        bad_rows = now_bad;
         let rej = std::mem::take(&mut rejections);
         // The reconciler is synchronous; the gRPC expander blocks on its own runtime, so
         // the iteration runs outside this runtime's context.

@@ -138,30 +138,34 @@ pub fn resource_request_to_proto(r: &ResourceRequest) -> pb::ResourceRequest {
     }
 }
 
+fn by_count_one(
+    rc: &pb::ResourceRequestByCount,
+    p: &str,
+) -> Result<ResourceRequestByCount, GcsError> {
+    if rc.count < 0 {
+        return Err(GcsError::Invalid {
+            path: format!("{p}.count"),
+            message: format!("must not be negative, got {}", rc.count),
+        });
+    }
+    Ok(ResourceRequestByCount {
+        request: resource_request(
+            rc.request
+                .as_ref()
+                .unwrap_or(&pb::ResourceRequest::default()),
+            &format!("{p}.request"),
+        )?,
+        count: rc.count as u64,
+    })
+}
+
 fn by_count(
     list: &[pb::ResourceRequestByCount],
     path: &str,
 ) -> Result<Vec<ResourceRequestByCount>, GcsError> {
     list.iter()
         .enumerate()
-        .map(|(i, rc)| {
-            let p = format!("{path}[{i}]");
-            if rc.count < 0 {
-                return Err(GcsError::Invalid {
-                    path: format!("{p}.count"),
-                    message: format!("must not be negative, got {}", rc.count),
-                });
-            }
-            Ok(ResourceRequestByCount {
-                request: resource_request(
-                    rc.request
-                        .as_ref()
-                        .unwrap_or(&pb::ResourceRequest::default()),
-                    &format!("{p}.request"),
-                )?,
-                count: rc.count as u64,
-            })
-        })
+        .map(|(i, rc)| by_count_one(rc, &format!("{path}[{i}]")))
         .collect()
 }
 
@@ -181,70 +185,117 @@ pub fn cluster_resource_state(
     s: &pb::ClusterResourceState,
     path: &str,
 ) -> Result<ClusterResourceState, GcsError> {
+    convert_state(s, path, &mut |e| Err(e))
+}
+
+/// Like [`cluster_resource_state`], but a row that does not convert (a node, a pending
+/// request, a placement group or a constraint with a NaN or negative amount, ...) is left
+/// out instead of failing the whole state, as Ray's scheduler skips it; the errors of the
+/// rows left out come back, each naming its path.
+pub fn cluster_resource_state_lenient(
+    s: &pb::ClusterResourceState,
+    path: &str,
+) -> (ClusterResourceState, Vec<GcsError>) {
+    let mut skipped = Vec::new();
+    let state = convert_state(s, path, &mut |e| {
+        skipped.push(e);
+        Ok(())
+    });
+    match state {
+        Ok(state) => (state, skipped),
+        // The callback never fails, so neither does the conversion.
+        Err(e) => (ClusterResourceState::default(), vec![e]),
+    }
+}
+
+/// Converts row by row; a row's error goes to `bad`, which fails the whole (strict) or
+/// leaves the row out (lenient).
+fn convert_state(
+    s: &pb::ClusterResourceState,
+    path: &str,
+    bad: &mut dyn FnMut(GcsError) -> Result<(), GcsError>,
+) -> Result<ClusterResourceState, GcsError> {
     let mut node_states = Vec::with_capacity(s.node_states.len());
     for (i, n) in s.node_states.iter().enumerate() {
-        let p = || format!("{path}.node_states[{i}]");
-        node_states.push(NodeState {
-            node_id: n.node_id.clone(),
-            instance_id: n.instance_id.clone(),
-            ray_node_type_name: n.ray_node_type_name.clone(),
-            available_resources: resources(&n.available_resources, || {
-                format!("{}.available_resources", p())
-            })?,
-            total_resources: resources(&n.total_resources, || format!("{}.total_resources", p()))?,
-            dynamic_labels: labels(&n.dynamic_labels),
-            labels: labels(&n.labels),
-            idle_duration_ms: n.idle_duration_ms,
-            status: node_status(n.status),
-        });
+        match node_state(n, &format!("{path}.node_states[{i}]")) {
+            Ok(n) => node_states.push(n),
+            Err(e) => bad(e)?,
+        }
+    }
+    let mut pending = Vec::with_capacity(s.pending_resource_requests.len());
+    for (i, rc) in s.pending_resource_requests.iter().enumerate() {
+        match by_count_one(rc, &format!("{path}.pending_resource_requests[{i}]")) {
+            Ok(r) => pending.push(r),
+            Err(e) => bad(e)?,
+        }
     }
     let mut gangs = Vec::with_capacity(s.pending_gang_resource_requests.len());
     for (i, g) in s.pending_gang_resource_requests.iter().enumerate() {
-        let p = format!("{path}.pending_gang_resource_requests[{i}]");
-        let requests = g
-            .requests
-            .iter()
-            .enumerate()
-            .map(|(j, r)| resource_request(r, &format!("{p}.requests[{j}]")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let first_bundle_selector = match g.bundle_selectors.first() {
-            Some(b) => Some(
-                b.resource_requests
-                    .iter()
-                    .enumerate()
-                    .map(|(j, r)| {
-                        resource_request(
-                            r,
-                            &format!("{p}.bundle_selectors[0].resource_requests[{j}]"),
-                        )
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
-            None => None,
-        };
-        gangs.push(GangRequest {
-            requests,
-            details: g.details.clone(),
-            first_bundle_selector,
-        });
+        match gang(g, &format!("{path}.pending_gang_resource_requests[{i}]")) {
+            Ok(g) => gangs.push(g),
+            Err(e) => bad(e)?,
+        }
     }
     let mut constraints = Vec::new();
     for (i, c) in s.cluster_resource_constraints.iter().enumerate() {
-        constraints.push(ClusterConstraint {
-            resource_requests: by_count(
-                &c.resource_requests,
-                &format!("{path}.cluster_resource_constraints[{i}].resource_requests"),
-            )?,
-        });
+        match by_count(
+            &c.resource_requests,
+            &format!("{path}.cluster_resource_constraints[{i}].resource_requests"),
+        ) {
+            Ok(resource_requests) => constraints.push(ClusterConstraint { resource_requests }),
+            Err(e) => bad(e)?,
+        }
     }
     Ok(ClusterResourceState {
         node_states,
-        pending_resource_requests: by_count(
-            &s.pending_resource_requests,
-            &format!("{path}.pending_resource_requests"),
-        )?,
+        pending_resource_requests: pending,
         pending_gang_resource_requests: gangs,
         cluster_resource_constraints: constraints,
+    })
+}
+
+fn node_state(n: &pb::NodeState, p: &str) -> Result<NodeState, GcsError> {
+    Ok(NodeState {
+        node_id: n.node_id.clone(),
+        instance_id: n.instance_id.clone(),
+        ray_node_type_name: n.ray_node_type_name.clone(),
+        available_resources: resources(&n.available_resources, || {
+            format!("{p}.available_resources")
+        })?,
+        total_resources: resources(&n.total_resources, || format!("{p}.total_resources"))?,
+        dynamic_labels: labels(&n.dynamic_labels),
+        labels: labels(&n.labels),
+        idle_duration_ms: n.idle_duration_ms,
+        status: node_status(n.status),
+    })
+}
+
+fn gang(g: &pb::GangResourceRequest, p: &str) -> Result<GangRequest, GcsError> {
+    let requests = g
+        .requests
+        .iter()
+        .enumerate()
+        .map(|(j, r)| resource_request(r, &format!("{p}.requests[{j}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let first_bundle_selector = match g.bundle_selectors.first() {
+        Some(b) => Some(
+            b.resource_requests
+                .iter()
+                .enumerate()
+                .map(|(j, r)| {
+                    resource_request(
+                        r,
+                        &format!("{p}.bundle_selectors[0].resource_requests[{j}]"),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        None => None,
+    };
+    Ok(GangRequest {
+        requests,
+        details: g.details.clone(),
+        first_bundle_selector,
     })
 }
 
@@ -408,5 +459,61 @@ mod tests {
             e,
             "crs.node_states[0].total_resources.CPU: resource amounts must be finite and non-negative, got -1"
         );
+    }
+}
+
+#[cfg(test)]
+mod lenient_tests {
+    use super::*;
+
+    fn node(id: u8, cpu: f64) -> pb::NodeState {
+        pb::NodeState {
+            node_id: vec![id; 4],
+            instance_id: format!("i-{id}"),
+            total_resources: [("CPU".to_string(), cpu)].into_iter().collect(),
+            available_resources: [("CPU".to_string(), cpu)].into_iter().collect(),
+            ..Default::default()
+        }
+    }
+
+    fn request(cpu: f64, count: i64) -> pb::ResourceRequestByCount {
+        pb::ResourceRequestByCount {
+            request: Some(pb::ResourceRequest {
+                resources_bundle: [("CPU".to_string(), cpu)].into_iter().collect(),
+                ..Default::default()
+            }),
+            count,
+        }
+    }
+
+    #[test]
+    fn a_bad_row_is_left_out_and_named_never_the_whole_state() {
+        let s = pb::ClusterResourceState {
+            node_states: vec![node(1, 4.0), node(2, f64::NAN), node(3, 2.0)],
+            pending_resource_requests: vec![request(1.0, 3), request(1.0, -1), request(-2.0, 1)],
+            ..Default::default()
+        };
+        let strict = cluster_resource_state(&s, "state").expect_err("strict fails");
+        assert!(
+            strict.to_string().contains("state.node_states[1]"),
+            "{strict}"
+        );
+        let (state, skipped) = cluster_resource_state_lenient(&s, "state");
+        assert_eq!(
+            state
+                .node_states
+                .iter()
+                .map(|n| n.instance_id.as_str())
+                .collect::<Vec<_>>(),
+            ["i-1", "i-3"]
+        );
+        assert_eq!(state.pending_resource_requests.len(), 1);
+        assert_eq!(state.pending_resource_requests[0].count, 3);
+        let paths: Vec<String> = skipped.iter().map(|e| e.to_string()).collect();
+        assert_eq!(paths.len(), 3, "{paths:?}");
+        assert!(paths[0].contains("state.node_states[1].available_resources.CPU"));
+        assert!(paths[1].contains("state.pending_resource_requests[1].count"));
+        assert!(paths[2].contains("state.pending_resource_requests[2].request"));
+        assert!(paths.iter().all(|p| !p.contains('\n')));
     }
 }
