@@ -299,3 +299,35 @@ fn the_grpc_expander_works_inside_an_async_loop() {
     assert_eq!(launched(&d), vec![("b".into(), 2)]);
     assert_eq!(server.calls(), 1);
 }
+
+#[test]
+fn a_server_that_does_not_answer_costs_one_timeout_per_pass() {
+    // Twenty placement groups: twenty placement rounds, each of which would ask the chain.
+    let server = TestServer::start(
+        local(),
+        Mode::Slow(Duration::from_secs(3), "c".into()),
+        None,
+    )
+    .expect("server");
+    let mut chain = plaintext(server.addr, 0.2);
+    let mut r = request();
+    r.resource_requests.clear();
+    r.gang_requests = (0..20)
+        .map(|i| rayscale_core::model::GangRequest {
+            requests: vec![rayscale_core::model::ResourceRequest {
+                resources: rayscale_core::testing::res(&[("CPU", 4.0)]),
+                ..Default::default()
+            }],
+            details: format!("pg-{i}"),
+            first_bundle_selector: None,
+        })
+        .collect();
+    let d = schedule_with(&r, &mut chain);
+    assert_eq!(d.launch.iter().map(|(_, n)| n).sum::<u64>(), 20);
+    assert!(chain.rounds() >= 20, "{} rounds", chain.rounds());
+    assert_eq!(server.calls(), 1, "one call, then skipped for the pass");
+    assert_eq!(chain.take_warnings().len(), 1);
+    // The next pass (the next iteration) tries the server again.
+    schedule_with(&r, &mut chain);
+    assert_eq!(server.calls(), 2);
+}

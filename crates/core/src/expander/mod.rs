@@ -73,6 +73,9 @@ pub struct ExpanderChain {
     prices: Vec<(String, f64)>,
     /// Per expander name: how many times it failed and the next one decided.
     fallbacks: Vec<(String, u64)>,
+    /// Per expander: failed in this pass, so skipped until the next (a circuit breaker:
+    /// a dead gRPC server costs one timeout per pass, not one per round).
+    tripped: Vec<bool>,
     warnings: Vec<String>,
     rounds: u64,
 }
@@ -109,6 +112,7 @@ impl ExpanderChain {
                 .iter()
                 .map(|e| (e.name().to_string(), 0))
                 .collect(),
+            tripped: vec![false; expanders.len()],
             expanders,
             prices,
             warnings: Vec::new(),
@@ -190,13 +194,23 @@ impl ExpanderChain {
             .map(|(_, p)| *p)
     }
 
-    /// Picks one option (an index into `options`, never empty) by running the chain.
+    /// Starts a scheduling pass: expanders that failed in the last pass are asked again.
+    pub fn begin_pass(&mut self) {
+        self.tripped.iter_mut().for_each(|t| *t = false);
+    }
+
+    /// Picks one option (an index into `options`, never empty) by running the chain. An
+    /// expander that fails is skipped for the rest of the pass (see [`Self::begin_pass`]).
     pub fn choose(&mut self, options: &[ExpansionOption]) -> usize {
         self.rounds += 1;
         let mut cand: Vec<usize> = (0..options.len()).collect();
         for (ei, e) in self.expanders.iter_mut().enumerate() {
             if cand.len() <= 1 {
                 break;
+            }
+            if self.tripped[ei] {
+                self.fallbacks[ei].1 += 1;
+                continue;
             }
             let view: Vec<ExpansionOption> = cand.iter().map(|&i| options[i].clone()).collect();
             let failure = match e.best_options(&view) {
@@ -219,13 +233,15 @@ impl ExpanderChain {
             };
             if let Some(why) = failure {
                 self.fallbacks[ei].1 += 1;
+                self.tripped[ei] = true;
                 let next = self
                     .fallbacks
                     .get(ei + 1)
                     .map_or("config order", |(n, _)| n.as_str());
                 self.warnings.push(format!(
-                    "expander {} failed ({why}); {next} decides this round",
-                    self.fallbacks[ei].0
+                    "expander {} failed ({why}); {next} decides this round, and {} is \
+                     skipped for the rest of this pass",
+                    self.fallbacks[ei].0, self.fallbacks[ei].0
                 ));
             }
         }

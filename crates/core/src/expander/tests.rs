@@ -235,13 +235,16 @@ fn chain_narrows_and_falls_through_on_failure() {
     assert_eq!(chain.choose(&o), 1);
     assert!(chain.take_warnings().is_empty());
     // Failures: least-nodes then least-waste decide (b and c need 1 node, c wastes nothing).
+    // Each round is its own pass here (a failed expander sits out the rest of its pass).
     for round in 0..3 {
+        chain.begin_pass();
         assert_eq!(chain.choose(&o), 2, "round {round}");
         let w = chain.take_warnings();
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].starts_with("expander grpc failed"), "{w:?}");
         assert!(w[0].contains("least-nodes decides this round"), "{w:?}");
     }
+    chain.begin_pass();
     assert_eq!(chain.choose(&o), 0);
     assert_eq!(calls.get(), 5);
     assert_eq!(chain.rounds(), 5);
@@ -249,6 +252,36 @@ fn chain_narrows_and_falls_through_on_failure() {
     // A single option needs no expander call.
     assert_eq!(chain.choose(&o[..1]), 0);
     assert_eq!(calls.get(), 5);
+}
+
+#[test]
+fn a_failed_expander_sits_out_the_rest_of_its_pass() {
+    let t = types(&[("a", 0), ("b", 0)]);
+    let o = [opt("a", 2, 4, 1.0, 8.0), opt("b", 1, 4, 1.0, 4.0)];
+    let calls = std::rc::Rc::new(std::cell::Cell::new(0));
+    let scripted = Scripted {
+        answers: (0..20)
+            .map(|_| Err(CoreError::invalid("grpc", "deadline exceeded")))
+            .collect(),
+        calls: calls.clone(),
+    };
+    let settings = ExpanderSettings {
+        chain: parse_chain("grpc,least-nodes"),
+        ..Default::default()
+    };
+    let mut chain =
+        ExpanderChain::from_settings(&settings, &t, Some(Box::new(scripted))).expect("chain");
+    chain.begin_pass();
+    for _ in 0..10 {
+        assert_eq!(chain.choose(&o), 1, "least-nodes decides");
+    }
+    assert_eq!(calls.get(), 1, "one failed call per pass");
+    assert_eq!(chain.fallbacks()[0], ("grpc".to_string(), 10));
+    assert_eq!(chain.take_warnings().len(), 1);
+    // The next pass asks it again.
+    chain.begin_pass();
+    chain.choose(&o);
+    assert_eq!(calls.get(), 2);
 }
 
 #[test]

@@ -215,6 +215,7 @@ impl<'a> Engine<'a> {
 
     /// Chooses new nodes with `chain` (in rounds) unless `ray` heads it.
     pub(super) fn with_chain(mut self, chain: &'a mut ExpanderChain) -> Self {
+        chain.begin_pass();
         if !chain.is_ray() {
             self.chain = Some(chain);
         }
