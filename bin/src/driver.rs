@@ -33,15 +33,6 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// Prints one log line with a timestamp.
-pub fn log(msg: impl AsRef<str>) {
-    let t = now_ns();
-    let secs = t / 1_000_000_000;
-    let ms = (t / 1_000_000) % 1000;
-    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
-    eprintln!("{h:02}:{m:02}:{s:02}.{ms:03} rayscale: {}", msg.as_ref());
-}
-
 /// Random ids from a generator seeded at start (process id and time).
 struct RandomIds(SeededRng);
 
@@ -115,7 +106,7 @@ pub async fn run_loop(
     // Ray's CloudResourceMonitor and rayscale's unavailable types, kept across iterations
     // (in memory, as Ray keeps its monitor).
     let mut avail = Availability::new(config.unavailable_type_ttl_s, DEFAULT_RECOVERY_S);
-    log(format!("provider: {}", provider.provider_type()));
+    tracing::info!("provider: {}", provider.provider_type());
     let store = KvInstanceStore::new(gcs.clone(), &config.cluster_name);
     let mut ids = RandomIds(SeededRng::new(
         now_ns() as u64 ^ (u64::from(std::process::id()) << 32),
@@ -126,14 +117,14 @@ pub async fn run_loop(
     let storage = loop {
         match store.load().await {
             Ok(Some((version, instances))) => {
-                log(format!(
+                tracing::info!(
                     "loaded {} instance records (table version {version}) from the GCS",
                     instances.len()
-                ));
+                );
                 break InMemoryStorage::with_instances(version, instances);
             }
             Ok(None) => break InMemoryStorage::new(),
-            Err(e) => log(format!("cannot load the instance table yet: {e}")),
+            Err(e) => tracing::warn!("cannot load the instance table yet: {e}"),
         }
         tokio::select! {
             _ = &mut shutdown => return Ok(()),
@@ -143,14 +134,14 @@ pub async fn run_loop(
     let mut im = InstanceManager::new(storage);
     match store.load_availability().await {
         Ok(Some(state)) => {
-            log(format!(
+            tracing::info!(
                 "loaded the availability state ({} unavailable types) from the GCS",
                 state.unavailable.len()
-            ));
+            );
             avail.restore(state);
         }
         Ok(None) => {}
-        Err(e) => log(format!("ignoring the stored availability state: {e}")),
+        Err(e) => tracing::warn!("ignoring the stored availability state: {e}"),
     }
     let mut saved_avail = avail.state();
     // `ray status` shows this autoscaler's reports only on a head started for autoscaler
@@ -159,8 +150,8 @@ pub async fn run_loop(
     // per log line. So rayscale never sets the flag; it says once how to start the head.
     match gcs.kv_get("__autoscaler", b"__autoscaler_v2_enabled").await {
         Ok(Some(v)) if v == b"1" => {}
-        Ok(_) => log(V1_HEAD_HINT),
-        Err(e) => log(format!("cannot read whether autoscaler v2 is enabled: {e}")),
+        Ok(_) => tracing::warn!("{}", V1_HEAD_HINT),
+        Err(e) => tracing::warn!("cannot read whether autoscaler v2 is enabled: {e}"),
     }
     // Crash recovery: launches that were recorded but may not have been made are made
     // again; the provider is idempotent by request id, so nothing is launched twice.
@@ -178,6 +169,8 @@ pub async fn run_loop(
     let mut last_held_check: Option<Instant> = None;
     // Rows of the GCS state left out, as last said.
     let mut bad_rows: BTreeSet<String> = BTreeSet::new();
+    // Ray nodes of no instance, as last said.
+    let mut unknown_nodes: BTreeSet<String> = BTreeSet::new();
     let mut first = true;
 
     loop {
@@ -204,7 +197,7 @@ pub async fn run_loop(
                     .await;
                 }
                 Err(e) => {
-                    log(format!("cannot store the instance table yet: {e}"));
+                    tracing::warn!("cannot store the instance table yet: {e}");
                     continue;
                 }
             }
@@ -212,20 +205,20 @@ pub async fn run_loop(
         let state = match gcs.get_cluster_resource_state(0).await {
             Ok(s) => s,
             Err(e) => {
-                log(format!("GCS unreachable, retrying: {e}"));
+                tracing::warn!("GCS unreachable, retrying: {e}");
                 continue;
             }
         };
         let cloud = match provider.list().await {
             Ok(c) => c,
             Err(e) => {
-                log(format!("cannot list instances, retrying: {e}"));
+                tracing::warn!("cannot list instances, retrying: {e}");
                 continue;
             }
         };
         let mut errors = std::mem::take(&mut carried);
         for e in provider.poll_errors().await {
-            log(format!("provider error: {e}"));
+            tracing::warn!("provider error: {e}");
             errors.push(e);
         }
         let fp = Fingerprint {
@@ -249,7 +242,7 @@ pub async fn run_loop(
         );
         let now_bad: BTreeSet<String> = skipped.iter().map(ToString::to_string).collect();
         for e in now_bad.difference(&bad_rows) {
-            log(format!("left out of this iteration's GCS state: {e}"));
+            tracing::warn!("left out of this iteration's GCS state: {e}");
         }
         bad_rows = now_bad;
         let rej = std::mem::take(&mut rejections);
@@ -275,29 +268,28 @@ pub async fn run_loop(
         let outcome = match result {
             Ok(o) => o,
             Err(e) => {
-                log(format!("iteration aborted: {e}"));
+                tracing::warn!("iteration aborted: {e}");
                 carried = errors;
                 rejections = rej;
                 continue;
             }
         };
         for w in &outcome.warnings {
-            log(format!("warning: {w}"));
+            tracing::warn!("{w}");
         }
-        for n in &outcome.unknown_ray_nodes {
-            log(format!(
-                "ray node {n} belongs to no instance of this cluster"
-            ));
+        // Said when a node first shows up without an instance, not on every iteration.
+        let unknown: BTreeSet<String> = outcome.unknown_ray_nodes.iter().cloned().collect();
+        for n in unknown.difference(&unknown_nodes) {
+            tracing::warn!("ray node {n} belongs to no instance of this cluster");
         }
+        unknown_nodes = unknown;
         // Terminal records are kept an hour (for reports and launch backoff), then dropped.
         if let Err(e) = im.prune_terminal(now_ns().saturating_sub(3_600 * 1_000_000_000)) {
-            log(format!("cannot prune the instance table: {e}"));
+            tracing::warn!("cannot prune the instance table: {e}");
         }
         // Store the table before any side effect: a crash after this point replays.
         if let Err(e) = save_table(&store, &im).await {
-            log(format!(
-                "cannot store the instance table, effects postponed: {e}"
-            ));
+            tracing::warn!("cannot store the instance table, effects postponed: {e}");
             pending_effects = outcome.effects;
             continue;
         }
@@ -307,7 +299,7 @@ pub async fn run_loop(
         if now_avail != saved_avail {
             match store.save_availability(&now_avail).await {
                 Ok(()) => saved_avail = now_avail,
-                Err(e) => log(format!("cannot store the availability state: {e}")),
+                Err(e) => tracing::warn!("cannot store the availability state: {e}"),
             }
         }
         // The GCS drops reports not newer than the one it holds (a restarted rayscale, or
@@ -318,7 +310,7 @@ pub async fn run_loop(
             last_held_check = Some(Instant::now());
             if let Ok(held) = held_report_version(&gcs).await {
                 if held > report_version && report_version > 0 && !warned_other {
-                    log(OTHER_AUTOSCALER_HINT);
+                    tracing::warn!("{}", OTHER_AUTOSCALER_HINT);
                     warned_other = true;
                 }
                 report_version = report_version.max(held);
@@ -331,7 +323,7 @@ pub async fn run_loop(
             report_version,
         );
         if let Err(e) = gcs.report_autoscaling_state(report).await {
-            log(format!("cannot report the autoscaling state: {e}"));
+            tracing::warn!("cannot report the autoscaling state: {e}");
         }
         run_effects(
             &gcs,
@@ -342,7 +334,7 @@ pub async fn run_loop(
         )
         .await;
     }
-    log("loop stopped");
+    tracing::info!("loop stopped");
     Ok(())
 }
 
@@ -377,9 +369,9 @@ fn relaunch_requested(im: &InstanceManager<InMemoryStorage>) -> Result<Vec<Effec
     Ok(by_request
         .into_iter()
         .map(|((request_id, node_type), (count, launch_config_hash))| {
-            log(format!(
+            tracing::info!(
                 "replaying launch request {request_id} ({count} x {node_type}) after a restart"
-            ));
+            );
             Effect::Launch(LaunchRequest {
                 request_id,
                 node_type,
@@ -402,10 +394,12 @@ async fn run_effects(
     for e in effects {
         match e {
             Effect::Launch(l) => {
-                log(format!(
+                tracing::info!(
                     "launching {} x {} (request {})",
-                    l.count, l.node_type, l.request_id
-                ));
+                    l.count,
+                    l.node_type,
+                    l.request_id
+                );
                 match provider.launch(l).await {
                     Ok(outcome) => {
                         if !outcome.instances.is_empty() {
@@ -414,23 +408,23 @@ async fn run_effects(
                                 .iter()
                                 .map(|c| c.cloud_instance_id.as_str())
                                 .collect();
-                            log(format!("launch {} made {}", l.request_id, ids.join(", ")));
+                            tracing::info!("launch {} made {}", l.request_id, ids.join(", "));
                         }
                         if let Some(short) = outcome.shortfall {
-                            log(format!(
+                            tracing::warn!(
                                 "launch {} fell short ({}): {short}",
                                 l.request_id,
                                 short.kind.name()
-                            ));
+                            );
                             carried.push(short);
                         }
                     }
                     Err(err) => {
-                        log(format!(
+                        tracing::warn!(
                             "launch {} failed ({}): {err}",
                             l.request_id,
                             err.kind.name()
-                        ));
+                        );
                         carried.push(err.for_op(ProviderOp::Launch {
                             request_id: l.request_id.clone(),
                             node_type: l.node_type.clone(),
@@ -448,13 +442,11 @@ async fn run_effects(
                 let node = match node_id_from_hex(node_id_hex) {
                     Ok(n) => n,
                     Err(err) => {
-                        log(format!("cannot drain {instance_id}: {err}"));
+                        tracing::warn!("cannot drain {instance_id}: {err}");
                         continue;
                     }
                 };
-                log(format!(
-                    "draining {instance_id} (node {node_id_hex}): {reason}"
-                ));
+                tracing::info!("draining {instance_id} (node {node_id_hex}): {reason}");
                 match gcs
                     .drain_node(
                         &node,
@@ -466,25 +458,25 @@ async fn run_effects(
                 {
                     Ok(r) if r.is_accepted => {}
                     Ok(r) => {
-                        log(format!(
+                        tracing::warn!(
                             "drain of {instance_id} rejected: {}",
                             r.rejection_reason_message
-                        ));
+                        );
                         rejections.push(DrainRejection {
                             instance_id: instance_id.clone(),
                             reason: r.rejection_reason_message,
                         });
                     }
-                    Err(err) => log(format!("drain of {instance_id} failed: {err}")),
+                    Err(err) => tracing::warn!("drain of {instance_id} failed: {err}"),
                 }
             }
             Effect::Terminate {
                 cloud_instance_ids,
                 request_id,
             } => {
-                log(format!("terminating {}", cloud_instance_ids.join(", ")));
+                tracing::info!("terminating {}", cloud_instance_ids.join(", "));
                 if let Err(err) = provider.terminate(cloud_instance_ids, request_id).await {
-                    log(format!("terminate failed: {err}"));
+                    tracing::warn!("terminate failed: {err}");
                     for id in cloud_instance_ids {
                         carried.push(err.clone().for_op(ProviderOp::Terminate {
                             cloud_instance_id: id.clone(),

@@ -14,7 +14,7 @@ use rayscale_gcs_client::client::GcsClient;
 
 use crate::cluster::gcs_client;
 
-use crate::driver::{LoopOptions, log, run_loop};
+use crate::driver::{LoopOptions, run_loop};
 use crate::expander::{ExpanderArgs, build_chain};
 use crate::providers::ProviderEnv;
 
@@ -113,7 +113,9 @@ async fn ctrl_c() {
     if tokio::signal::ctrl_c().await.is_err() {
         std::future::pending::<()>().await;
     }
-    log("Ctrl-C: stopping the loop (the cluster keeps running; `rayscale down` stops it)");
+    tracing::info!(
+        "Ctrl-C: stopping the loop (the cluster keeps running; `rayscale down` stops it)"
+    );
 }
 
 /// Arguments of `rayscale up`.
@@ -139,7 +141,7 @@ pub async fn up(args: UpArgs) -> Result<String> {
     let provider = local_provider(&config, &addr, &ray)?;
     let chain = build_chain(&args.expander, &config)?;
     if gcs_answers(&addr).await {
-        log(format!("a Ray GCS already answers at {addr}: using it"));
+        tracing::info!("a Ray GCS already answers at {addr}: using it");
     } else {
         start_head(&config, &ray, args.port).await?;
     }
@@ -165,10 +167,10 @@ async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()>
         .map_or(0.0, to_f64);
     let temp = head_temp_dir(config);
     let addr = format!("127.0.0.1:{port}");
-    log(format!(
+    tracing::info!(
         "starting a Ray head at {addr} (temp dir {})",
         temp.display()
-    ));
+    );
     let out = tokio::process::Command::new(ray)
         .args([
             "start",
@@ -203,7 +205,7 @@ async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()>
     }
     for _ in 0..60 {
         if gcs_answers(&addr).await {
-            log(format!("Ray head is up at {addr}"));
+            tracing::info!("Ray head is up at {addr}");
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -269,7 +271,7 @@ pub async fn down(args: DownArgs) -> Result<String> {
         .map(|c| c.cloud_instance_id.clone())
         .collect();
     if !ids.is_empty() {
-        log(format!("terminating {} workers", ids.len()));
+        tracing::info!("terminating {} workers", ids.len());
         provider.terminate(&ids, "down").await?;
         for _ in 0..60 {
             if provider.list().await?.is_empty() {
@@ -281,7 +283,7 @@ pub async fn down(args: DownArgs) -> Result<String> {
     let temp = head_temp_dir(&config).display().to_string();
     let head = pids_mentioning(&temp);
     if !head.is_empty() {
-        log(format!("stopping the head ({} processes)", head.len()));
+        tracing::info!("stopping the head ({} processes)", head.len());
         signal(&head, "TERM");
         for _ in 0..20 {
             tokio::time::sleep(Duration::from_millis(250)).await;

@@ -4,6 +4,7 @@ mod cluster;
 mod driver;
 mod expander;
 mod local;
+mod logging;
 mod plan;
 mod providers;
 
@@ -75,6 +76,7 @@ where
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init();
     match cli.command {
         Command::Plan(args) => plan::run(&args),
         Command::Up(args) => run_async("up", local::up(args)),
