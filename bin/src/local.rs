@@ -109,12 +109,28 @@ fn loop_client(addr: &str) -> Result<GcsClient> {
     gcs_client(addr, 5, 3)
 }
 
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM (what Kubernetes and systemd send): the loop
+/// then stops between iterations, after the effects under way.
 async fn ctrl_c() {
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
-    }
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    let int = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let which = tokio::select! {
+        _ = int => "Ctrl-C",
+        _ = term => "SIGTERM",
+    };
     tracing::info!(
-        "Ctrl-C: stopping the loop (the cluster keeps running; `rayscale down` stops it)"
+        "{which}: stopping the loop (the cluster keeps running; `rayscale down` stops it)"
     );
 }
 

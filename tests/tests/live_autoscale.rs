@@ -95,6 +95,22 @@ impl Loop {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Sends SIGTERM and waits (at most `timeout`) for the exit status.
+    fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
     fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -406,11 +422,19 @@ fn infeasible_demand_launches_nothing_and_shows_in_ray_status() {
             .unwrap_or_default();
         shown.contains("GPU: 8") || shown.contains("'GPU': 8")
     });
-    let ours = Command::new(rayscale_bin())
-        .args(["status", "--gcs", &head.addr()])
-        .output()
-        .expect("rayscale status");
-    let ours = String::from_utf8_lossy(&ours.stdout).into_owned();
+    // `ray status` lists the demand from the GCS at once; rayscale's report of it as
+    // infeasible follows with its next iteration.
+    let mut ours = String::new();
+    wait_until(Duration::from_secs(30), || {
+        ours = Command::new(rayscale_bin())
+            .args(["status", "--gcs", &head.addr()])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        ours.split("Infeasible:")
+            .nth(1)
+            .is_some_and(|s| s.contains("GPU: 8"))
+    });
     let _ = w.kill();
     let _ = w.wait();
     assert!(
@@ -470,6 +494,22 @@ fn kill_9_in_the_middle_of_a_scale_up_launches_nothing_twice() {
     );
     assert!(nodes.len() <= 4, "{nodes:?}\n{log}");
     assert!(before.len() <= cluster_processes(&cluster).len() + 64);
+}
+
+#[test]
+fn sigterm_stops_the_loop_cleanly() {
+    let f = Fixture::new("st", 5.0);
+    let mut lp = f.start_loop();
+    assert!(
+        lp.wait_log("provider: local_processes", Duration::from_secs(30)),
+        "{}",
+        lp.log_text()
+    );
+    let status = lp.terminate(Duration::from_secs(20));
+    let log = lp.log_text();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{log}");
+    assert!(log.contains("SIGTERM: stopping the loop"), "{log}");
+    assert!(log.contains("loop stopped"), "{log}");
 }
 
 #[test]

@@ -208,6 +208,11 @@ impl<S: InstanceStorage> InstanceManager<S> {
     }
 }
 
+/// The most status-history entries a record keeps (the creation and the latest ones).
+/// REQUESTED is entered at most `max_request_retries + 1` times, all early in a record's
+/// life, so the counts the reconciler takes from the history are unaffected.
+pub const MAX_HISTORY: usize = 64;
+
 /// The record `current` (None: not stored) becomes after `event`, or why not.
 fn apply_event(
     current: Option<&Instance>,
@@ -270,6 +275,12 @@ fn apply_event(
                 timestamp_ns: now_ns,
                 details: event.details.clone(),
             });
+            // Bounded: the creation and the latest changes are kept (a node that cycles
+            // between RAY_RUNNING and RAY_STOP_REQUESTED must not grow its record forever).
+            let len = next.status_history.len();
+            if len > MAX_HISTORY {
+                next.status_history.drain(1..=len - MAX_HISTORY);
+            }
             next
         }
     };

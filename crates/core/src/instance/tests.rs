@@ -694,3 +694,30 @@ fn decode_errors_are_one_line() {
         "{err}"
     );
 }
+
+#[test]
+fn status_history_is_bounded_and_keeps_the_creation() {
+    use super::manager::MAX_HISTORY;
+    let mut m = InstanceManager::new(InMemoryStorage::new());
+    m.update(
+        &[InstanceUpdateEvent::create("a", "w", Allocated).with_cloud_instance_id("c")],
+        1,
+    )
+    .expect("create");
+    for k in 0..100u32 {
+        let to = if k % 2 == 0 {
+            RayRunning
+        } else {
+            RayStopRequested
+        };
+        let v = 1 + u64::from(k);
+        let e = InstanceUpdateEvent::transition("a", v, to).with_node_id("n");
+        m.update(&[e], 2 + i64::from(k)).expect("update");
+    }
+    let a = m.get_instance("a").expect("table").expect("a");
+    assert_eq!(a.status_history.len(), MAX_HISTORY);
+    assert_eq!(a.status_history[0].status, Allocated);
+    assert_eq!(a.status_history[0].timestamp_ns, 1);
+    assert_eq!(a.status_history.last().map(|c| c.timestamp_ns), Some(101));
+    assert_eq!(a.version, 101);
+}
