@@ -49,9 +49,13 @@ impl KvInstanceStore {
     }
 
     fn table_error(&self, message: String) -> GcsError {
+        self.key_error(&self.key, message)
+    }
+
+    fn key_error(&self, key: &str, message: String) -> GcsError {
         GcsError::InstanceTable {
             namespace: self.namespace.clone(),
-            key: self.key.clone(),
+            key: key.to_string(),
             message,
         }
     }
@@ -97,20 +101,13 @@ impl KvInstanceStore {
         };
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| GcsError::InstanceTable {
-                namespace: self.namespace.clone(),
-                key: self.availability_key.clone(),
-                message: e.to_string(),
-            })
+            .map_err(|e| self.key_error(&self.availability_key, e.to_string()))
     }
 
     /// Stores the availability state, replacing what was stored.
     pub async fn save_availability(&self, state: &AvailabilityState) -> Result<(), GcsError> {
-        let bytes = serde_json::to_vec(state).map_err(|e| GcsError::InstanceTable {
-            namespace: self.namespace.clone(),
-            key: self.availability_key.clone(),
-            message: e.to_string(),
-        })?;
+        let bytes = serde_json::to_vec(state)
+            .map_err(|e| self.key_error(&self.availability_key, e.to_string()))?;
         self.client
             .kv_put(
                 &self.namespace,
