@@ -1,7 +1,7 @@
 //! Reconciler tests against the stateful [`FakeProvider`]: capacity fallback, joins by
 //! node type, requeues that keep their request id, partial fills, the head.
 
-use super::tests::{CONFIG, World, cpu_demand, node};
+use super::tests::{CONFIG, World, cpu_demand, node, with_idle_worker};
 use super::*;
 use crate::provider::{CloudInstanceProvider, ProviderErrorKind};
 use crate::testing::{FakeProvider, block_on};
@@ -368,5 +368,70 @@ fn an_instance_that_fails_on_its_own_fails_its_record_not_a_sibling() {
             .map(|f| f.count)
             .sum::<u64>(),
         2
+    );
+}
+
+#[test]
+fn a_raylet_restart_keeps_the_instance() {
+    let mut w = with_idle_worker();
+    let cloud_id = w
+        .instance("i1")
+        .cloud_instance_id
+        .clone()
+        .expect("allocated");
+    let old_node = w.instance("i1").node_id.clone().expect("node");
+    // The raylet dies and comes back on the same instance under a new node id; the GCS
+    // lists the dead node first.
+    w.ray.node_states[1].status = Some(NodeStatus::Dead);
+    let mut new = w.ray.node_states[1].clone();
+    new.node_id = vec![0x77; 4];
+    new.status = Some(NodeStatus::Idle);
+    w.ray.node_states.push(new);
+    for _ in 0..3 {
+        w.now += SEC;
+        let out = w.tick();
+        assert!(
+            !out.effects
+                .iter()
+                .any(|e| matches!(e, Effect::Terminate { .. } | Effect::Drain { .. })),
+            "{:?}",
+            out.effects
+        );
+    }
+    let i1 = w.instance("i1");
+    assert_eq!(
+        i1.status,
+        InstanceStatus::Terminated,
+        "the old node's record retires"
+    );
+    let (_, table) = w.im.get_instances().expect("table");
+    let live: Vec<&Instance> = table.iter().filter(|i| live(i)).collect();
+    assert_eq!(live.len(), 1, "{table:#?}");
+    assert_eq!(
+        live[0].cloud_instance_id.as_deref(),
+        Some(cloud_id.as_str())
+    );
+    assert_eq!(live[0].status, InstanceStatus::RayRunning);
+    assert_eq!(live[0].node_id.as_deref(), Some("77777777"));
+    assert_ne!(live[0].node_id.as_deref(), Some(old_node.as_str()));
+    // The GCS forgets the dead node: nothing changes.
+    w.ray.node_states.remove(1);
+    w.now += SEC;
+    let out = w.tick();
+    assert!(out.effects.is_empty(), "{:?}", out.effects);
+    assert_eq!(w.count(InstanceStatus::RayRunning), 1);
+}
+
+#[test]
+fn a_dead_raylet_without_a_successor_still_stops_the_instance() {
+    let mut w = with_idle_worker();
+    w.ray.node_states[1].status = Some(NodeStatus::Dead);
+    w.now += SEC;
+    let out = w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::Terminating);
+    assert!(
+        out.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Terminate { .. }))
     );
 }

@@ -252,6 +252,70 @@ impl<S: InstanceStorage> Run<'_, S> {
             .collect();
         let mut events = Vec::new();
         let mut moved: BTreeSet<&str> = BTreeSet::new();
+        let is_live = |ns: &crate::model::NodeState| {
+            !matches!(
+                ns.status,
+                Some(NodeStatus::Dead) | Some(NodeStatus::Draining)
+            )
+        };
+        let status_of: HashMap<String, Option<NodeStatus>> = obs
+            .ray
+            .node_states
+            .iter()
+            .map(|n| (n.node_id_hex(), n.status))
+            .collect();
+        let live_clouds: BTreeSet<&str> = obs
+            .ray
+            .node_states
+            .iter()
+            .filter(|n| is_live(n))
+            .map(|n| n.instance_id.as_str())
+            .collect();
+        // A raylet that restarted on a healthy instance: a live node under the cloud id of
+        // a record whose own node is dead (or gone from the GCS). The old node's record is
+        // retired (TERMINATED: no terminate call, the instance is kept) and a new record
+        // takes the instance and the new node.
+        for ns in obs.ray.node_states.iter().filter(|n| is_live(n)) {
+            let hex = ns.node_id_hex();
+            let Some(i) = by_cloud.get(ns.instance_id.as_str()) else {
+                continue;
+            };
+            let Some(old) = i.node_id.as_deref() else {
+                continue;
+            };
+            let old_dead = status_of
+                .get(old)
+                .is_none_or(|s| *s == Some(NodeStatus::Dead));
+            if old == hex
+                || !old_dead
+                || !matches!(
+                    i.status,
+                    InstanceStatus::RayRunning
+                        | InstanceStatus::RayStopRequested
+                        | InstanceStatus::RayStopping
+                        | InstanceStatus::RayStopped
+                )
+                || !moved.insert(i.instance_id.as_str())
+            {
+                continue;
+            }
+            events.push(Self::ev(
+                i,
+                InstanceStatus::Terminated,
+                format!("ray node {old} was replaced by {hex} on the same instance, which is kept"),
+            ));
+            events.push(
+                InstanceUpdateEvent::create(
+                    ids.instance_id(),
+                    i.node_type.clone(),
+                    InstanceStatus::Allocated,
+                )
+                .with_cloud_instance_id(ns.instance_id.clone())
+                .with_launch_config_hash(i.launch_config_hash.clone())
+                .with_launch_request(i.launch_request_id.clone(), i.launch_request_size)
+                .with_details(format!("ray restarted on the instance (node {hex})")),
+            );
+        }
         for ns in &obs.ray.node_states {
             let hex = ns.node_id_hex();
             let Some(i) = by_cloud.get(ns.instance_id.as_str()) else {
@@ -277,8 +341,12 @@ impl<S: InstanceStorage> Run<'_, S> {
                 _ => true,
             };
             // A node of an earlier life of this cloud id (the GCS keeps dead nodes) is not
-            // this instance's; and one event per instance per batch.
-            let other_node = i.node_id.as_ref().is_some_and(|n| *n != hex);
+            // this instance's; nor is a dead node when a live one runs on the instance; and
+            // one event per instance per batch.
+            let other_node = match &i.node_id {
+                Some(n) => *n != hex,
+                None => !is_live(ns) && live_clouds.contains(ns.instance_id.as_str()),
+            };
             if i.status != target
                 && passive_ok
                 && !other_node

@@ -377,7 +377,7 @@ fn a_worker_dying_before_ray_runs_is_a_failed_launch() {
 }
 
 /// A world with one idle running worker `i1` on cloud instance `c-r1-0`.
-fn with_idle_worker() -> World {
+pub(super) fn with_idle_worker() -> World {
     let mut w = World::new(CONFIG);
     w.ray.pending_resource_requests = cpu_demand(1);
     let out = w.tick();
