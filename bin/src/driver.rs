@@ -104,7 +104,7 @@ pub async fn run_loop(
 ) -> Result<()> {
     let settings = ReconcilerSettings::from_config(&config);
     // Ray's CloudResourceMonitor and rayscale's unavailable types, kept across iterations
-    // (in memory, as Ray keeps its monitor).
+    // and stored in the GCS beside the instance table (so a restart keeps them).
     let mut avail = Availability::new(config.unavailable_type_ttl_s, DEFAULT_RECOVERY_S);
     tracing::info!("provider: {}", provider.provider_type());
     let store = KvInstanceStore::new(gcs.clone(), &config.cluster_name);
