@@ -293,16 +293,7 @@ pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
     if let Some(s) = store.load_availability().await? {
         avail.restore(s);
     }
-    let inputs = avail.scheduler_inputs(crate::driver::now_ns());
-    let (cloud, recoverable) = (
-        inputs.cloud_resource_availabilities,
-        inputs.recoverable_resource_availabilities,
-    );
-    let unavailable: Vec<String> = inputs
-        .unavailable_node_types
-        .into_iter()
-        .filter(|t| config.node_type(t).is_some())
-        .collect();
+    let inputs = avail.scheduler_inputs(crate::driver::now_ns(), &config);
     let map = |m: Vec<(String, f64)>| -> serde_json::Map<String, serde_json::Value> {
         m.into_iter().map(|(k, v)| (k, v.into())).collect()
     };
@@ -310,9 +301,9 @@ pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
         "config": config.raw,
         "cluster_resource_state": serde_json::to_value(&state)?,
         "instances": instances,
-        "cloud_resource_availabilities": map(cloud),
-        "recoverable_resource_availabilities": map(recoverable),
-        "unavailable_node_types": unavailable,
+        "cloud_resource_availabilities": map(inputs.cloud_resource_availabilities),
+        "recoverable_resource_availabilities": map(inputs.recoverable_resource_availabilities),
+        "unavailable_node_types": inputs.unavailable_node_types,
     });
     Ok(serde_json::to_string_pretty(&doc)?)
 }

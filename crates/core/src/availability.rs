@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::ClusterConfig;
 use crate::model::InstanceStatus;
 use crate::scenario::AvailabilityInputs;
 
@@ -219,8 +220,8 @@ impl Availability {
     }
 
     /// The scheduler's three availability inputs at `now_ns` (as a `plan` scenario
-    /// holds them): Ray's two maps and the unavailable types.
-    pub fn scheduler_inputs(&self, now_ns: i64) -> AvailabilityInputs {
+    /// holds them): Ray's two maps and the unavailable types that `config` still has.
+    pub fn scheduler_inputs(&self, now_ns: i64, config: &ClusterConfig) -> AvailabilityInputs {
         AvailabilityInputs {
             cloud_resource_availabilities: self.monitor.availabilities(),
             recoverable_resource_availabilities: self.monitor.recoverable(now_ns),
@@ -228,6 +229,7 @@ impl Availability {
                 .unavailable
                 .active(now_ns)
                 .into_iter()
+                .filter(|u| config.node_type(&u.node_type).is_some())
                 .map(|u| u.node_type.clone())
                 .collect(),
         }
@@ -290,7 +292,14 @@ mod tests {
         let mut b = Availability::new(180, 600.0);
         b.restore(serde_json::from_str(&json).expect("parse"));
         assert_eq!(a, b);
-        let i = b.scheduler_inputs(8 * S);
+        let config = ClusterConfig::from_yaml_str(
+            "cluster_name: c\nprovider: {type: local_processes}\nhead_node_type: h\n\
+             available_node_types:\n  h: {resources: {}, node_config: {}}\n  \
+             b: {resources: {CPU: 1}, node_config: {}}\n",
+            "t.yaml",
+        )
+        .expect("config");
+        let i = b.scheduler_inputs(8 * S, &config);
         assert_eq!(i.cloud_resource_availabilities.len(), 1);
         assert_eq!(i.recoverable_resource_availabilities[0].1, 0.0);
         assert_eq!(i.unavailable_node_types, ["b"]);

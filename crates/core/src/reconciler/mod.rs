@@ -28,7 +28,7 @@ mod sync;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crate::CoreError;
 use crate::availability::{Availability, Unavailable};

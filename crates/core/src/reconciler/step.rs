@@ -126,31 +126,30 @@ impl<S: InstanceStorage> Run<'_, S> {
         // Queued launches of a type the cloud has no capacity for are canceled, so that
         // the scheduler places their demand on another type (Karpenter's unavailable
         // offerings); in-flight requests of the type are left to finish or fail.
-        let unavailable: Vec<String> = self
-            .avail
-            .unavailable
-            .active(now)
-            .into_iter()
-            .filter(|u| config.node_type(&u.node_type).is_some())
-            .map(|u| u.node_type.clone())
-            .collect();
-        if !unavailable.is_empty() {
-            let mut events = Vec::new();
-            for i in table.iter().filter(|i| {
-                i.status == InstanceStatus::Queued && unavailable.contains(&i.node_type)
-            }) {
-                events.push(Self::ev(
+        let inputs = self.avail.scheduler_inputs(now, config);
+        let canceled: Vec<InstanceUpdateEvent> = table
+            .iter()
+            .filter(|i| {
+                i.status == InstanceStatus::Queued
+                    && inputs.unavailable_node_types.contains(&i.node_type)
+            })
+            .map(|i| {
+                Self::ev(
                     i,
                     InstanceStatus::Terminated,
                     format!(
                         "canceled: node type {} is unavailable (capacity)",
                         i.node_type
                     ),
-                ));
-            }
-            self.apply(events)?;
-        }
-        let table = self.table()?;
+                )
+            })
+            .collect();
+        let table = if canceled.is_empty() {
+            table
+        } else {
+            self.apply(canceled)?;
+            self.table()?
+        };
         let records: Vec<InstanceRecord> = table
             .iter()
             .filter(|i| live(i) && !unknown_type(i))
@@ -170,9 +169,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             "gcs",
             "instance table",
         )?;
-        request.cloud_resource_availabilities = self.avail.monitor.availabilities();
-        request.recoverable_resource_availabilities = self.avail.monitor.recoverable(now);
-        request.unavailable_node_types = unavailable;
+        inputs.apply(&mut request);
         let decision = schedule_with(&request, chain);
         self.out.warnings.extend(chain.take_warnings());
         for (r, _) in &decision.infeasible_requests {

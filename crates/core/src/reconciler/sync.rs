@@ -28,44 +28,54 @@ impl<S: InstanceStorage> Run<'_, S> {
             .collect();
         let mut events = Vec::new();
         let mut allocated: BTreeSet<String> = BTreeSet::new();
-        let requested: Vec<&Instance> = table
+        // Unclaimed workers, in list order: by (request id, type), and by type for those
+        // that carry no request id. The two pools are disjoint, so one pass over the
+        // records joins by request id where it can and by type otherwise.
+        let mut by_request: HashMap<(&str, &str), VecDeque<&CloudInstance>> = HashMap::new();
+        let mut by_type: HashMap<&str, VecDeque<&CloudInstance>> = HashMap::new();
+        for c in obs
+            .cloud
+            .iter()
+            .filter(|c| !c.is_head() && !held.contains(&c.cloud_instance_id))
+        {
+            match c.request_id.as_deref() {
+                Some(r) => by_request
+                    .entry((r, c.node_type.as_str()))
+                    .or_default()
+                    .push_back(c),
+                None if c.state != CloudInstanceState::Stopping => by_type
+                    .entry(c.node_type.as_str())
+                    .or_default()
+                    .push_back(c),
+                None => {}
+            }
+        }
+        for i in table
             .iter()
             .filter(|i| i.status == InstanceStatus::Requested)
-            .collect();
-        let by_request = |i: &Instance, c: &CloudInstance| {
-            c.request_id.as_deref() == Some(i.launch_request_id.as_str())
-        };
-        let by_type = |_: &Instance, c: &CloudInstance| {
-            c.request_id.is_none() && c.state != CloudInstanceState::Stopping
-        };
-        for (join, how) in [
-            (
-                &by_request as &dyn Fn(&Instance, &CloudInstance) -> bool,
-                "its launch request",
-            ),
-            (&by_type, "its node type"),
-        ] {
-            for i in &requested {
-                if allocated.contains(&i.instance_id) {
-                    continue;
-                }
-                if let Some(c) = obs.cloud.iter().find(|c| {
-                    !c.is_head()
-                        && !held.contains(&c.cloud_instance_id)
-                        && c.node_type == i.node_type
-                        && join(i, c)
-                }) {
-                    held.insert(c.cloud_instance_id.clone());
-                    allocated.insert(i.instance_id.clone());
-                    events.push(
-                        Self::ev(
-                            i,
-                            InstanceStatus::Allocated,
-                            format!("cloud instance allocated (joined by {how})"),
-                        )
-                        .with_cloud_instance_id(c.cloud_instance_id.clone()),
-                    );
-                }
+        {
+            let key = (i.launch_request_id.as_str(), i.node_type.as_str());
+            let joined = by_request
+                .get_mut(&key)
+                .and_then(VecDeque::pop_front)
+                .map(|c| (c, "its launch request"))
+                .or_else(|| {
+                    by_type
+                        .get_mut(i.node_type.as_str())
+                        .and_then(VecDeque::pop_front)
+                        .map(|c| (c, "its node type"))
+                });
+            if let Some((c, how)) = joined {
+                held.insert(c.cloud_instance_id.clone());
+                allocated.insert(i.instance_id.clone());
+                events.push(
+                    Self::ev(
+                        i,
+                        InstanceStatus::Allocated,
+                        format!("cloud instance allocated (joined by {how})"),
+                    )
+                    .with_cloud_instance_id(c.cloud_instance_id.clone()),
+                );
             }
         }
         // 2. Launch errors fail the instances their request still owes, at once; a
