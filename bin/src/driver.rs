@@ -68,6 +68,15 @@ async fn held_report_version(gcs: &GcsClient) -> Result<i64> {
         .map_or(0, |s| s.autoscaler_state_version))
 }
 
+/// Says each entry of `now` that `said` lacks, then remembers `now`: a condition that
+/// lasts is said when it starts, not on every iteration.
+fn say_new(said: &mut BTreeSet<String>, now: BTreeSet<String>, say: impl Fn(&str)) {
+    for s in now.difference(said) {
+        say(s);
+    }
+    *said = now;
+}
+
 /// Loop timing.
 #[derive(Debug, Clone)]
 pub struct LoopOptions {
@@ -240,11 +249,11 @@ pub async fn run_loop(
             &state,
             "cluster_resource_state",
         );
-        let now_bad: BTreeSet<String> = skipped.iter().map(ToString::to_string).collect();
-        for e in now_bad.difference(&bad_rows) {
-            tracing::warn!("left out of this iteration's GCS state: {e}");
-        }
-        bad_rows = now_bad;
+        say_new(
+            &mut bad_rows,
+            skipped.iter().map(ToString::to_string).collect(),
+            |e| tracing::warn!("left out of this iteration's GCS state: {e}"),
+        );
         let rej = std::mem::take(&mut rejections);
         // The reconciler is synchronous; the gRPC expander blocks on its own runtime, so
         // the iteration runs outside this runtime's context.
@@ -277,12 +286,11 @@ pub async fn run_loop(
         for w in &outcome.warnings {
             tracing::warn!("{w}");
         }
-        // Said when a node first shows up without an instance, not on every iteration.
-        let unknown: BTreeSet<String> = outcome.unknown_ray_nodes.iter().cloned().collect();
-        for n in unknown.difference(&unknown_nodes) {
-            tracing::warn!("ray node {n} belongs to no instance of this cluster");
-        }
-        unknown_nodes = unknown;
+        say_new(
+            &mut unknown_nodes,
+            outcome.unknown_ray_nodes.iter().cloned().collect(),
+            |n| tracing::warn!("ray node {n} belongs to no instance of this cluster"),
+        );
         // Terminal records are kept an hour (for reports and launch backoff), then dropped.
         if let Err(e) = im.prune_terminal(now_ns().saturating_sub(3_600 * 1_000_000_000)) {
             tracing::warn!("cannot prune the instance table: {e}");
