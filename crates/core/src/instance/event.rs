@@ -46,6 +46,8 @@ pub struct InstanceUpdateEvent {
     pub bump_launch_retries: bool,
     /// Adds one to `termination_retries`.
     pub bump_termination_retries: bool,
+    /// Sets why Ray is stopped on the instance (Ray's termination cause name).
+    pub stop_cause: Option<String>,
 }
 
 impl InstanceUpdateEvent {
@@ -69,6 +71,7 @@ impl InstanceUpdateEvent {
             error: None,
             bump_launch_retries: false,
             bump_termination_retries: false,
+            stop_cause: None,
         }
     }
 
@@ -137,6 +140,12 @@ impl InstanceUpdateEvent {
     /// Sets whether the instance is the head node.
     pub fn with_is_head(mut self, is_head: bool) -> Self {
         self.is_head = Some(is_head);
+        self
+    }
+
+    /// Sets why Ray is stopped on the instance (Ray's termination cause name).
+    pub fn with_stop_cause(mut self, cause: impl Into<String>) -> Self {
+        self.stop_cause = Some(cause.into());
         self
     }
 

@@ -72,6 +72,11 @@ pub struct Instance {
     /// The last error reported for the instance (launch or termination failure).
     #[serde(default)]
     pub last_error: Option<String>,
+    /// Why Ray is being stopped on it (Ray's `TerminationRequest.Cause` name, e.g. `IDLE`
+    /// or `MAX_NUM_NODE_PER_TYPE`), set with RAY_STOP_REQUESTED, so that a restarted
+    /// autoscaler replays the same stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_cause: Option<String>,
 }
 
 impl Instance {
@@ -102,6 +107,7 @@ impl Instance {
             launch_retries: 0,
             termination_retries: 0,
             last_error: None,
+            stop_cause: None,
         }
     }
 

@@ -296,9 +296,11 @@ fn pending_instances_are_adopted_and_stopping_ones_are_not() {
     w.cloud.push(
         CloudInstance::worker("leaving", "w", Some("lost")).in_state(CloudInstanceState::Stopping),
     );
+    // Ray still runs on the instance being stopped: it is not adopted through its node
+    // either.
     w.ray
         .node_states
-        .push(node(7, "elsewhere", "w", &[("CPU", 2.0)], &[("CPU", 2.0)]));
+        .push(node(7, "leaving", "w", &[("CPU", 2.0)], &[("CPU", 2.0)]));
     w.tick();
     let (_, table) = w.im.get_instances().expect("table");
     let adopted: Vec<_> = table

@@ -66,8 +66,6 @@ pub struct ReconcilerSettings {
     pub max_concurrent_launches: usize,
     /// Per type and iteration, launch up to `ceil(speed * max(running, 1))` (at least 1).
     pub upscaling_speed: f64,
-    /// Deadline given to the GCS for draining an idle node.
-    pub drain_deadline_s: i64,
     /// ALLOCATION_FAILED records are reported (and count for the backoff) this long.
     pub failed_report_s: i64,
     /// After a launch failure, a type waits this long before the next launch, doubling
@@ -88,7 +86,6 @@ impl Default for ReconcilerSettings {
             stop_requested_timeout_s: 300,
             max_concurrent_launches: 10,
             upscaling_speed: 1.0,
-            drain_deadline_s: 30,
             failed_report_s: 600,
             launch_backoff_s: 5,
             max_launch_backoff_s: 300,
@@ -106,7 +103,10 @@ impl ReconcilerSettings {
     }
 }
 
-/// A drain the GCS refused.
+/// The stop cause of an idle termination (Ray's `TerminationRequest.Cause.IDLE`).
+pub const IDLE_CAUSE: &str = "IDLE";
+
+/// A drain or stop the GCS refused, or that failed (Ray's `RayStopError`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DrainRejection {
     /// The instance.
@@ -141,7 +141,11 @@ pub trait IdSource {
 pub enum Effect {
     /// Ask the cloud for instances.
     Launch(LaunchRequest),
-    /// Ask the GCS to drain a node (reason: idle termination).
+    /// Stop Ray on a node, as Ray's `RayStopper` does: an idle node is drained
+    /// (`DRAIN_NODE_REASON_IDLE_TERMINATION`, deadline 0, which the node may reject when
+    /// it got work meanwhile); any other (cut for `max_workers`, outdated, of a removed
+    /// type) is stopped at once through the GCS's node-drain call. A refusal or failure
+    /// comes back as a [`DrainRejection`].
     Drain {
         /// The instance.
         instance_id: String,
@@ -149,8 +153,8 @@ pub enum Effect {
         node_id_hex: String,
         /// Why.
         reason: String,
-        /// Wall-clock deadline for the drain, in ms since the epoch.
-        deadline_ms: i64,
+        /// Idle termination (a rejectable drain) rather than a stop.
+        idle: bool,
     },
     /// Ask the cloud to terminate instances.
     Terminate {
@@ -253,7 +257,6 @@ pub fn reconcile<S: InstanceStorage>(
         im,
         avail,
         now_ns,
-        drain_deadline_ms: now_ns / 1_000_000 + settings.drain_deadline_s * 1000,
         to_terminate: Vec::new(),
         out: Outcome::default(),
     };
@@ -314,8 +317,6 @@ struct Run<'m, S: InstanceStorage> {
     im: &'m mut InstanceManager<S>,
     avail: &'m mut Availability,
     now_ns: i64,
-    /// Wall-clock deadline given with every drain of this iteration.
-    drain_deadline_ms: i64,
     /// Cloud instances moved to TERMINATING this iteration (one terminate call at the end).
     to_terminate: Vec<String>,
     out: Outcome,
@@ -374,7 +375,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                     instance_id: i.instance_id.clone(),
                     node_id_hex: i.node_id.clone().unwrap_or_default(),
                     reason: e.details.clone(),
-                    deadline_ms: self.drain_deadline_ms,
+                    idle: i.stop_cause.as_deref() == Some(IDLE_CAUSE),
                 }),
                 InstanceStatus::Terminating => {
                     self.to_terminate.extend(i.cloud_instance_id.clone());

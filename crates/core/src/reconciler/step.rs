@@ -113,7 +113,10 @@ impl<S: InstanceStorage> Run<'_, S> {
                 InstanceStatus::Allocated | InstanceStatus::RayInstalling => {
                     Self::ev(i, InstanceStatus::Terminating, why)
                 }
-                InstanceStatus::RayRunning => Self::ev(i, InstanceStatus::RayStopRequested, why),
+                // Ray's scheduler calls a node of a type the config lost outdated.
+                InstanceStatus::RayRunning => {
+                    Self::ev(i, InstanceStatus::RayStopRequested, why).with_stop_cause("OUTDATED")
+                }
                 _ => continue,
             };
             self.out
@@ -212,7 +215,8 @@ impl<S: InstanceStorage> Run<'_, S> {
                         i,
                         InstanceStatus::RayStopRequested,
                         format!("draining: {why}"),
-                    ),
+                    )
+                    .with_stop_cause(t.cause.name()),
                     _ => continue,
                 };
                 events.push(e);

@@ -253,6 +253,60 @@ impl<S: InstanceStorage> Run<'_, S> {
         }
         self.apply(events)?;
 
+        // 5b. Adopt Ray nodes that name a cloud instance no record holds (Ray's
+        //     `_handle_extra_cloud_instances_from_ray_nodes`): a node whose instance the
+        //     cloud does not list (yet, or any more). Never the head, never a dead or
+        //     draining node, never one some record (even a finished one) already ran, and
+        //     only of a type the config knows (a node started by hand under another type
+        //     is not rayscale's to stop).
+        let table = self.table()?;
+        let held: BTreeSet<&str> = table
+            .iter()
+            .filter(|i| live(i))
+            .filter_map(|i| i.cloud_instance_id.as_deref())
+            .collect();
+        let ran: BTreeSet<&str> = table.iter().filter_map(|i| i.node_id.as_deref()).collect();
+        let stopping: BTreeSet<&str> = obs
+            .cloud
+            .iter()
+            .filter(|c| c.state == CloudInstanceState::Stopping)
+            .map(|c| c.cloud_instance_id.as_str())
+            .collect();
+        let mut events = Vec::new();
+        let mut adopted: BTreeSet<&str> = BTreeSet::new();
+        for ns in &obs.ray.node_states {
+            let hex = ns.node_id_hex();
+            if ns.instance_id.is_empty()
+                || ns.total_resources.get(HEAD_MARKER).is_some()
+                || matches!(
+                    ns.status,
+                    Some(NodeStatus::Dead) | Some(NodeStatus::Draining)
+                )
+                || held.contains(ns.instance_id.as_str())
+                || stopping.contains(ns.instance_id.as_str())
+                || ran.contains(hex.as_str())
+                || config.node_type(&ns.ray_node_type_name).is_none()
+                || !adopted.insert(ns.instance_id.as_str())
+            {
+                continue;
+            }
+            self.out.warnings.push(format!(
+                "adopted ray node {hex} on cloud instance {} ({}) that no record knew",
+                ns.instance_id, ns.ray_node_type_name
+            ));
+            events.push(
+                InstanceUpdateEvent::create(
+                    ids.instance_id(),
+                    ns.ray_node_type_name.clone(),
+                    InstanceStatus::Allocated,
+                )
+                .with_cloud_instance_id(ns.instance_id.clone())
+                .with_node_id(hex)
+                .with_details("allocated an unmanaged cloud instance from its ray node"),
+            );
+        }
+        self.apply(events)?;
+
         // 6. Ray node states; 7. rejected drains.
         let table = self.table()?;
         let by_cloud: HashMap<&str, &Instance> = table

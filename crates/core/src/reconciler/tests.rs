@@ -404,15 +404,17 @@ fn idle_nodes_are_drained_then_terminated_after_ray_stops() {
             Effect::Drain {
                 instance_id,
                 node_id_hex,
-                deadline_ms,
+                idle,
                 ..
-            } => Some((instance_id.clone(), node_id_hex.clone(), *deadline_ms)),
+            } => Some((instance_id.clone(), node_id_hex.clone(), *idle)),
             _ => None,
         })
         .expect("a drain");
     assert_eq!(drain.0, "i1");
     assert_eq!(drain.1, "01010101");
-    assert_eq!(drain.2, w.now / 1_000_000 + 30_000);
+    // Idle: a rejectable IDLE_TERMINATION drain, not a stop.
+    assert!(drain.2);
+    assert_eq!(w.instance("i1").stop_cause.as_deref(), Some("IDLE"));
     // The GCS drains it, then the node dies: RAY_STOPPING, RAY_STOPPED -> TERMINATING.
     w.ray.node_states[1].status = Some(NodeStatus::Draining);
     w.now += SEC;
@@ -527,12 +529,22 @@ fn unknown_cloud_instances_are_adopted_and_unknown_ray_nodes_reported() {
     w.ray
         .node_states
         .push(node(9, "by-hand", "w", &[("CPU", 2.0)], &[("CPU", 2.0)]));
+    // A node with no instance id is no one's to adopt: it is reported.
+    w.ray
+        .node_states
+        .push(node(8, "", "w", &[("CPU", 2.0)], &[("CPU", 2.0)]));
     let out = w.tick();
     let adopted = w.instance("i1");
     assert_eq!(adopted.status, InstanceStatus::Allocated);
     assert_eq!(adopted.cloud_instance_id.as_deref(), Some("stray"));
     assert_eq!(adopted.launch_request_id, "old");
-    assert_eq!(out.unknown_ray_nodes, vec!["09090909".to_string()]);
+    // A Ray node naming a cloud instance no record holds is adopted (Ray's rule), and
+    // runs: it counts, and can be scaled down.
+    let by_hand = w.instance("i2");
+    assert_eq!(by_hand.status, InstanceStatus::RayRunning);
+    assert_eq!(by_hand.cloud_instance_id.as_deref(), Some("by-hand"));
+    assert_eq!(by_hand.node_id.as_deref(), Some("09090909"));
+    assert_eq!(out.unknown_ray_nodes, vec!["08080808".to_string()]);
     assert!(
         out.warnings
             .iter()
@@ -598,10 +610,12 @@ fn records_of_a_removed_node_type_are_terminated_and_do_not_stall_the_loop() {
     w.now += SEC;
     let out = w.tick();
     assert_eq!(w.instance("i1").status, InstanceStatus::RayStopRequested);
+    // A node of a removed type is stopped at once (Ray's `_stop_ray_node`), not drained
+    // as idle (which a busy node would reject).
     assert!(
         out.effects
             .iter()
-            .any(|e| matches!(e, Effect::Drain { .. }))
+            .any(|e| matches!(e, Effect::Drain { idle: false, .. }))
     );
     // Scheduling went on: the demand gets a w2 worker.
     assert!(
@@ -657,4 +671,44 @@ fn a_queued_instance_no_longer_needed_is_canceled() {
         4
     );
     assert!(out.decision.expect("decision").launch.is_empty());
+}
+
+#[test]
+fn busy_nodes_over_a_lowered_max_workers_are_stopped_not_idle_drained() {
+    let mut w = World::new(CONFIG);
+    w.ray.pending_resource_requests = cpu_demand(6);
+    let out = w.tick();
+    w.cloud_fulfils(&out);
+    w.ray_joins();
+    for n in &mut w.ray.node_states[1..] {
+        n.available_resources = res(&[("CPU", 0.0)]);
+    }
+    w.now += SEC;
+    w.tick();
+    let running = w.count(InstanceStatus::RayRunning);
+    assert!(running >= 2, "{running} running");
+    // Every node is busy; the user lowers the type's max to 1.
+    w.config = ClusterConfig::from_yaml_str(
+        &CONFIG.replace("max_workers: 4, node_config", "max_workers: 1, node_config"),
+        "test",
+    )
+    .expect("config");
+    w.now += SEC;
+    let out = w.tick();
+    let stops: Vec<bool> = out
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Drain { idle, .. } => Some(*idle),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stops.len(), running - 1, "{:?}", out.effects);
+    assert!(stops.iter().all(|idle| !idle), "{stops:?}");
+    let (_, all) = w.im.get_instances().expect("table");
+    let stopped = all
+        .iter()
+        .find(|i| i.status == InstanceStatus::RayStopRequested)
+        .expect("a stopped instance");
+    assert_eq!(stopped.stop_cause.as_deref(), Some("MAX_NUM_NODE_PER_TYPE"));
 }
