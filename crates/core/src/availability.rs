@@ -152,6 +152,11 @@ impl UnavailableTypes {
         );
     }
 
+    /// Sets the window of entries marked from now on (a config reload).
+    pub fn set_ttl_s(&mut self, ttl_s: i64) {
+        self.ttl_ns = ttl_s.max(0).saturating_mul(1_000_000_000);
+    }
+
     /// Drops entries whose window is over at `now_ns`.
     pub fn expire(&mut self, now_ns: i64) {
         self.entries.retain(|_, u| u.until_ns > now_ns);

@@ -14,6 +14,27 @@ pub enum CoreError {
     /// An instance-table update was refused (stale version, invalid transition, ...).
     #[error("instance table: {0}")]
     Instance(#[from] crate::instance::InstanceError),
+    /// A call to the GCS failed (unreachable, refused, or answered garbage).
+    #[error("GCS {call}: {message}")]
+    Gcs {
+        /// The call, e.g. `InternalKVPut`.
+        call: String,
+        /// What went wrong, on one line.
+        message: String,
+    },
+    /// A value rayscale stored in the GCS KV does not decode.
+    #[error("GCS KV {namespace}/{key}: {message}")]
+    Stored {
+        /// The KV namespace.
+        namespace: String,
+        /// The key.
+        key: String,
+        /// Why it does not decode.
+        message: String,
+    },
+    /// This process does not hold the cluster's autoscaler lease (any more).
+    #[error("not the active autoscaler: {0}")]
+    LeaseLost(String),
     /// The text could not be parsed as YAML/JSON at all.
     #[error("{origin}: {message}")]
     Parse {
@@ -25,6 +46,14 @@ pub enum CoreError {
 }
 
 impl CoreError {
+    /// Shorthand for [`CoreError::Gcs`].
+    pub fn gcs(call: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        CoreError::Gcs {
+            call: call.into(),
+            message: crate::instance::error::one_line(message),
+        }
+    }
+
     /// Shorthand for [`CoreError::Invalid`].
     pub fn invalid(path: impl Into<String>, message: impl Into<String>) -> Self {
         CoreError::Invalid {

@@ -5,14 +5,17 @@
 //! fast reader for plain YAML), the Ray-compatible scheduler (`scheduler::schedule`), a
 //! deterministic function of a snapshot, the expanders, the instance manager, the pure
 //! reconciler, the provider contract every cloud implements (`provider`), what is known of
-//! the cloud's capacity (`availability`), and, behind `test-util`, a fake cloud.
+//! the cloud's capacity (`availability`), the live loop generic over its GCS, cloud and
+//! clock (`driver`), and, behind `test-util`, a fake cloud and a fake GCS.
 //!
 //! What must NOT live here: any I/O. No tonic, prost, HTTP client, cloud SDK, file system
-//! access beyond parsing text handed in, wall clock or unseeded randomness. Protobuf types
+//! access beyond parsing text handed in, wall clock or unseeded randomness (the driver
+//! gets its GCS, cloud and clock handed in; it only waits, on tokio's timers). Protobuf types
 //! never cross into this crate; each I/O crate converts at its edge.
 
 pub mod availability;
 pub mod config;
+pub mod driver;
 pub mod error;
 pub mod expander;
 pub mod instance;

@@ -60,7 +60,7 @@ pub struct ExpansionOption {
 /// Chooses among options. Implementations return the best options as indices into
 /// `options`: one index is a decision, several are a tie for the next expander, an empty
 /// list or an error means "no opinion" and the next expander decides.
-pub trait Expander {
+pub trait Expander: Send {
     /// The name used in `--expander` and in warnings.
     fn name(&self) -> &str;
     /// Narrows `options` (never empty) to the best ones.

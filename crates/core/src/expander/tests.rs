@@ -190,7 +190,7 @@ fn weighted_lands_within_two_points_over_10000_rounds() {
 /// A scripted expander for chain tests: answers from a queue, counts calls.
 struct Scripted {
     answers: Vec<Result<Vec<usize>, CoreError>>,
-    calls: std::rc::Rc<std::cell::Cell<u32>>,
+    calls: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Expander for Scripted {
@@ -198,7 +198,7 @@ impl Expander for Scripted {
         "grpc"
     }
     fn best_options(&mut self, _: &[ExpansionOption]) -> Result<Vec<usize>, CoreError> {
-        self.calls.set(self.calls.get() + 1);
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if self.answers.is_empty() {
             return Ok(Vec::new());
         }
@@ -214,7 +214,7 @@ fn chain_narrows_and_falls_through_on_failure() {
         opt("b", 1, 6, 2.0, 8.0),
         opt("c", 1, 6, 0.0, 4.0),
     ];
-    let calls = std::rc::Rc::new(std::cell::Cell::new(0));
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let scripted = Scripted {
         answers: vec![
             Ok(vec![0, 1]),                                       // narrows; least-nodes picks b
@@ -246,19 +246,19 @@ fn chain_narrows_and_falls_through_on_failure() {
     }
     chain.begin_pass();
     assert_eq!(chain.choose(&o), 0);
-    assert_eq!(calls.get(), 5);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 5);
     assert_eq!(chain.rounds(), 5);
     assert_eq!(chain.fallbacks()[0], ("grpc".to_string(), 3));
     // A single option needs no expander call.
     assert_eq!(chain.choose(&o[..1]), 0);
-    assert_eq!(calls.get(), 5);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 5);
 }
 
 #[test]
 fn a_failed_expander_sits_out_the_rest_of_its_pass() {
     let t = types(&[("a", 0), ("b", 0)]);
     let o = [opt("a", 2, 4, 1.0, 8.0), opt("b", 1, 4, 1.0, 4.0)];
-    let calls = std::rc::Rc::new(std::cell::Cell::new(0));
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let scripted = Scripted {
         answers: (0..20)
             .map(|_| Err(CoreError::invalid("grpc", "deadline exceeded")))
@@ -275,13 +275,17 @@ fn a_failed_expander_sits_out_the_rest_of_its_pass() {
     for _ in 0..10 {
         assert_eq!(chain.choose(&o), 1, "least-nodes decides");
     }
-    assert_eq!(calls.get(), 1, "one failed call per pass");
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one failed call per pass"
+    );
     assert_eq!(chain.fallbacks()[0], ("grpc".to_string(), 10));
     assert_eq!(chain.take_warnings().len(), 1);
     // The next pass asks it again.
     chain.begin_pass();
     chain.choose(&o);
-    assert_eq!(calls.get(), 2);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
 #[test]

@@ -31,6 +31,7 @@
 mod error;
 pub mod tags;
 
+use crate::config::ClusterConfig;
 use std::collections::BTreeMap;
 
 pub use error::{ErrorSource, ProviderError, ProviderErrorDetail, ProviderErrorKind, ProviderOp};
@@ -180,6 +181,13 @@ pub trait CloudInstanceProvider: Send + Sync {
     ) -> Result<(), ProviderError>;
     /// Errors of accepted calls that failed since the last poll, each once.
     async fn poll_errors(&self) -> Vec<ProviderError>;
+    /// The cluster config changed (the loop re-reads it every iteration, as Ray does):
+    /// launches from now on follow `config`. An error keeps the last config everywhere.
+    /// Providers that read nothing of the config after construction keep the default.
+    async fn reconfigure(&self, config: &ClusterConfig) -> Result<(), ProviderError> {
+        let _ = config;
+        Ok(())
+    }
 }
 
 /// An idempotency token for `request_id` and `batch` (EC2 `ClientToken`, GCE `requestId`,

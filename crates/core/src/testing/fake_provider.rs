@@ -37,6 +37,8 @@ struct State {
     zone: Option<String>,
     /// Errors the next calls return, in order (`op` says which call).
     faults: VecDeque<(FaultOn, ProviderErrorKind)>,
+    /// Calls that never answer (the next call of each listed kind).
+    hangs: Vec<FaultOn>,
     /// Errors for `poll_errors`.
     async_errors: Vec<ProviderError>,
     calls: Vec<FakeCall>,
@@ -130,6 +132,27 @@ impl FakeProvider {
         self.lock().faults.push_back((on, kind));
     }
 
+    /// The next call `on` never answers (a hung cloud API); a launch is recorded first.
+    pub fn hang_next(&self, on: FaultOn) {
+        self.lock().hangs.push(on);
+    }
+
+    async fn maybe_hang(&self, on: FaultOn) {
+        let hang = {
+            let mut st = self.lock();
+            match st.hangs.iter().position(|h| *h == on) {
+                Some(p) => {
+                    st.hangs.remove(p);
+                    true
+                }
+                None => false,
+            }
+        };
+        if hang {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Pending instances become running.
     pub fn boot_all(&self) {
         for c in self.lock().instances.values_mut() {
@@ -196,6 +219,7 @@ impl CloudInstanceProvider for FakeProvider {
 
     /// Walks the instances page by page (as a cloud API would make a client do).
     async fn list(&self) -> Result<Vec<CloudInstance>, ProviderError> {
+        self.maybe_hang(FaultOn::List).await;
         let mut st = self.lock();
         st.calls.push(FakeCall::List);
         if let Some(kind) = Self::take_fault(&mut st, FaultOn::List) {
@@ -215,8 +239,9 @@ impl CloudInstanceProvider for FakeProvider {
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+        self.lock().calls.push(FakeCall::Launch(request.clone()));
+        self.maybe_hang(FaultOn::Launch).await;
         let mut st = self.lock();
-        st.calls.push(FakeCall::Launch(request.clone()));
         let op = |count| ProviderOp::Launch {
             request_id: request.request_id.clone(),
             node_type: request.node_type.clone(),
@@ -287,6 +312,7 @@ impl CloudInstanceProvider for FakeProvider {
         cloud_instance_ids: &[String],
         _request_id: &str,
     ) -> Result<(), ProviderError> {
+        self.maybe_hang(FaultOn::Terminate).await;
         let mut st = self.lock();
         st.calls
             .push(FakeCall::Terminate(cloud_instance_ids.to_vec()));

@@ -1,4 +1,4 @@
-//! Small builders and a fake cloud for tests and benchmarks (feature `test-util`; always on
+//! Small builders, a fake cloud and a fake GCS for tests and benchmarks (feature `test-util`; always on
 //! in unit tests).
 
 use crate::config::NodeTypeConfig;
@@ -36,7 +36,9 @@ pub fn demand(r: &[(&str, f64)], count: u64) -> ResourceRequestByCount {
     }
 }
 
+mod fake_gcs;
 mod fake_provider;
+pub use fake_gcs::FakeGcs;
 pub use fake_provider::{FakeCall, FakeProvider, FaultOn};
 
 /// Runs a future that never waits on I/O to completion (the [`FakeProvider`]'s calls), on

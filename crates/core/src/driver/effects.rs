@@ -1,0 +1,258 @@
+//! Running one iteration's effects: concurrently (bounded), each under a deadline, and
+//! only while this process may act (holds the lease). What went wrong comes back for the
+//! next iteration's sync: provider errors and refused or failed stops (Ray's
+//! `RayStopError`).
+//!
+//! A call that does not answer in time is left to the reconciler's timeouts, which are
+//! safe to act on: a launch stays REQUESTED and is re-sent with the same request id (the
+//! provider makes nothing twice); a termination stays TERMINATING and is retried; a stop
+//! counts as failed, so the instance goes back to RAY_RUNNING and may be chosen again.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::watch;
+
+use super::gcs::Gcs;
+use super::lease::LeaseView;
+use crate::provider::{CloudInstanceProvider, ProviderError, ProviderOp};
+use crate::reconciler::{DrainRejection, Effect};
+
+/// How effects run.
+#[derive(Debug, Clone, Copy)]
+pub struct EffectOptions {
+    /// Effects in flight at once.
+    pub concurrency: usize,
+    /// Each effect's deadline.
+    pub deadline: Duration,
+}
+
+impl Default for EffectOptions {
+    fn default() -> Self {
+        EffectOptions {
+            concurrency: 16,
+            deadline: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What the effects left for the next sync.
+#[derive(Debug, Default)]
+pub struct EffectResults {
+    /// Refused or failed stops.
+    pub rejections: Vec<DrainRejection>,
+    /// Provider errors.
+    pub errors: Vec<ProviderError>,
+    /// Effects not run because this process may no longer act.
+    pub withheld: usize,
+    /// Effects that did not answer within their deadline.
+    pub timed_out: usize,
+}
+
+enum One {
+    Done,
+    Rejected(DrainRejection),
+    Errors(Vec<ProviderError>),
+    Withheld,
+    TimedOut,
+}
+
+/// Runs `effects` (see the module docs).
+pub async fn run_effects<G: Gcs + ?Sized>(
+    gcs: &G,
+    provider: &dyn CloudInstanceProvider,
+    effects: &[Effect],
+    lease: &watch::Receiver<LeaseView>,
+    options: EffectOptions,
+) -> EffectResults {
+    // Boxed with `Send` spelled out: the compiler cannot infer it through a stream of
+    // closures borrowing `gcs` and `effects`.
+    let mut futures: Vec<Pin<Box<dyn Future<Output = One> + Send + '_>>> = Vec::new();
+    for e in effects {
+        futures.push(Box::pin(async move {
+            // Looked at as each effect starts: a process that lost the lease meanwhile does
+            // nothing more.
+            if !lease.borrow().may_act() {
+                return One::Withheld;
+            }
+            match tokio::time::timeout(options.deadline, run_one(gcs, provider, e)).await {
+                Ok(one) => one,
+                Err(_) => {
+                    timed_out(e, options.deadline);
+                    match e {
+                        Effect::Drain {
+                            instance_id,
+                            node_id_hex,
+                            ..
+                        } => One::Rejected(DrainRejection {
+                            instance_id: instance_id.clone(),
+                            reason: format!(
+                                "stopping ray node {node_id_hex} did not answer within {:?}",
+                                options.deadline
+                            ),
+                        }),
+                        _ => One::TimedOut,
+                    }
+                }
+            }
+        }));
+    }
+    let outcomes: Vec<One> = futures_util::stream::iter(futures)
+        .buffer_unordered(options.concurrency.max(1))
+        .collect()
+        .await;
+    let mut out = EffectResults::default();
+    for o in outcomes {
+        match o {
+            One::Done => {}
+            One::Rejected(r) => out.rejections.push(r),
+            One::Errors(e) => out.errors.extend(e),
+            One::Withheld => out.withheld += 1,
+            One::TimedOut => out.timed_out += 1,
+        }
+    }
+    if out.withheld > 0 {
+        tracing::warn!(
+            "{} effects not run: this process no longer holds the autoscaler lease",
+            out.withheld
+        );
+    }
+    out
+}
+
+fn timed_out(e: &Effect, deadline: Duration) {
+    match e {
+        Effect::Launch(l) => tracing::warn!(
+            "launch {} ({} x {}) did not answer within {deadline:?}: it stays requested and \
+             is re-sent with the same request id if nothing comes of it",
+            l.request_id,
+            l.count,
+            l.node_type
+        ),
+        Effect::Terminate {
+            cloud_instance_ids, ..
+        } => tracing::warn!(
+            "terminating {} did not answer within {deadline:?}: retried when it times out",
+            cloud_instance_ids.join(", ")
+        ),
+        Effect::Drain { instance_id, .. } => {
+            tracing::warn!("stopping ray on {instance_id} did not answer within {deadline:?}")
+        }
+    }
+}
+
+async fn run_one<G: Gcs + ?Sized>(
+    gcs: &G,
+    provider: &dyn CloudInstanceProvider,
+    e: &Effect,
+) -> One {
+    match e {
+        Effect::Launch(l) => {
+            tracing::info!(
+                "launching {} x {} (request {})",
+                l.count,
+                l.node_type,
+                l.request_id
+            );
+            match provider.launch(l).await {
+                Ok(outcome) => {
+                    if !outcome.instances.is_empty() {
+                        let ids: Vec<&str> = outcome
+                            .instances
+                            .iter()
+                            .map(|c| c.cloud_instance_id.as_str())
+                            .collect();
+                        tracing::info!("launch {} made {}", l.request_id, ids.join(", "));
+                    }
+                    match outcome.shortfall {
+                        Some(short) => {
+                            tracing::warn!(
+                                "launch {} fell short ({}): {short}",
+                                l.request_id,
+                                short.kind.name()
+                            );
+                            One::Errors(vec![short])
+                        }
+                        None => One::Done,
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(
+                        "launch {} failed ({}): {err}",
+                        l.request_id,
+                        err.kind.name()
+                    );
+                    One::Errors(vec![err.for_op(ProviderOp::Launch {
+                        request_id: l.request_id.clone(),
+                        node_type: l.node_type.clone(),
+                        count: l.count,
+                    })])
+                }
+            }
+        }
+        Effect::Drain {
+            instance_id,
+            node_id_hex,
+            reason,
+            idle,
+        } => {
+            let rejected = |reason: String| {
+                One::Rejected(DrainRejection {
+                    instance_id: instance_id.clone(),
+                    reason,
+                })
+            };
+            if *idle {
+                tracing::info!("draining {instance_id} (node {node_id_hex}): {reason}");
+                match gcs.drain_idle_node(node_id_hex, reason).await {
+                    Ok(r) if r.accepted => One::Done,
+                    Ok(r) => {
+                        tracing::warn!("drain of {instance_id} rejected: {}", r.rejection);
+                        rejected(format!("drain rejected: {}", r.rejection))
+                    }
+                    Err(err) => {
+                        tracing::warn!("drain of {instance_id} failed: {err}");
+                        rejected(format!("drain failed: {err}"))
+                    }
+                }
+            } else {
+                tracing::info!("stopping ray on {instance_id} (node {node_id_hex}): {reason}");
+                match gcs.stop_node(node_id_hex).await {
+                    Ok(true) => One::Done,
+                    Ok(false) => {
+                        tracing::warn!("the GCS did not stop ray on {instance_id}");
+                        rejected(format!("the GCS did not stop ray node {node_id_hex}"))
+                    }
+                    Err(err) => {
+                        tracing::warn!("stopping ray on {instance_id} failed: {err}");
+                        rejected(format!("stopping ray failed: {err}"))
+                    }
+                }
+            }
+        }
+        Effect::Terminate {
+            cloud_instance_ids,
+            request_id,
+        } => {
+            tracing::info!("terminating {}", cloud_instance_ids.join(", "));
+            match provider.terminate(cloud_instance_ids, request_id).await {
+                Ok(()) => One::Done,
+                Err(err) => {
+                    tracing::warn!("terminate failed: {err}");
+                    One::Errors(
+                        cloud_instance_ids
+                            .iter()
+                            .map(|id| {
+                                err.clone().for_op(ProviderOp::Terminate {
+                                    cloud_instance_id: id.clone(),
+                                })
+                            })
+                            .collect(),
+                    )
+                }
+            }
+        }
+    }
+}

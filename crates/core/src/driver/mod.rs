@@ -1,0 +1,731 @@
+//! The live loop as a library component, generic over its GCS ([`Gcs`]), its cloud
+//! ([`CloudInstanceProvider`]) and its wall clock ([`Clock`]); waiting and deadlines use
+//! tokio's timers, which tests pause. It does no I/O of its own: `bin/` wires a gRPC GCS
+//! client, a provider and a config file to it; tests wire [`crate::testing::FakeGcs`] and
+//! [`crate::testing::FakeProvider`] and run it in virtual time.
+//!
+//! Each step (about once a second):
+//! 1. the config is polled (Ray re-reads it every iteration); a broken edit keeps the last
+//!    good config and is said once;
+//! 2. the process acts only while it holds the cluster's lease ([`lease`]); on taking it,
+//!    it loads the instance table from the GCS KV and replays what a crash may have cut
+//!    short (launch requests, stops, terminations);
+//! 3. the GCS state, the cloud's instances and the provider's errors are gathered
+//!    concurrently, each under a deadline;
+//! 4. when something changed (or every `interval`), the pure reconciler runs on a copy of
+//!    the table; the copy's changes are written to the KV ([`table`]), and only then
+//!    become the table (an iteration that fails leaves the table as it was and runs no
+//!    effect);
+//! 5. the report goes to the GCS, and the effects run concurrently (bounded), each under a
+//!    deadline, while the lease is held ([`effects`]).
+
+pub mod clock;
+pub mod effects;
+pub mod gcs;
+pub mod lease;
+pub mod table;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+pub use clock::{Clock, TokioClock};
+pub use effects::{EffectOptions, EffectResults};
+pub use gcs::{DrainReply, Gcs, GcsState};
+pub use lease::{Lease, LeaseSettings, LeaseView};
+pub use table::{KvTable, NAMESPACE, SaveStats};
+
+use crate::availability::{Availability, AvailabilityState, DEFAULT_RECOVERY_S};
+use crate::config::ClusterConfig;
+use crate::error::CoreError;
+use crate::expander::{ExpanderChain, SeededRng};
+use crate::instance::{InMemoryStorage, Instance, InstanceManager};
+use crate::model::InstanceStatus;
+use crate::provider::{CloudInstanceProvider, CloudInstanceState, LaunchRequest, ProviderError};
+use crate::reconciler::{
+    DrainRejection, Effect, IDLE_CAUSE, IdSource, Observed, ReconcilerSettings, reconcile,
+};
+
+/// Said once when the head was started without autoscaler v2.
+pub const V1_HEAD_HINT: &str = "this Ray head was started without RAY_enable_autoscaler_v2=1: \
+rayscale autoscales it, but `ray status` does not show rayscale's view (and turning v2 on now \
+would make every Ray job print tracebacks). For the full view, start the head with \
+`RAY_enable_autoscaler_v2=1 ray start --head --no-monitor ...`";
+
+/// Said once when another autoscaler reports to the same GCS.
+const OTHER_AUTOSCALER_HINT: &str = "another autoscaler reports to this GCS (a Ray head \
+started without --no-monitor runs Ray's own): both act on the cluster. Start the head with \
+`RAY_enable_autoscaler_v2=1 ray start --head --no-monitor ...`";
+
+/// A config as loaded, with the expander chain built from it.
+pub struct Reloaded {
+    /// The cluster config.
+    pub config: ClusterConfig,
+    /// Its expander chain.
+    pub chain: ExpanderChain,
+}
+
+/// Where the config comes from (a file in `bin/`, the RayCluster for KubeRay). Polled on
+/// every step.
+pub trait ConfigSource: Send {
+    /// The config when it changed since the last call (the first call always returns
+    /// it), `None` when unchanged, or one line saying why the current text is unusable.
+    fn poll(&mut self) -> Result<Option<Reloaded>, String>;
+}
+
+/// A config that never changes.
+pub struct FixedConfig(Option<Reloaded>);
+
+impl FixedConfig {
+    /// Serves `config` and `chain` once.
+    pub fn new(config: ClusterConfig, chain: ExpanderChain) -> Self {
+        FixedConfig(Some(Reloaded { config, chain }))
+    }
+}
+
+impl ConfigSource for FixedConfig {
+    fn poll(&mut self) -> Result<Option<Reloaded>, String> {
+        Ok(self.0.take())
+    }
+}
+
+/// The driver's timing and limits.
+#[derive(Debug, Clone)]
+pub struct DriverOptions {
+    /// Reconcile at least this often.
+    pub interval: Duration,
+    /// Step this often; reconcile at once when something changed.
+    pub watch: Duration,
+    /// Deadline of each call that gathers state (GCS state, cloud list, provider errors).
+    pub call_deadline: Duration,
+    /// How effects run.
+    pub effects: EffectOptions,
+    /// The lease's timing.
+    pub lease: LeaseSettings,
+    /// This process, for humans (host and pid).
+    pub holder: String,
+    /// Seed of the id generator.
+    pub id_seed: u64,
+    /// Terminal records are kept this long (reports, launch backoff), then dropped.
+    pub keep_terminal: Duration,
+    /// How often to look at the report version the GCS holds.
+    pub held_check: Duration,
+}
+
+impl Default for DriverOptions {
+    fn default() -> Self {
+        DriverOptions {
+            interval: Duration::from_secs(5),
+            watch: Duration::from_secs(1),
+            call_deadline: Duration::from_secs(30),
+            effects: EffectOptions::default(),
+            lease: LeaseSettings::default(),
+            holder: "rayscale".into(),
+            id_seed: 0,
+            keep_terminal: Duration::from_secs(3600),
+            held_check: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What one step did (for tests and the benchmark).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StepReport {
+    /// The process held the lease and acted.
+    pub acted: bool,
+    /// The reconciler ran and its table was stored.
+    pub reconciled: bool,
+    /// What the table save wrote.
+    pub kv: SaveStats,
+    /// Effects run.
+    pub effects: usize,
+    /// Why the step stopped early, if it did.
+    pub aborted: Option<String>,
+}
+
+/// Random ids from a seeded generator.
+struct RandomIds(SeededRng);
+
+impl IdSource for RandomIds {
+    fn instance_id(&mut self) -> String {
+        format!("im-{:016x}", self.0.next_u64())
+    }
+    fn request_id(&mut self) -> String {
+        format!("lr-{:016x}", self.0.next_u64())
+    }
+}
+
+/// Says each entry of `now` that `said` lacks, then remembers `now`: a condition that
+/// lasts is said when it starts, not on every step.
+pub fn say_new(said: &mut BTreeSet<String>, now: BTreeSet<String>, say: impl Fn(&str)) {
+    for s in now.difference(said) {
+        say(s);
+    }
+    *said = now;
+}
+
+/// What the watch compares to decide whether to reconcile.
+#[derive(PartialEq, Eq, Default)]
+struct Fingerprint {
+    version: i64,
+    cloud: BTreeSet<(String, CloudInstanceState)>,
+}
+
+/// The state of a process while it holds the lease.
+struct Active {
+    epoch: u64,
+    storage: InMemoryStorage,
+    table: KvTable,
+    avail: Availability,
+    saved_avail: AvailabilityState,
+    /// Effects to run before the next iteration (replays after taking the lease).
+    pending: Vec<Effect>,
+    rejections: Vec<DrainRejection>,
+    carried: Vec<ProviderError>,
+    last: Option<Fingerprint>,
+    last_run: Option<Instant>,
+    report_version: i64,
+    last_held_check: Option<Instant>,
+}
+
+struct Loaded {
+    config: Arc<ClusterConfig>,
+    chain: ExpanderChain,
+    settings: ReconcilerSettings,
+}
+
+/// The live loop (see the module docs).
+pub struct Driver<G: Gcs + 'static, C: Clock> {
+    gcs: Arc<G>,
+    provider: Arc<dyn CloudInstanceProvider>,
+    clock: C,
+    source: Box<dyn ConfigSource>,
+    options: DriverOptions,
+    cluster: String,
+    config: Option<Loaded>,
+    active: Option<Active>,
+    ids: RandomIds,
+    lease_rx: watch::Receiver<LeaseView>,
+    lease_stop: watch::Sender<bool>,
+    lease_task: Option<tokio::task::JoinHandle<()>>,
+    said: BTreeMap<&'static str, BTreeSet<String>>,
+    warned_other: bool,
+    warned_v1: bool,
+}
+
+impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
+    /// A driver of cluster `cluster`. Starts the lease task on the current tokio runtime.
+    pub fn new(
+        cluster: &str,
+        gcs: Arc<G>,
+        provider: Arc<dyn CloudInstanceProvider>,
+        clock: C,
+        source: Box<dyn ConfigSource>,
+        options: DriverOptions,
+    ) -> Self {
+        let (tx, lease_rx) = watch::channel(LeaseView::default());
+        let (lease_stop, stop_rx) = watch::channel(false);
+        let lease = Lease::new(NAMESPACE, cluster, &options.holder, options.lease);
+        let lease_task = tokio::spawn(hold_lease(lease, gcs.clone(), tx, stop_rx));
+        Driver {
+            ids: RandomIds(SeededRng::new(options.id_seed)),
+            gcs,
+            provider,
+            clock,
+            source,
+            options,
+            cluster: cluster.to_string(),
+            config: None,
+            active: None,
+            lease_rx,
+            lease_stop,
+            lease_task: Some(lease_task),
+            said: BTreeMap::new(),
+            warned_other: false,
+            warned_v1: false,
+        }
+    }
+
+    /// The lease as this process sees it.
+    pub fn lease(&self) -> LeaseView {
+        self.lease_rx.borrow().clone()
+    }
+
+    /// The instance table, as this process holds it (empty when it does not hold the
+    /// lease).
+    pub fn instances(&self) -> Vec<Instance> {
+        self.active
+            .as_ref()
+            .map(|a| {
+                let (_, mut all) = InstanceManager::new(a.storage.clone())
+                    .get_instances()
+                    .unwrap_or_default();
+                all.sort_by(|x, y| x.instance_id.cmp(&y.instance_id));
+                all
+            })
+            .unwrap_or_default()
+    }
+
+    fn say(&mut self, topic: &'static str, now: BTreeSet<String>, say: impl Fn(&str)) {
+        say_new(self.said.entry(topic).or_default(), now, say);
+    }
+
+    /// Steps until `shutdown` resolves, then gives up the lease (so a follower takes over
+    /// at once). A step under way finishes first (its effects are bounded by their
+    /// deadlines); its table was stored before any effect ran.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        tracing::info!("provider: {}", self.provider.provider_type());
+        tokio::pin!(shutdown);
+        loop {
+            self.step().await;
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(self.options.watch) => {}
+            }
+        }
+        self.stop().await;
+        tracing::info!("loop stopped");
+    }
+
+    /// Stops the lease task, releasing the lease.
+    pub async fn stop(&mut self) {
+        let _ = self.lease_stop.send(true);
+        if let Some(t) = self.lease_task.take()
+            && let Err(e) = t.await
+        {
+            tracing::warn!("the lease task ended badly: {e}");
+        }
+    }
+
+    /// One step (see the module docs).
+    pub async fn step(&mut self) -> StepReport {
+        let mut report = StepReport::default();
+        self.poll_config().await;
+        if self.config.is_none() {
+            report.aborted = Some("no usable config yet".into());
+            return report;
+        }
+        let view = self.lease();
+        let Some(epoch) = view.epoch.filter(|_| view.may_act()) else {
+            if self.active.take().is_some() {
+                tracing::warn!("no longer the active autoscaler: waiting for the lease");
+            }
+            let holder = view.holder.unwrap_or_else(|| "nobody yet".into());
+            self.say("lease", BTreeSet::from([holder]), |h| {
+                tracing::info!("waiting: the autoscaler lease is held by {h}")
+            });
+            report.aborted = Some("not holding the lease".into());
+            return report;
+        };
+        self.said.remove("lease");
+        if self.active.as_ref().is_none_or(|a| a.epoch != epoch) {
+            match self.activate(epoch).await {
+                Ok(a) => self.active = Some(a),
+                Err(e) => {
+                    tracing::warn!("cannot load the instance table yet: {e}");
+                    report.aborted = Some(e.to_string());
+                    return report;
+                }
+            }
+        }
+        report.acted = true;
+        match self.iterate(&mut report).await {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!("iteration aborted: {e}");
+                report.aborted = Some(e.to_string());
+            }
+        }
+        report
+    }
+
+    async fn poll_config(&mut self) {
+        match self.source.poll() {
+            Ok(Some(r)) => {
+                if let Err(e) = self.provider.reconfigure(&r.config).await {
+                    tracing::warn!("the provider refused the new config, keeping the last: {e}");
+                    return;
+                }
+                if self.config.is_some() {
+                    tracing::info!("config reloaded");
+                }
+                if let Some(a) = &mut self.active {
+                    a.avail
+                        .unavailable
+                        .set_ttl_s(r.config.unavailable_type_ttl_s);
+                    // A new config is a reason to reconcile now.
+                    a.last = None;
+                }
+                self.config = Some(Loaded {
+                    settings: ReconcilerSettings::from_config(&r.config),
+                    config: Arc::new(r.config),
+                    chain: r.chain,
+                });
+                self.said.remove("config");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let keeping = if self.config.is_some() {
+                    "keeping the last good config"
+                } else {
+                    "waiting for a usable config"
+                };
+                self.say("config", BTreeSet::from([e]), |e| {
+                    tracing::warn!("{e} ({keeping})")
+                });
+            }
+        }
+    }
+
+    /// Loads the table and what is known of capacity, and lists what to replay.
+    async fn activate(&mut self, epoch: u64) -> Result<Active, CoreError> {
+        let mut table = KvTable::new(&self.cluster);
+        let loaded = table.load(self.gcs.as_ref()).await?;
+        for s in &loaded.skipped {
+            tracing::warn!("instance record left out: {s}");
+        }
+        if loaded.found {
+            tracing::info!(
+                "loaded {} instance records (table version {}) from the GCS",
+                loaded.instances.len(),
+                loaded.version
+            );
+        }
+        let storage = InMemoryStorage::with_instances(loaded.version, loaded.instances);
+        let ttl = self
+            .config
+            .as_ref()
+            .map_or(crate::availability::DEFAULT_UNAVAILABLE_TTL_S, |c| {
+                c.config.unavailable_type_ttl_s
+            });
+        let mut avail = Availability::new(ttl, DEFAULT_RECOVERY_S);
+        match table.load_availability(self.gcs.as_ref()).await {
+            Ok(Some(state)) => avail.restore(state),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("ignoring the stored availability state: {e}"),
+        }
+        if !self.warned_v1 {
+            self.warned_v1 = true;
+            match self.gcs.autoscaler_v2_enabled().await {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!("{V1_HEAD_HINT}"),
+                Err(e) => tracing::warn!("cannot read whether autoscaler v2 is enabled: {e}"),
+            }
+        }
+        let report_version = match self.gcs.held_report_version().await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!("cannot read the report version the GCS holds: {e}");
+                0
+            }
+        };
+        let pending = replays(&storage, epoch);
+        Ok(Active {
+            epoch,
+            saved_avail: avail.state(),
+            storage,
+            table,
+            avail,
+            pending,
+            rejections: Vec::new(),
+            carried: Vec::new(),
+            last: None,
+            last_run: None,
+            report_version,
+            last_held_check: Some(Instant::now()),
+        })
+    }
+
+    async fn iterate(&mut self, report: &mut StepReport) -> Result<(), CoreError> {
+        let gcs = self.gcs.clone();
+        let provider = self.provider.clone();
+        let options = self.options.clone();
+        let Some(a) = self.active.as_mut() else {
+            return Ok(());
+        };
+        // Replays of a crash first (the table that recorded them is stored).
+        if !a.pending.is_empty() {
+            let effects = std::mem::take(&mut a.pending);
+            let done = effects::run_effects(
+                gcs.as_ref(),
+                provider.as_ref(),
+                &effects,
+                &self.lease_rx,
+                options.effects,
+            )
+            .await;
+            report.effects += effects.len();
+            a.rejections.extend(done.rejections);
+            a.carried.extend(done.errors);
+        }
+        // Gather concurrently, each under its deadline.
+        let d = options.call_deadline;
+        let (state, cloud, polled) = tokio::join!(
+            tokio::time::timeout(d, gcs.cluster_resource_state()),
+            tokio::time::timeout(d, provider.list()),
+            tokio::time::timeout(d, provider.poll_errors()),
+        );
+        let mut errors = std::mem::take(&mut a.carried);
+        match polled {
+            Ok(polled) => {
+                for e in &polled {
+                    tracing::warn!("provider error: {e}");
+                }
+                errors.extend(polled);
+            }
+            Err(_) => tracing::warn!("the provider's errors did not come within {d:?}"),
+        }
+        let gathered = match (state, cloud) {
+            (Ok(Ok(s)), Ok(Ok(c))) => Ok((s, c)),
+            (Err(_), _) => Err(CoreError::gcs(
+                "GetClusterResourceState",
+                format!("no answer within {d:?}"),
+            )),
+            (Ok(Err(e)), _) => Err(e),
+            (_, Err(_)) => Err(CoreError::gcs(
+                "provider list",
+                format!("no answer within {d:?}"),
+            )),
+            (_, Ok(Err(e))) => Err(CoreError::gcs("provider list", e)),
+        };
+        let (state, cloud) = match gathered {
+            Ok(g) => g,
+            Err(e) => {
+                a.carried = errors;
+                return Err(e);
+            }
+        };
+        let fp = Fingerprint {
+            version: state.version,
+            cloud: cloud
+                .iter()
+                .map(|c| (c.cloud_instance_id.clone(), c.state))
+                .collect(),
+        };
+        let due = a.last_run.is_none_or(|t| t.elapsed() >= options.interval);
+        if a.last.as_ref() == Some(&fp) && errors.is_empty() && a.rejections.is_empty() && !due {
+            return Ok(());
+        }
+        let skipped: BTreeSet<String> = state.skipped.iter().cloned().collect();
+        let Some(loaded) = self.config.as_mut() else {
+            return Ok(());
+        };
+        say_new(self.said.entry("rows").or_default(), skipped, |e| {
+            tracing::warn!("left out of this iteration's GCS state: {e}")
+        });
+        // All or nothing: the iteration works on a copy, which becomes the table only
+        // once it is stored.
+        let mut im = InstanceManager::new(a.storage.clone());
+        let mut avail = a.avail.clone();
+        let rejections = std::mem::take(&mut a.rejections);
+        let now = self.clock.now_ns();
+        let ids = &mut self.ids;
+        let mut run = || {
+            reconcile(
+                &mut im,
+                &loaded.config,
+                &mut loaded.chain,
+                &loaded.settings,
+                &mut avail,
+                Observed {
+                    ray: &state.state,
+                    cloud: &cloud,
+                    provider_errors: &errors,
+                    drain_rejections: &rejections,
+                },
+                now,
+                ids,
+            )
+        };
+        // The gRPC expander blocks on its own runtime: on a multi-threaded runtime the
+        // iteration leaves this runtime's context.
+        let result = match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(run),
+            _ => run(),
+        };
+        let outcome = match result {
+            Ok(o) => o,
+            Err(e) => {
+                a.carried = errors;
+                a.rejections = rejections;
+                return Err(e);
+            }
+        };
+        let keep = i64::try_from(options.keep_terminal.as_nanos()).unwrap_or(i64::MAX);
+        im.prune_terminal(now.saturating_sub(keep))?;
+        // Store the copy before any effect: a crash after this point replays. A process
+        // that lost the lease meanwhile stores nothing.
+        if !self.lease_rx.borrow().may_act() {
+            a.carried = errors;
+            a.rejections = rejections;
+            return Err(CoreError::LeaseLost("before storing the table".into()));
+        }
+        let (version, instances) = im.get_instances()?;
+        match a
+            .table
+            .save(gcs.as_ref(), version, &instances, a.epoch)
+            .await
+        {
+            Ok(stats) => report.kv = stats,
+            Err(e) => {
+                a.carried = errors;
+                a.rejections = rejections;
+                return Err(e);
+            }
+        }
+        // Commit.
+        a.storage = im.into_storage();
+        a.avail = avail;
+        a.last = Some(fp);
+        a.last_run = Some(Instant::now());
+        report.reconciled = true;
+        for w in &outcome.warnings {
+            tracing::warn!("{w}");
+        }
+        say_new(
+            self.said.entry("unknown").or_default(),
+            outcome.unknown_ray_nodes.iter().cloned().collect(),
+            |n| tracing::warn!("ray node {n} belongs to no instance of this cluster"),
+        );
+        // What is known of the cloud's capacity survives a restart; written on change.
+        let now_avail = a.avail.state();
+        if now_avail != a.saved_avail {
+            match a.table.save_availability(gcs.as_ref(), &now_avail).await {
+                Ok(()) => a.saved_avail = now_avail,
+                Err(e) => tracing::warn!("cannot store the availability state: {e}"),
+            }
+        }
+        // The GCS drops reports not newer than the one it holds (a restarted rayscale, or
+        // another autoscaler, may have sent higher versions): look at what it holds now
+        // and then, and go on from there.
+        if a.last_held_check
+            .is_none_or(|t| t.elapsed() >= options.held_check)
+        {
+            a.last_held_check = Some(Instant::now());
+            if let Ok(held) = gcs.held_report_version().await {
+                if held > a.report_version && !self.warned_other {
+                    tracing::warn!("{OTHER_AUTOSCALER_HINT}");
+                    self.warned_other = true;
+                }
+                a.report_version = a.report_version.max(held);
+            }
+        }
+        a.report_version += 1;
+        if let Err(e) = gcs
+            .report_autoscaling_state(&outcome.report, state.version, a.report_version)
+            .await
+        {
+            tracing::warn!("cannot report the autoscaling state: {e}");
+        }
+        let done = effects::run_effects(
+            gcs.as_ref(),
+            provider.as_ref(),
+            &outcome.effects,
+            &self.lease_rx,
+            options.effects,
+        )
+        .await;
+        report.effects += outcome.effects.len();
+        a.rejections.extend(done.rejections);
+        a.carried.extend(done.errors);
+        Ok(())
+    }
+}
+
+/// Holds the lease until told to stop, then releases it.
+async fn hold_lease<G: Gcs + 'static>(
+    mut lease: Lease,
+    gcs: Arc<G>,
+    tx: watch::Sender<LeaseView>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let every = lease.settings().renew_every;
+    let mut said_error = false;
+    loop {
+        match lease.tick(gcs.as_ref()).await {
+            Ok(view) => {
+                said_error = false;
+                tx.send_replace(view);
+            }
+            Err(e) => {
+                if !said_error {
+                    tracing::warn!("cannot reach the lease: {e}");
+                    said_error = true;
+                }
+                tx.send_replace(lease.view());
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+    if let Err(e) = lease.release(gcs.as_ref()).await {
+        tracing::warn!("cannot release the lease: {e}");
+    }
+    tx.send_replace(lease.view());
+}
+
+/// What a process that takes the lease replays from the stored table: the launch requests
+/// of REQUESTED records (re-sent as they were: same request id, type and size; the
+/// provider makes nothing twice), the stops of RAY_STOP_REQUESTED records, and the
+/// terminations of TERMINATING records.
+fn replays(storage: &InMemoryStorage, epoch: u64) -> Vec<Effect> {
+    let (_, instances) = InstanceManager::new(storage.clone())
+        .get_instances()
+        .unwrap_or_default();
+    let mut by_request: BTreeMap<(String, String), (u64, String)> = BTreeMap::new();
+    let mut out = Vec::new();
+    let mut terminate = Vec::new();
+    for i in &instances {
+        match i.status {
+            InstanceStatus::Requested => {
+                let e = by_request
+                    .entry((i.launch_request_id.clone(), i.node_type.clone()))
+                    .or_insert((0, i.launch_config_hash.clone()));
+                // A record of an older table has no size: send what is requested.
+                e.0 = if i.launch_request_size > 0 {
+                    i.launch_request_size
+                } else {
+                    e.0 + 1
+                };
+            }
+            InstanceStatus::RayStopRequested => {
+                if let Some(node) = &i.node_id {
+                    tracing::info!("replaying the stop of ray on {}", i.instance_id);
+                    out.push(Effect::Drain {
+                        instance_id: i.instance_id.clone(),
+                        node_id_hex: node.clone(),
+                        reason: "replayed after a restart".into(),
+                        idle: i.stop_cause.as_deref() == Some(IDLE_CAUSE),
+                    });
+                }
+            }
+            InstanceStatus::Terminating => terminate.extend(i.cloud_instance_id.clone()),
+            _ => {}
+        }
+    }
+    for ((request_id, node_type), (count, launch_config_hash)) in by_request {
+        tracing::info!("replaying launch request {request_id} ({count} x {node_type})");
+        out.push(Effect::Launch(LaunchRequest {
+            request_id,
+            node_type,
+            count,
+            launch_config_hash,
+        }));
+    }
+    if !terminate.is_empty() {
+        tracing::info!("replaying the termination of {}", terminate.join(", "));
+        out.push(Effect::Terminate {
+            cloud_instance_ids: terminate,
+            request_id: format!("replay-{epoch}"),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

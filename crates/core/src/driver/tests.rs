@@ -1,0 +1,399 @@
+//! The driver in virtual time: a fake GCS (with its small Ray data plane), the fake cloud,
+//! paused tokio time. Hours of loop run in milliseconds, with no real sleep.
+
+use std::sync::Mutex;
+
+use super::*;
+use crate::provider::CloudInstance;
+use crate::testing::{FakeGcs, FakeProvider, FaultOn, demand};
+
+const CONFIG: &str = r#"
+cluster_name: t
+max_workers: 10
+idle_timeout_minutes: 1
+upscaling_speed: 100
+head_node_type: head
+provider: {type: local_processes}
+available_node_types:
+  head: {resources: {CPU: 0}, node_config: {}}
+  w: {resources: {CPU: 2}, max_workers: 4, node_config: {}}
+"#;
+
+/// A config text the test can edit; polled by the driver like a file.
+#[derive(Clone)]
+struct Text(Arc<Mutex<String>>);
+
+impl Text {
+    fn new(s: &str) -> Self {
+        Text(Arc::new(Mutex::new(s.to_string())))
+    }
+    fn set(&self, s: &str) {
+        *self.0.lock().expect("text") = s.to_string();
+    }
+    fn get(&self) -> String {
+        self.0.lock().expect("text").clone()
+    }
+}
+
+struct TextSource {
+    text: Text,
+    last: Option<String>,
+}
+
+impl ConfigSource for TextSource {
+    fn poll(&mut self) -> Result<Option<Reloaded>, String> {
+        let now = self.text.get();
+        if self.last.as_deref() == Some(now.as_str()) {
+            return Ok(None);
+        }
+        let config =
+            ClusterConfig::from_yaml_str(&now, "cluster.yaml").map_err(|e| e.to_string())?;
+        let chain = ExpanderChain::from_settings(&config.expander, &config.node_types, None)
+            .map_err(|e| e.to_string())?;
+        self.last = Some(now);
+        Ok(Some(Reloaded { config, chain }))
+    }
+}
+
+struct World {
+    gcs: FakeGcs,
+    cloud: Arc<FakeProvider>,
+    text: Text,
+}
+
+impl World {
+    fn new() -> Self {
+        World {
+            gcs: FakeGcs::new(),
+            cloud: Arc::new(FakeProvider::new().with_head("head")),
+            text: Text::new(CONFIG),
+        }
+    }
+
+    fn driver(&self, name: &str, gcs: FakeGcs) -> Driver<FakeGcs, TokioClock> {
+        Driver::new(
+            "t",
+            Arc::new(gcs),
+            self.cloud.clone(),
+            TokioClock::new(1_700_000_000_000_000_000),
+            Box::new(TextSource {
+                text: self.text.clone(),
+                last: None,
+            }),
+            DriverOptions {
+                holder: name.into(),
+                id_seed: name.len() as u64 * 7919 + name.as_bytes()[0] as u64,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Plays the Ray nodes (each running instance joins) every 500 ms, forever.
+    fn pump(&self) -> tokio::task::JoinHandle<()> {
+        let gcs = self.gcs.clone();
+        let cloud = self.cloud.clone();
+        let text = self.text.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(c) = ClusterConfig::from_yaml_str(&text.get(), "cluster.yaml") {
+                    gcs.join_running(&cloud, &c).await;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    }
+
+    fn workers(&self) -> Vec<CloudInstance> {
+        self.cloud
+            .instances()
+            .into_iter()
+            .filter(|c| !c.is_head())
+            .collect()
+    }
+
+    fn launched(&self) -> u64 {
+        let mut by_request: BTreeMap<String, u64> = BTreeMap::new();
+        for l in self.cloud.launches() {
+            let e = by_request.entry(l.request_id).or_default();
+            *e = (*e).max(l.count);
+        }
+        by_request.values().sum()
+    }
+
+    /// The epoch of the highest lease key, and its holder's value.
+    fn lease_top(&self) -> Option<(u64, String)> {
+        let keys = self.gcs.keys(NAMESPACE, "lease/t/");
+        let top = keys.last()?;
+        let epoch = top.rsplit('/').next()?.parse().ok()?;
+        let value = block_on_get(&self.gcs, top);
+        Some((epoch, value))
+    }
+}
+
+fn block_on_get(gcs: &FakeGcs, key: &str) -> String {
+    crate::testing::block_on(gcs.kv_get(NAMESPACE, key))
+        .ok()
+        .flatten()
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .unwrap_or_default()
+}
+
+fn cpu2(n: u64) -> Vec<crate::model::ResourceRequestByCount> {
+    vec![demand(&[("CPU", 2.0)], n)]
+}
+
+async fn sleep_s(s: u64) {
+    tokio::time::sleep(Duration::from_secs(s)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_drivers_act_as_one_and_the_follower_takes_over_a_dead_leader() {
+    let w = World::new();
+    let _pump = w.pump();
+    w.gcs.set_demand(cpu2(3));
+    let c1 = w.gcs.connect();
+    let c2 = w.gcs.connect();
+    let d1 = tokio::spawn(w.driver("one", c1.clone()).run(std::future::pending()));
+    // The second starts a little later, as in a rolling update.
+    sleep_s(1).await;
+    let d2 = tokio::spawn(w.driver("two", c2.clone()).run(std::future::pending()));
+    sleep_s(30).await;
+    assert_eq!(w.workers().len(), 3, "{:?}", w.workers());
+    assert_eq!(w.launched(), 3);
+    let (epoch, holder) = w.lease_top().expect("a lease");
+    assert!(holder.contains("\"one\""), "{holder}");
+    // The leader's process dies: its connection goes silent and it is gone (kill -9:
+    // no release).
+    c1.set_cut(true);
+    d1.abort();
+    w.gcs.set_demand(cpu2(4));
+    let died = Instant::now();
+    let took_over = loop {
+        sleep_s(1).await;
+        if let Some((e, h)) = w.lease_top()
+            && e > epoch
+        {
+            assert!(h.contains("\"two\""), "{h}");
+            break died.elapsed();
+        }
+        assert!(died.elapsed() < Duration::from_secs(60), "no takeover");
+    };
+    assert!(took_over <= Duration::from_secs(15), "took {took_over:?}");
+    sleep_s(10).await;
+    assert_eq!(w.workers().len(), 4, "{:?}", w.workers());
+    assert_eq!(w.launched(), 4);
+    d2.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_cut_off_from_the_gcs_stops_acting_and_stays_stopped_when_it_comes_back() {
+    let w = World::new();
+    let _pump = w.pump();
+    let c1 = w.gcs.connect();
+    let c2 = w.gcs.connect();
+    let _d1 = tokio::spawn(w.driver("one", c1.clone()).run(std::future::pending()));
+    sleep_s(1).await;
+    let _d2 = tokio::spawn(w.driver("two", c2.clone()).run(std::future::pending()));
+    sleep_s(5).await;
+    let (epoch, holder) = w.lease_top().expect("a lease");
+    assert!(holder.contains("\"one\""), "{holder}");
+    // `one` loses the GCS (a partition), `two` takes over and scales up.
+    c1.set_cut(true);
+    sleep_s(20).await;
+    let (e2, h2) = w.lease_top().expect("a lease");
+    assert!(e2 > epoch && h2.contains("\"two\""), "{e2} {h2}");
+    w.gcs.set_demand(cpu2(2));
+    sleep_s(10).await;
+    assert_eq!(w.workers().len(), 2);
+    // `one` comes back: it sees the higher epoch and never acts again. More demand is
+    // served once, by `two`.
+    c1.set_cut(false);
+    w.gcs.set_demand(cpu2(3));
+    sleep_s(30).await;
+    assert_eq!(w.workers().len(), 3);
+    assert_eq!(w.launched(), 3);
+    let (e3, h3) = w.lease_top().expect("a lease");
+    assert_eq!(e3, e2);
+    assert!(h3.contains("\"two\""), "{h3}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clean_stop_hands_the_lease_over_at_once() {
+    let w = World::new();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let d1 = tokio::spawn(w.driver("one", w.gcs.connect()).run(async {
+        let _ = rx.await;
+    }));
+    sleep_s(1).await;
+    let _d2 = tokio::spawn(w.driver("two", w.gcs.connect()).run(std::future::pending()));
+    sleep_s(3).await;
+    let (epoch, _) = w.lease_top().expect("a lease");
+    let _ = tx.send(());
+    d1.await.expect("driver one stops");
+    let stopped = Instant::now();
+    loop {
+        sleep_s(1).await;
+        if w.lease_top().is_some_and(|(e, _)| e > epoch) {
+            break;
+        }
+    }
+    assert!(
+        stopped.elapsed() <= Duration::from_secs(3),
+        "{:?}",
+        stopped.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_launch_costs_one_deadline_and_is_resent_with_its_request_id() {
+    let w = World::new();
+    let _pump = w.pump();
+    w.cloud.hang_next(FaultOn::Launch);
+    w.gcs.set_demand(cpu2(1));
+    let _d = tokio::spawn(w.driver("one", w.gcs.connect()).run(std::future::pending()));
+    sleep_s(70).await;
+    // The loop went on after the deadline: it keeps reporting.
+    let before = w.gcs.reports().len();
+    sleep_s(20).await;
+    assert!(w.gcs.reports().len() > before);
+    assert!(w.workers().is_empty());
+    // The request times out (600 s) and is re-sent as it was; it goes through.
+    sleep_s(600).await;
+    let launches = w.cloud.launches();
+    assert!(launches.len() >= 2, "{launches:?}");
+    assert!(
+        launches
+            .iter()
+            .all(|l| l.request_id == launches[0].request_id)
+    );
+    assert_eq!(w.workers().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_save_runs_no_effect_and_changes_nothing() {
+    let w = World::new();
+    let _pump = w.pump();
+    let mut d = w.driver("one", w.gcs.connect());
+    // Wait for the lease.
+    while !d.lease().may_act() {
+        sleep_s(1).await;
+    }
+    assert!(d.step().await.reconciled);
+    w.gcs.fail_puts(Some("instance/"));
+    w.gcs.set_demand(cpu2(2));
+    let r = d.step().await;
+    assert!(!r.reconciled, "{r:?}");
+    assert!(r.aborted.is_some());
+    assert_eq!(r.effects, 0);
+    assert!(w.cloud.launches().is_empty());
+    assert!(d.instances().is_empty(), "{:?}", d.instances());
+    w.gcs.fail_puts(None);
+    let r = d.step().await;
+    assert!(r.reconciled);
+    assert_eq!(r.kv.written, 2);
+    assert_eq!(w.launched(), 2);
+    // Once the instances settled, an iteration that changes nothing writes nothing.
+    for _ in 0..10 {
+        d.step().await;
+        sleep_s(1).await;
+    }
+    sleep_s(6).await;
+    let r = d.step().await;
+    assert!(r.reconciled);
+    assert_eq!(r.kv, SaveStats::default());
+    d.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_replays_a_launch_cut_short_by_a_crash() {
+    let w = World::new();
+    let _pump = w.pump();
+    w.cloud.hang_next(FaultOn::Launch);
+    w.gcs.set_demand(cpu2(1));
+    let c1 = w.gcs.connect();
+    let d1 = tokio::spawn(w.driver("one", c1.clone()).run(std::future::pending()));
+    sleep_s(5).await;
+    assert_eq!(w.cloud.launches().len(), 1);
+    c1.set_cut(true);
+    d1.abort();
+    let _d2 = tokio::spawn(w.driver("two", w.gcs.connect()).run(std::future::pending()));
+    sleep_s(20).await;
+    let launches = w.cloud.launches();
+    assert_eq!(launches.len(), 2, "{launches:?}");
+    assert_eq!(launches[0].request_id, launches[1].request_id);
+    assert_eq!(w.workers().len(), 1, "{:?}", w.cloud.calls());
+}
+
+#[tokio::test(start_paused = true)]
+async fn busy_nodes_over_a_lowered_max_are_stopped_and_a_broken_edit_keeps_the_last_config() {
+    let w = World::new();
+    let _pump = w.pump();
+    w.gcs.set_demand(cpu2(3));
+    let _d = tokio::spawn(w.driver("one", w.gcs.connect()).run(std::future::pending()));
+    sleep_s(15).await;
+    assert_eq!(w.workers().len(), 3, "{:?}", w.cloud.launches());
+    // The tasks run: no demand left, every node busy.
+    w.gcs.set_demand(vec![]);
+    for c in w.workers() {
+        w.gcs.set_busy(&c.cloud_instance_id, true);
+    }
+    // A broken edit: the loop keeps going on the last good config.
+    w.text.set("cluster_name: [");
+    sleep_s(5).await;
+    assert_eq!(w.workers().len(), 3);
+    // Lowering the type's max stops the busy surplus at once (not an idle drain, which
+    // a busy node rejects), then terminates it.
+    w.text
+        .set(&CONFIG.replace("max_workers: 4, node_config", "max_workers: 1, node_config"));
+    sleep_s(3).await;
+    let (idle, stops) = w.gcs.stops();
+    assert!(idle.is_empty(), "{idle:?}");
+    assert_eq!(stops.len(), 2, "{stops:?}");
+    sleep_s(10).await;
+    assert_eq!(w.workers().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_nodes_are_drained_as_ray_drains_them_and_a_rejection_is_an_error() {
+    let w = World::new();
+    let _pump = w.pump();
+    w.gcs.set_demand(cpu2(2));
+    let mut d = w.driver("one", w.gcs.connect());
+    while !d.lease().may_act() {
+        sleep_s(1).await;
+    }
+    for _ in 0..10 {
+        d.step().await;
+        sleep_s(1).await;
+    }
+    assert_eq!(w.workers().len(), 2);
+    w.gcs.set_demand(vec![]);
+    // One got work meanwhile: its drain is rejected and it goes back to RAY_RUNNING
+    // with the error; the other is drained and terminated.
+    let busy = w.workers()[0].cloud_instance_id.clone();
+    w.gcs.refuse_drains(&busy);
+    w.gcs.set_idle_ms(120_000);
+    for _ in 0..3 {
+        d.step().await;
+        sleep_s(1).await;
+    }
+    let (idle, stops) = w.gcs.stops();
+    assert!(stops.is_empty(), "{stops:?}");
+    assert!(!idle.is_empty());
+    let kept = d
+        .instances()
+        .into_iter()
+        .find(|i| i.cloud_instance_id.as_deref() == Some(busy.as_str()))
+        .expect("the busy instance");
+    // Back to RAY_RUNNING with the error (and, still looking idle, asked again: Ray
+    // cycles the same way until the node is really idle); never terminated.
+    assert!(
+        kept.status_history.iter().any(|c| c.status == InstanceStatus::RayRunning
+            && c.details.contains("drain rejected")),
+        "{:?}",
+        kept.status_history
+    );
+    assert!(kept.last_error.is_some_and(|e| e.contains("rejected")));
+    assert!(w.workers().iter().any(|c| c.cloud_instance_id == busy));
+    d.stop().await;
+}

@@ -1,0 +1,421 @@
+//! [`FakeGcs`]: Ray's GCS in memory behind [`Gcs`], with a small Ray data plane, for the
+//! driver's virtual-time tests and benchmark.
+//!
+//! It keeps a KV store (atomic put-if-absent, as the GCS's), the cluster resource state
+//! (a head, the workers that joined, pending demand) and the autoscaling reports it was
+//! sent. [`FakeGcs::join_running`] plays the nodes' side: each running worker of a
+//! [`FakeProvider`] gets a Ray node with its type's resources, as if Ray started on it; a
+//! node whose instance is gone dies. Drains follow Ray: an idle-termination drain of a busy
+//! node is rejected, a stop always stops. Several connections ([`FakeGcs::connect`]) share
+//! one GCS, and each can be cut off, to play a process that loses the GCS.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+
+use super::FakeProvider;
+use crate::config::ClusterConfig;
+use crate::driver::{DrainReply, Gcs, GcsState};
+use crate::error::CoreError;
+use crate::model::{ClusterResourceState, NodeState, NodeStatus, ResourceRequestByCount};
+use crate::provider::CloudInstanceProvider;
+use crate::reconciler::AutoscalingReport;
+use crate::scenario::HEAD_MARKER;
+
+#[derive(Debug, Default)]
+struct State {
+    kv: BTreeMap<(String, String), Vec<u8>>,
+    version: i64,
+    nodes: Vec<NodeState>,
+    busy: BTreeSet<String>,
+    /// Nodes (by cloud instance) that reject an idle drain although they look idle.
+    refusing: BTreeSet<String>,
+    demand: Vec<ResourceRequestByCount>,
+    next_node: u32,
+    reports: Vec<(i64, AutoscalingReport)>,
+    held_version: i64,
+    idle_drains: Vec<String>,
+    stops: Vec<String>,
+    kv_puts: u64,
+    kv_bytes: u64,
+    v2: bool,
+    /// Puts of keys starting with this fail.
+    failing_puts: Option<String>,
+}
+
+/// A GCS in memory (see the module docs). Cloning shares the GCS and the connection.
+#[derive(Debug, Clone)]
+pub struct FakeGcs {
+    state: Arc<Mutex<State>>,
+    cut: Arc<AtomicBool>,
+}
+
+impl Default for FakeGcs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn node_id(n: u32) -> Vec<u8> {
+    let mut id = vec![0u8; 28];
+    id[..4].copy_from_slice(&n.to_be_bytes());
+    id
+}
+
+impl FakeGcs {
+    /// A GCS with a running head (type `head`, no resources) and autoscaler v2 on.
+    pub fn new() -> Self {
+        let head = NodeState {
+            node_id: node_id(0),
+            instance_id: "head".into(),
+            ray_node_type_name: "head".into(),
+            total_resources: super::res(&[(HEAD_MARKER, 1.0)]),
+            available_resources: super::res(&[(HEAD_MARKER, 1.0)]),
+            status: Some(NodeStatus::Running),
+            ..Default::default()
+        };
+        FakeGcs {
+            state: Arc::new(Mutex::new(State {
+                nodes: vec![head],
+                next_node: 1,
+                v2: true,
+                version: 1,
+                ..Default::default()
+            })),
+            cut: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Another connection to the same GCS (with its own cut switch).
+    pub fn connect(&self) -> FakeGcs {
+        FakeGcs {
+            state: self.state.clone(),
+            cut: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Cuts this connection off (every call fails) or restores it.
+    pub fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::SeqCst);
+    }
+
+    fn check(&self, call: &str) -> Result<(), CoreError> {
+        if self.cut.load(Ordering::SeqCst) {
+            return Err(CoreError::gcs(call, "fake: connection cut"));
+        }
+        Ok(())
+    }
+
+    /// Sets the pending demand.
+    pub fn set_demand(&self, demand: Vec<ResourceRequestByCount>) {
+        let mut st = self.lock();
+        st.demand = demand;
+        st.version += 1;
+    }
+
+    /// Marks the node on `cloud_instance_id` busy (nothing available) or idle.
+    pub fn set_busy(&self, cloud_instance_id: &str, busy: bool) {
+        let mut st = self.lock();
+        if busy {
+            st.busy.insert(cloud_instance_id.to_string());
+        } else {
+            st.busy.remove(cloud_instance_id);
+        }
+        st.version += 1;
+    }
+
+    /// The node on `cloud_instance_id` rejects idle drains (it got work just as the
+    /// drain came, as a raylet does).
+    pub fn refuse_drains(&self, cloud_instance_id: &str) {
+        self.lock().refusing.insert(cloud_instance_id.to_string());
+    }
+
+    /// Sets every live worker's idle time (busy ones stay at 0).
+    pub fn set_idle_ms(&self, ms: i64) {
+        let mut st = self.lock();
+        let busy = st.busy.clone();
+        for n in st.nodes.iter_mut().skip(1) {
+            n.idle_duration_ms = if busy.contains(&n.instance_id) { 0 } else { ms };
+        }
+        st.version += 1;
+    }
+
+    /// Plays the nodes' side: every running worker of `cloud` without a live node gets
+    /// one (its type's resources from `config`); a node whose instance is gone dies.
+    pub async fn join_running(&self, cloud: &FakeProvider, config: &ClusterConfig) {
+        let instances = cloud.list().await.unwrap_or_default();
+        let mut st = self.lock();
+        let listed: BTreeSet<String> = instances
+            .iter()
+            .map(|c| c.cloud_instance_id.clone())
+            .collect();
+        let mut changed = false;
+        for n in st.nodes.iter_mut().skip(1) {
+            if n.status != Some(NodeStatus::Dead) && !listed.contains(&n.instance_id) {
+                n.status = Some(NodeStatus::Dead);
+                changed = true;
+            }
+        }
+        for c in instances.iter().filter(|c| c.is_running() && !c.is_head()) {
+            let has_node = st.nodes.iter().any(|n| {
+                n.instance_id == c.cloud_instance_id && n.status != Some(NodeStatus::Dead)
+            });
+            let ever = st
+                .nodes
+                .iter()
+                .any(|n| n.instance_id == c.cloud_instance_id);
+            if has_node || ever {
+                continue;
+            }
+            let Some(t) = config.node_type(&c.node_type) else {
+                continue;
+            };
+            let id = st.next_node;
+            st.next_node += 1;
+            st.nodes.push(NodeState {
+                node_id: node_id(id),
+                instance_id: c.cloud_instance_id.clone(),
+                ray_node_type_name: c.node_type.clone(),
+                total_resources: t.resources.clone(),
+                available_resources: t.resources.clone(),
+                status: Some(NodeStatus::Running),
+                ..Default::default()
+            });
+            changed = true;
+        }
+        if changed {
+            st.version += 1;
+        }
+    }
+
+    /// Live worker nodes.
+    pub fn live_workers(&self) -> usize {
+        self.lock()
+            .nodes
+            .iter()
+            .skip(1)
+            .filter(|n| n.status != Some(NodeStatus::Dead))
+            .count()
+    }
+
+    /// Reports received, with their versions.
+    pub fn reports(&self) -> Vec<(i64, AutoscalingReport)> {
+        self.lock().reports.clone()
+    }
+
+    /// Node ids (hex) drained as idle, and stopped.
+    pub fn stops(&self) -> (Vec<String>, Vec<String>) {
+        let st = self.lock();
+        (st.idle_drains.clone(), st.stops.clone())
+    }
+
+    /// KV puts and bytes written so far.
+    pub fn kv_written(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.kv_puts, st.kv_bytes)
+    }
+
+    /// The keys in `namespace` starting with `prefix`.
+    pub fn keys(&self, namespace: &str, prefix: &str) -> Vec<String> {
+        self.lock()
+            .kv
+            .keys()
+            .filter(|(n, k)| n == namespace && k.starts_with(prefix))
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+
+    /// Puts a raw value (to plant what an older version stored, or garbage).
+    pub fn put_raw(&self, namespace: &str, key: &str, value: &[u8]) {
+        self.lock()
+            .kv
+            .insert((namespace.into(), key.into()), value.to_vec());
+    }
+
+    /// Puts of keys starting with `prefix` fail (every connection), or none.
+    pub fn fail_puts(&self, prefix: Option<&str>) {
+        self.lock().failing_puts = prefix.map(str::to_string);
+    }
+
+    /// Whether the head runs with autoscaler v2.
+    pub fn set_v2(&self, on: bool) {
+        self.lock().v2 = on;
+    }
+
+    fn find_node<'a>(st: &'a mut State, hex: &str) -> Option<&'a mut NodeState> {
+        st.nodes.iter_mut().find(|n| n.node_id_hex() == hex)
+    }
+}
+
+#[async_trait]
+impl Gcs for FakeGcs {
+    async fn cluster_resource_state(&self) -> Result<GcsState, CoreError> {
+        self.check("GetClusterResourceState")?;
+        let st = self.lock();
+        let nodes = st
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut n = n.clone();
+                if st.busy.contains(&n.instance_id) {
+                    n.available_resources = Default::default();
+                    n.idle_duration_ms = 0;
+                }
+                n
+            })
+            .collect();
+        Ok(GcsState {
+            version: st.version,
+            state: ClusterResourceState {
+                node_states: nodes,
+                pending_resource_requests: st.demand.clone(),
+                ..Default::default()
+            },
+            skipped: Vec::new(),
+        })
+    }
+
+    async fn report_autoscaling_state(
+        &self,
+        report: &AutoscalingReport,
+        _seen_state_version: i64,
+        version: i64,
+    ) -> Result<(), CoreError> {
+        self.check("ReportAutoscalingState")?;
+        let mut st = self.lock();
+        // As the GCS: a report not newer than the held one is dropped.
+        if version > st.held_version {
+            st.held_version = version;
+            st.reports.push((version, report.clone()));
+        }
+        Ok(())
+    }
+
+    async fn held_report_version(&self) -> Result<i64, CoreError> {
+        self.check("GetClusterStatus")?;
+        Ok(self.lock().held_version)
+    }
+
+    async fn autoscaler_v2_enabled(&self) -> Result<bool, CoreError> {
+        self.check("InternalKVGet")?;
+        Ok(self.lock().v2)
+    }
+
+    async fn drain_idle_node(
+        &self,
+        node_id_hex: &str,
+        _reason: &str,
+    ) -> Result<DrainReply, CoreError> {
+        self.check("DrainNode")?;
+        let mut st = self.lock();
+        st.idle_drains.push(node_id_hex.to_string());
+        let mut busy = st.busy.clone();
+        busy.extend(st.refusing.iter().cloned());
+        let reply = match Self::find_node(&mut st, node_id_hex) {
+            Some(n) if busy.contains(&n.instance_id) => DrainReply {
+                accepted: false,
+                rejection: "fake: the node is running tasks".into(),
+            },
+            Some(n) => {
+                n.status = Some(NodeStatus::Dead);
+                DrainReply {
+                    accepted: true,
+                    rejection: String::new(),
+                }
+            }
+            None => DrainReply {
+                accepted: true,
+                rejection: String::new(),
+            },
+        };
+        st.version += 1;
+        Ok(reply)
+    }
+
+    async fn stop_node(&self, node_id_hex: &str) -> Result<bool, CoreError> {
+        self.check("NodeInfoGcsService.DrainNode")?;
+        let mut st = self.lock();
+        st.stops.push(node_id_hex.to_string());
+        let found = match Self::find_node(&mut st, node_id_hex) {
+            Some(n) => {
+                n.status = Some(NodeStatus::Dead);
+                true
+            }
+            None => false,
+        };
+        st.version += 1;
+        Ok(found)
+    }
+
+    async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<Vec<u8>>, CoreError> {
+        self.check("InternalKVGet")?;
+        Ok(self
+            .lock()
+            .kv
+            .get(&(namespace.to_string(), key.to_string()))
+            .cloned())
+    }
+
+    async fn kv_multi_get(
+        &self,
+        namespace: &str,
+        keys: &[String],
+    ) -> Result<Vec<(String, Vec<u8>)>, CoreError> {
+        self.check("InternalKVMultiGet")?;
+        let st = self.lock();
+        Ok(keys
+            .iter()
+            .filter_map(|k| {
+                st.kv
+                    .get(&(namespace.to_string(), k.clone()))
+                    .map(|v| (k.clone(), v.clone()))
+            })
+            .collect())
+    }
+
+    async fn kv_put(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &[u8],
+        overwrite: bool,
+    ) -> Result<bool, CoreError> {
+        self.check("InternalKVPut")?;
+        let mut st = self.lock();
+        if st
+            .failing_puts
+            .as_deref()
+            .is_some_and(|p| key.starts_with(p))
+        {
+            return Err(CoreError::gcs("InternalKVPut", "fake: put refused"));
+        }
+        let k = (namespace.to_string(), key.to_string());
+        let exists = st.kv.contains_key(&k);
+        if exists && !overwrite {
+            return Ok(false);
+        }
+        st.kv_puts += 1;
+        st.kv_bytes += value.len() as u64;
+        st.kv.insert(k, value.to_vec());
+        Ok(!exists)
+    }
+
+    async fn kv_del(&self, namespace: &str, key: &str) -> Result<(), CoreError> {
+        self.check("InternalKVDel")?;
+        self.lock()
+            .kv
+            .remove(&(namespace.to_string(), key.to_string()));
+        Ok(())
+    }
+
+    async fn kv_keys(&self, namespace: &str, prefix: &str) -> Result<Vec<String>, CoreError> {
+        self.check("InternalKVKeys")?;
+        Ok(self.keys(namespace, prefix))
+    }
+}
