@@ -8,12 +8,12 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use rayscale_core::availability::{Availability, DEFAULT_RECOVERY_S};
 use rayscale_core::config::ClusterConfig;
+use rayscale_core::driver::KvTable;
 use rayscale_core::model::{
     ClusterConstraint, ResourceMap, ResourceRequest, ResourceRequestByCount,
 };
 use rayscale_gcs_client::client::{ClientOptions, GcsClient};
 use rayscale_gcs_client::convert::constraint_to_proto;
-use rayscale_gcs_client::kv_store::KvInstanceStore;
 use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 
 /// A GCS client with the given per-attempt deadline and number of attempts.
@@ -262,8 +262,8 @@ pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
     let config = ClusterConfig::from_yaml_str(&text, &origin)?;
     let gcs = one_shot_client(&args.gcs)?;
     let state = gcs.get_cluster_resource_state(0).await?;
-    let store = KvInstanceStore::new(gcs.clone(), &config.cluster_name);
-    let instances = store.load().await?.map(|(_, v)| v).unwrap_or_default();
+    let mut store = KvTable::new(&config.cluster_name);
+    let instances = store.load(&gcs).await?.instances;
     let instances: Vec<serde_json::Value> = instances
         .iter()
         .filter(|i| {
@@ -290,7 +290,7 @@ pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
         .collect();
     // The availability the loop last stored, as the scheduler would see it now.
     let mut avail = Availability::new(config.unavailable_type_ttl_s, DEFAULT_RECOVERY_S);
-    if let Some(s) = store.load_availability().await? {
+    if let Some(s) = store.load_availability(&gcs).await? {
         avail.restore(s);
     }
     let inputs = avail.scheduler_inputs(crate::driver::now_ns(), &config);

@@ -14,7 +14,7 @@ use rayscale_gcs_client::client::GcsClient;
 
 use crate::cluster::gcs_client;
 
-use crate::driver::{LoopOptions, run_loop};
+use crate::driver::{FileConfig, LoopOptions, run_loop};
 use crate::expander::{ExpanderArgs, build_chain};
 use crate::providers::ProviderEnv;
 
@@ -155,7 +155,9 @@ pub async fn up(args: UpArgs) -> Result<String> {
     let ray = find_ray(args.ray.as_ref())?;
     let addr = format!("127.0.0.1:{}", args.port);
     let provider = local_provider(&config, &addr, &ray)?;
-    let chain = build_chain(&args.expander, &config)?;
+    // The chain is built once here to fail fast on bad flags; the loop rebuilds it from
+    // the file on every change.
+    build_chain(&args.expander, &config)?;
     if gcs_answers(&addr).await {
         tracing::info!("a Ray GCS already answers at {addr}: using it");
     } else {
@@ -164,8 +166,8 @@ pub async fn up(args: UpArgs) -> Result<String> {
     run_loop(
         loop_client(&addr)?,
         provider,
-        config,
-        chain,
+        &config.cluster_name,
+        FileConfig::new(args.config.clone(), args.expander),
         LoopOptions::default(),
         ctrl_c(),
     )
@@ -354,7 +356,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
             ray_binary: args.ray.clone(),
         },
     )?;
-    let chain = build_chain(&args.expander, &config)?;
+    build_chain(&args.expander, &config)?;
     if !(args.interval.is_finite() && args.interval > 0.0) {
         bail!("--interval: expected a positive number of seconds");
     }
@@ -365,8 +367,8 @@ pub async fn run(args: RunArgs) -> Result<String> {
     run_loop(
         gcs,
         provider,
-        config,
-        chain,
+        &config.cluster_name,
+        FileConfig::new(args.config.clone(), args.expander),
         LoopOptions {
             interval: Duration::from_secs_f64(args.interval),
             ..Default::default()

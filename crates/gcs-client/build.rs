@@ -13,6 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/ray/rpc/autoscaler.proto",
         "proto/ray/rpc/instance_manager.proto",
         "proto/ray/rpc/gcs_kv.proto",
+        "proto/ray/rpc/gcs_node.proto",
         "proto/rayscale/expander/v1/expander.proto",
     ];
     for f in &files {

@@ -10,12 +10,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use rayscale_core::CoreError;
+use rayscale_core::driver::{KvTable, Lease, LeaseSettings, NAMESPACE};
 use rayscale_core::instance::Instance;
 use rayscale_core::model::instance::InstanceStatus;
 use rayscale_core::model::resources::to_f64;
 use rayscale_gcs_client::GcsError;
 use rayscale_gcs_client::client::{ClientOptions, GcsClient, NODE_ID_LEN};
-use rayscale_gcs_client::kv_store::KvInstanceStore;
 use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 use rayscale_tests::ray_head::{RayHead, contains_token, free_ports, is_head_node};
 
@@ -211,45 +212,81 @@ async fn kv_round_trip_and_instance_store() {
     assert_eq!(client.kv_del(ns, b"b/1", false).await.expect("del"), 1);
     assert!(client.kv_keys(ns, b"").await.expect("keys").is_empty());
 
-    // (f) The instance table.
-    let store = KvInstanceStore::new(client.clone(), "live-test");
-    assert_eq!(store.namespace(), "__rayscale");
-    assert_eq!(store.key(), "instances/live-test");
-    assert_eq!(store.load().await.expect("load empty"), None);
+    // (f) The instance table, one key per record, and the lease, on a real GCS.
+    let mut store = KvTable::new("live-test");
+    let loaded = store.load(&client).await.expect("load empty");
+    assert!(!loaded.found && loaded.instances.is_empty());
     let mut a = Instance::new("im-1", "cpu2", InstanceStatus::Queued, 1_000, "queued");
     a.launch_request_id = "lr-1".into();
     let mut b = Instance::new("im-2", "gpu", InstanceStatus::Requested, 2_000, "requested");
     b.cloud_instance_id = Some("i-abc".into());
     b.last_error = Some("quota".into());
-    store.save(3, &[a.clone(), b.clone()]).await.expect("save");
+    let stats = store
+        .save(&client, 3, &[a.clone(), b.clone()], 1)
+        .await
+        .expect("save");
+    assert_eq!(stats.written, 2);
+    let loaded = KvTable::new("live-test").load(&client).await.expect("load");
     assert_eq!(
-        store.load().await.expect("load"),
-        Some((3, vec![a.clone(), b.clone()]))
+        (loaded.version, loaded.instances),
+        (3, vec![a.clone(), b.clone()])
     );
-    // A second save replaces the table.
-    store.save(4, std::slice::from_ref(&b)).await.expect("save");
-    assert_eq!(store.load().await.expect("load"), Some((4, vec![b])));
-    // Another cluster's table is another key.
-    let other = KvInstanceStore::new(client.clone(), "other");
-    assert_eq!(other.load().await.expect("load"), None);
-
-    // Garbage under the key: one line naming the key, no panic.
+    // Only what changed is written; a record gone is deleted.
+    b.version += 1;
+    let stats = store
+        .save(&client, 4, std::slice::from_ref(&b), 1)
+        .await
+        .expect("save");
+    assert_eq!((stats.written, stats.deleted), (1, 1));
+    let loaded = KvTable::new("live-test").load(&client).await.expect("load");
+    assert_eq!((loaded.version, loaded.instances), (4, vec![b.clone()]));
+    // A writer of a lower epoch than the stored one writes nothing.
+    let e = KvTable::new("live-test")
+        .save(&client, 5, &[a.clone()], 0)
+        .await
+        .expect_err("stale epoch");
+    assert!(matches!(e, CoreError::LeaseLost(_)), "{e:?}");
+    // Another cluster's table is other keys.
+    assert!(
+        !KvTable::new("other")
+            .load(&client)
+            .await
+            .expect("load")
+            .found
+    );
+    // Garbage in a record: that record is left out, named, and the rest loads.
     client
         .kv_put(
-            store.namespace(),
-            store.key().as_bytes(),
+            NAMESPACE,
+            b"instance/live-test/im-9",
             b"\x00not json{",
             true,
         )
         .await
         .expect("put garbage");
-    let e = store.load().await.expect_err("garbage");
-    let text = assert_one_line(&e);
-    assert!(matches!(e, GcsError::InstanceTable { .. }), "{e:?}");
-    assert!(text.contains("__rayscale/instances/live-test"), "{text}");
-    assert!(store.delete().await.expect("delete"));
-    assert!(!store.delete().await.expect("delete"));
-    assert_eq!(store.load().await.expect("load"), None);
+    let loaded = KvTable::new("live-test").load(&client).await.expect("load");
+    assert_eq!(loaded.instances, vec![b.clone()]);
+    assert_eq!(loaded.skipped.len(), 1);
+    assert!(
+        loaded.skipped[0].contains("__rayscale/instance/live-test/im-9"),
+        "{:?}",
+        loaded.skipped
+    );
+    assert_eq!(store.delete(&client).await.expect("delete"), 2);
+    assert!(
+        !KvTable::new("live-test")
+            .load(&client)
+            .await
+            .expect("load")
+            .found
+    );
+    // The lease: the GCS's put-if-absent lets exactly one of two processes take it.
+    let mut one = Lease::new(NAMESPACE, "live-test", "one", LeaseSettings::default());
+    let mut two = Lease::new(NAMESPACE, "live-test", "two", LeaseSettings::default());
+    assert_eq!(one.tick(&client).await.expect("tick").epoch, Some(1));
+    assert_eq!(two.tick(&client).await.expect("tick").epoch, None);
+    one.release(&client).await.expect("release");
+    assert_eq!(two.tick(&client).await.expect("tick").epoch, Some(2));
 }
 
 /// (c) A resource constraint shows in the state; (d) a reported autoscaling state comes

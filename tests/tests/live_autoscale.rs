@@ -697,3 +697,92 @@ fn bad_input_fails_with_one_line_and_starts_nothing() {
     }
     assert!(cluster_processes(&cluster).is_empty());
 }
+
+#[test]
+fn two_loops_act_as_one_and_the_survivor_takes_over_after_kill_9() {
+    let f = Fixture::new("ha", 5.0);
+    let (cluster, head) = (f.cluster.clone(), &f.head);
+    let mut one = f.start_loop();
+    assert!(
+        one.wait_log("holding the autoscaler lease", Duration::from_secs(30)),
+        "{}",
+        one.log_text()
+    );
+    let two = Loop::start(head, &f.config, f.scratch.path("rayscale-2.log"));
+    assert!(
+        two.wait_log(
+            "waiting: the autoscaler lease is held by",
+            Duration::from_secs(30)
+        ),
+        "{}",
+        two.log_text()
+    );
+    // Three tasks of two CPUs: three workers, not six.
+    let (ok, out) = finish(
+        workload(head, &["tasks", "3", "2", "5"]),
+        Duration::from_secs(180),
+    );
+    assert!(ok && out.contains("done 3"), "{out}\n{}", one.log_text());
+    std::thread::sleep(Duration::from_secs(5));
+    let workers = leaders_of(&cluster);
+    assert_eq!(workers.len(), 3, "{workers:?}\n{}", two.log_text());
+    // The leader dies without a word; the follower takes over within 15 s and serves
+    // the next demand.
+    one.kill9();
+    let died = Instant::now();
+    assert!(
+        two.wait_log("holding the autoscaler lease", Duration::from_secs(20)),
+        "{}",
+        two.log_text()
+    );
+    assert!(
+        died.elapsed() <= Duration::from_secs(17),
+        "{:?}",
+        died.elapsed()
+    );
+    let (ok, out) = finish(
+        workload(head, &["tasks", "4", "2", "5"]),
+        Duration::from_secs(180),
+    );
+    assert!(ok && out.contains("done 4"), "{out}\n{}", two.log_text());
+    let workers = leaders_of(&cluster);
+    assert!(workers.len() <= 4, "{workers:?}\n{}", two.log_text());
+}
+
+#[test]
+fn lowering_max_workers_stops_busy_nodes_at_once() {
+    let f = Fixture::new("mx", 5.0);
+    let head = &f.head;
+    let lp = f.start_loop();
+    let mut w = workload(head, &["tasks", "3", "2", "120"]);
+    assert!(
+        wait_until(Duration::from_secs(120), || alive_workers(head).len() == 3),
+        "{:?}\n{}",
+        alive_workers(head),
+        lp.log_text()
+    );
+    // Every node is busy; the user lowers the type's max to 1 in the YAML. Ray stops
+    // the surplus at once (an idle drain would be rejected by a busy node).
+    std::fs::write(
+        &f.config,
+        config_text(&f.cluster, 5.0)
+            .replace("max_workers: 4, node_config", "max_workers: 1, node_config"),
+    )
+    .expect("config");
+    let t = Instant::now();
+    let stopped = wait_until(Duration::from_secs(30), || alive_workers(head).len() <= 1);
+    let _ = w.kill();
+    let _ = w.wait();
+    assert!(stopped, "{:?}\n{}", alive_workers(head), lp.log_text());
+    assert!(
+        lp.log_text().contains("config reloaded"),
+        "{}",
+        lp.log_text()
+    );
+    assert!(
+        lp.log_text().contains("stopping ray on"),
+        "{}",
+        lp.log_text()
+    );
+    eprintln!("surplus stopped {:?} after the edit", t.elapsed());
+}

@@ -89,6 +89,7 @@ fn world() -> (
             launch_retries: 0,
             termination_retries: 0,
             last_error: None,
+            stop_cause: None,
         });
         cloud.push(CloudInstance::worker(
             format!("c-{i}"),

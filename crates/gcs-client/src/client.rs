@@ -29,6 +29,7 @@ use crate::GcsError;
 use crate::proto::ray::rpc as kvpb;
 use crate::proto::ray::rpc::autoscaler as pb;
 use kvpb::internal_kv_gcs_service_client::InternalKvGcsServiceClient;
+use kvpb::node_info_gcs_service_client::NodeInfoGcsServiceClient;
 use pb::autoscaler_state_service_client::AutoscalerStateServiceClient;
 
 /// The size of a Ray node id in bytes (`NodeID::Size()`).
@@ -228,6 +229,8 @@ embedded_status!(
     kvpb::InternalKvPutReply,
     kvpb::InternalKvDelReply,
     kvpb::InternalKvKeysReply,
+    kvpb::InternalKvMultiGetReply,
+    kvpb::DrainNodeReply,
 );
 impl EmbeddedStatus for pb::GetClusterResourceStateReply {}
 impl EmbeddedStatus for pb::ReportAutoscalingStateReply {}
@@ -241,7 +244,13 @@ impl EmbeddedStatus for pb::ResizeRayletResourceInstancesReply {}
 struct Stubs {
     autoscaler: AutoscalerStateServiceClient<Channel>,
     kv: InternalKvGcsServiceClient<Channel>,
+    node: NodeInfoGcsServiceClient<Channel>,
 }
+
+/// The largest gRPC message sent or accepted: Ray's own `max_grpc_message_size` (500 MiB
+/// in Ray 2.60), so that the state of a cluster of any size Ray handles gets through
+/// (tonic's default, 4 MiB, is passed by a 30,000-node state).
+pub const MAX_MESSAGE_BYTES: usize = 500 * 1024 * 1024;
 
 /// A client of one Ray GCS. Cheap to clone; clones share the channel.
 #[derive(Clone)]
@@ -319,8 +328,15 @@ impl GcsClient {
             rng: Arc::new(Mutex::new(SeededRng::new(options.seed))),
             options,
             stubs: Stubs {
-                autoscaler: AutoscalerStateServiceClient::new(channel.clone()),
-                kv: InternalKvGcsServiceClient::new(channel),
+                autoscaler: AutoscalerStateServiceClient::new(channel.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                kv: InternalKvGcsServiceClient::new(channel.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                node: NodeInfoGcsServiceClient::new(channel)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
             },
         })
     }
@@ -649,6 +665,61 @@ impl GcsClient {
         })
         .await
         .map(|reply| u64::try_from(reply.deleted_num).unwrap_or(0))
+    }
+
+    /// The values of `keys` in `namespace` that exist, with their keys.
+    pub async fn kv_multi_get(
+        &self,
+        namespace: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, GcsError> {
+        let req = kvpb::InternalKvMultiGetRequest {
+            keys: keys.to_vec(),
+            namespace: namespace.as_bytes().to_vec(),
+        };
+        self.call("InternalKVMultiGet", req, &[], |mut s, r| async move {
+            s.kv.internal_kv_multi_get(r).await
+        })
+        .await
+        .map(|reply| {
+            reply
+                .results
+                .into_iter()
+                .map(|e| (e.key, e.value))
+                .collect()
+        })
+    }
+
+    // --- NodeInfoGcsService -------------------------------------------------------------
+
+    /// `NodeInfoGcsService.DrainNode`: the GCS stops the nodes now (how Ray's autoscaler
+    /// stops a node for any cause but idleness). Returns the ids of the nodes it drained.
+    pub async fn stop_nodes(&self, node_ids: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, GcsError> {
+        for id in node_ids {
+            Self::check_node_id("NodeInfoGcsService.DrainNode", id)?;
+        }
+        let req = kvpb::DrainNodeRequest {
+            drain_node_data: node_ids
+                .iter()
+                .map(|id| kvpb::DrainNodeData {
+                    node_id: id.clone(),
+                })
+                .collect(),
+        };
+        self.call(
+            "NodeInfoGcsService.DrainNode",
+            req,
+            &[],
+            |mut s, r| async move { s.node.drain_node(r).await },
+        )
+        .await
+        .map(|reply| {
+            reply
+                .drain_node_status
+                .into_iter()
+                .map(|s| s.node_id)
+                .collect()
+        })
     }
 
     /// The keys starting with `prefix` in `namespace` (in the GCS's order).

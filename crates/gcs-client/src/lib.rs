@@ -4,7 +4,8 @@
 //! What lives here: the generated protobuf/gRPC types (`proto`), their proto3 JSON
 //! (pbjson), pure conversions (`convert`), and the tonic clients: the GCS client
 //! (`client`: Ray's `AutoscalerStateService` and internal KV, with deadlines and retries),
-//! the instance table kept in the GCS KV (`kv_store`), and the gRPC expander
+//! the GCS as the driver sees it (`driver`: `rayscale_core::driver::Gcs` over the
+//! client, which keeps the instance table and the lease in the GCS KV), and the gRPC expander
 //! (`expander`, rayscale's own `rayscale.expander.v1` service, which reuses Ray's wire
 //! types for demands). What must NOT live here: scheduling or
 //! reconciling decisions (those are `rayscale-core`'s), cloud provider code, or any
@@ -12,9 +13,9 @@
 
 pub mod client;
 pub mod convert;
+pub mod driver;
 pub mod error;
 pub mod expander;
-pub mod kv_store;
 
 pub use error::GcsError;
 

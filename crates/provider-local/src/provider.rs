@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use rayscale_core::config::NodeTypeConfig;
+use rayscale_core::config::{ClusterConfig, NodeTypeConfig};
 use rayscale_core::provider::{
     CloudInstance, CloudInstanceProvider, CloudInstanceState, LaunchOutcome, LaunchRequest,
     ProviderError, ProviderErrorKind, ProviderOp,
@@ -95,6 +95,8 @@ pub struct LocalProcessProvider {
 #[derive(Debug)]
 struct Inner {
     config: LocalProcessConfig,
+    /// The node types launches follow (the config's, replaced on a config reload).
+    node_types: Mutex<Vec<NodeTypeConfig>>,
     state: Mutex<State>,
     /// Serializes launches, so two launches of one request cannot both miss each other.
     launch_lock: tokio::sync::Mutex<()>,
@@ -141,6 +143,7 @@ impl LocalProcessProvider {
         })?;
         Ok(LocalProcessProvider {
             inner: Arc::new(Inner {
+                node_types: Mutex::new(config.node_types.clone()),
                 config,
                 state: Mutex::new(State::default()),
                 launch_lock: tokio::sync::Mutex::new(()),
@@ -180,7 +183,15 @@ impl LocalProcessProvider {
             );
         }
         let cfg = &self.inner.config;
-        let Some(node_type) = cfg.node_types.iter().find(|t| t.name == request.node_type) else {
+        let found = self
+            .inner
+            .node_types
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|t| t.name == request.node_type)
+            .cloned();
+        let Some(node_type) = found else {
             let e = LocalProviderError::UnknownNodeType(request.node_type.clone());
             return fail(e, request.count);
         };
@@ -199,7 +210,7 @@ impl LocalProcessProvider {
             if live.contains_key(&id) || self.inner.lock().launched.contains(&id) {
                 continue;
             }
-            if let Err(e) = self.inner.spawn(&id, node_type, &request.request_id) {
+            if let Err(e) = self.inner.spawn(&id, &node_type, &request.request_id) {
                 let error = e.into_provider_error(kind(request.count - k));
                 if made.is_empty() {
                     return Err(error);
@@ -316,6 +327,20 @@ impl CloudInstanceProvider for LocalProcessProvider {
     /// SIGKILL (as terminate errors), each once.
     async fn poll_errors(&self) -> Vec<ProviderError> {
         std::mem::take(&mut self.inner.lock().errors)
+    }
+
+    /// Launches from now on follow the new config's node types (each checked first; a
+    /// type `ray start` cannot express keeps the old ones).
+    async fn reconfigure(&self, config: &ClusterConfig) -> Result<(), ProviderError> {
+        for t in &config.node_types {
+            validate_node_type(t).map_err(|e| e.into_provider_error(ProviderOp::Other))?;
+        }
+        *self
+            .inner
+            .node_types
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = config.node_types.clone();
+        Ok(())
     }
 }
 
