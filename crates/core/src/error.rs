@@ -14,8 +14,9 @@ pub enum CoreError {
     /// An instance-table update was refused (stale version, invalid transition, ...).
     #[error("instance table: {0}")]
     Instance(#[from] crate::instance::InstanceError),
-    /// A call to the GCS failed (unreachable, refused, or answered garbage).
-    #[error("GCS {call}: {message}")]
+    /// A call to the GCS failed (unreachable, refused, or answered garbage). The message
+    /// names the call and the GCS.
+    #[error("{message}")]
     Gcs {
         /// The call, e.g. `InternalKVPut`.
         call: String,
@@ -32,6 +33,9 @@ pub enum CoreError {
         /// Why it does not decode.
         message: String,
     },
+    /// A call to the cloud provider failed or did not answer.
+    #[error("cloud provider: {0}")]
+    Provider(String),
     /// This process does not hold the cluster's autoscaler lease (any more).
     #[error("not the active autoscaler: {0}")]
     LeaseLost(String),
@@ -46,12 +50,17 @@ pub enum CoreError {
 }
 
 impl CoreError {
-    /// Shorthand for [`CoreError::Gcs`].
+    /// Shorthand for [`CoreError::Gcs`]; the message is prefixed with the call unless it
+    /// names it already.
     pub fn gcs(call: impl Into<String>, message: impl std::fmt::Display) -> Self {
-        CoreError::Gcs {
-            call: call.into(),
-            message: crate::instance::error::one_line(message),
-        }
+        let call = call.into();
+        let message = crate::instance::error::one_line(message);
+        let message = if message.contains(&call) {
+            message
+        } else {
+            format!("GCS {call}: {message}")
+        };
+        CoreError::Gcs { call, message }
     }
 
     /// Shorthand for [`CoreError::Invalid`].

@@ -333,9 +333,22 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         }
         report.acted = true;
         match self.iterate(&mut report).await {
-            Ok(()) => {}
+            Ok(()) => {
+                if self.said.remove("aborted").is_some() {
+                    tracing::info!("iterations go through again");
+                }
+            }
             Err(e) => {
-                tracing::warn!("iteration aborted: {e}");
+                // Said once while the same failure lasts (an outage is one line, not one
+                // a second).
+                let gcs = matches!(e, CoreError::Gcs { .. });
+                self.say("aborted", BTreeSet::from([e.to_string()]), |e| {
+                    if gcs {
+                        tracing::warn!("GCS unreachable, retrying: {e}")
+                    } else {
+                        tracing::warn!("iteration aborted: {e}")
+                    }
+                });
                 report.aborted = Some(e.to_string());
             }
         }
@@ -485,11 +498,8 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 format!("no answer within {d:?}"),
             )),
             (Ok(Err(e)), _) => Err(e),
-            (_, Err(_)) => Err(CoreError::gcs(
-                "provider list",
-                format!("no answer within {d:?}"),
-            )),
-            (_, Ok(Err(e))) => Err(CoreError::gcs("provider list", e)),
+            (_, Err(_)) => Err(CoreError::Provider(format!("list: no answer within {d:?}"))),
+            (_, Ok(Err(e))) => Err(CoreError::Provider(format!("list: {e}"))),
         };
         let (state, cloud) = match gathered {
             Ok(g) => g,
