@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Result;
 use rayscale_core::config::ClusterConfig;
@@ -67,24 +66,6 @@ impl ConfigSource for FileConfig {
     }
 }
 
-/// Loop timing.
-#[derive(Debug, Clone)]
-pub struct LoopOptions {
-    /// Reconcile at least this often.
-    pub interval: Duration,
-    /// Look at the GCS this often; reconcile at once when something changed.
-    pub watch: Duration,
-}
-
-impl Default for LoopOptions {
-    fn default() -> Self {
-        LoopOptions {
-            interval: Duration::from_secs(5),
-            watch: Duration::from_secs(1),
-        }
-    }
-}
-
 /// This process, for the lease's holder field: host and pid.
 fn holder() -> String {
     let host = std::env::var("HOSTNAME")
@@ -102,7 +83,7 @@ pub async fn run_loop(
     provider: Arc<dyn CloudInstanceProvider>,
     cluster: &str,
     source: FileConfig,
-    options: LoopOptions,
+    options: DriverOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let seed = now_ns() as u64 ^ (u64::from(std::process::id()) << 32);
@@ -113,11 +94,9 @@ pub async fn run_loop(
         SystemClock,
         Box::new(source),
         DriverOptions {
-            interval: options.interval,
-            watch: options.watch,
             holder: holder(),
             id_seed: seed,
-            ..Default::default()
+            ..options
         },
     );
     driver.run(shutdown).await;

@@ -14,9 +14,10 @@ use rayscale_gcs_client::client::GcsClient;
 
 use crate::cluster::gcs_client;
 
-use crate::driver::{FileConfig, LoopOptions, run_loop};
+use crate::driver::{FileConfig, run_loop};
 use crate::expander::{ExpanderArgs, build_chain};
 use crate::providers::ProviderEnv;
+use rayscale_core::driver::DriverOptions;
 
 /// The provider type of the local-process provider.
 pub const LOCAL: &str = "local_processes";
@@ -168,7 +169,7 @@ pub async fn up(args: UpArgs) -> Result<String> {
         provider,
         &config.cluster_name,
         FileConfig::new(args.config.clone(), args.expander),
-        LoopOptions::default(),
+        DriverOptions::default(),
         ctrl_c(),
     )
     .await?;
@@ -369,7 +370,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
         provider,
         &config.cluster_name,
         FileConfig::new(args.config.clone(), args.expander),
-        LoopOptions {
+        DriverOptions {
             interval: Duration::from_secs_f64(args.interval),
             ..Default::default()
         },

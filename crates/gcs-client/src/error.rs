@@ -60,14 +60,4 @@ pub enum GcsError {
         /// What is wrong with it.
         message: String,
     },
-    /// The instance table stored in the GCS KV did not decode or encode.
-    #[error("instance table at GCS KV {namespace}/{key}: {message}")]
-    InstanceTable {
-        /// KV namespace.
-        namespace: String,
-        /// KV key.
-        key: String,
-        /// The decoder's (or encoder's) one-line message.
-        message: String,
-    },
 }

@@ -38,7 +38,8 @@ pub struct LocalProcessConfig {
     pub gcs_address: String,
     /// The `ray` executable (a bare name is looked up on `PATH`).
     pub ray_binary: PathBuf,
-    /// The node types that may be launched.
+    /// The node types that may be launched at first (the provider then keeps them, and
+    /// [`reconfigure`](CloudInstanceProvider::reconfigure) replaces them).
     pub node_types: Vec<NodeTypeConfig>,
     /// Time between SIGTERM and SIGKILL on terminate.
     pub grace_period: Duration,
@@ -143,7 +144,8 @@ impl LocalProcessProvider {
         })?;
         Ok(LocalProcessProvider {
             inner: Arc::new(Inner {
-                node_types: Mutex::new(config.node_types.clone()),
+                // One copy: the provider's, which a config reload replaces.
+                node_types: Mutex::new(std::mem::take(&mut config.node_types)),
                 config,
                 state: Mutex::new(State::default()),
                 launch_lock: tokio::sync::Mutex::new(()),
@@ -151,9 +153,19 @@ impl LocalProcessProvider {
         })
     }
 
-    /// The config in use (`ray_binary` resolved).
+    /// The config in use (`ray_binary` resolved; its node types moved into the provider,
+    /// see [`Self::node_types`]).
     pub fn config(&self) -> &LocalProcessConfig {
         &self.inner.config
+    }
+
+    /// The node types launches follow now.
+    pub fn node_types(&self) -> Vec<NodeTypeConfig> {
+        self.inner
+            .node_types
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The log file of an instance (stdout and stderr of its `ray start`).

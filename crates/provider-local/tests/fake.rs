@@ -549,3 +549,44 @@ fn a_missing_or_unusable_ray_binary_is_a_one_line_error() {
         "node type \"cpu2\": CPU must be a whole number for `ray start`, got 0.5"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reloaded_config_changes_what_is_launched_and_a_bad_one_changes_nothing() {
+    let f = Fixture::new("reconf", SLEEPER);
+    let p = f.provider(Duration::from_secs(1));
+    let yaml = |cpus: u32| {
+        format!(
+            "cluster_name: {}\nprovider: {{type: local_processes}}\nhead_node_type: h\n\
+             available_node_types:\n  h: {{resources: {{}}, node_config: {{}}}}\n  \
+             big: {{resources: {{CPU: {cpus}}}, node_config: {{}}}}\n",
+            f.cluster
+        )
+    };
+    let config = |cpus: u32| {
+        rayscale_core::config::ClusterConfig::from_yaml_str(&yaml(cpus), "cluster.yaml").unwrap()
+    };
+    // Before the reload, `big` is unknown: the launch is refused.
+    let e = p.launch(&request("r1", "big", 1)).await.unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::InvalidConfig, "{e}");
+    // A type `ray start` cannot express is refused, and nothing changes.
+    let mut bad = config(8);
+    bad.node_types[1].labels.push(("zone".into(), "a,b".into()));
+    assert!(p.reconfigure(&bad).await.is_err());
+    assert!(p.node_types().iter().all(|t| t.name != "big"));
+    p.reconfigure(&config(8)).await.unwrap();
+    assert_eq!(
+        p.node_types()
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["h", "big"]
+    );
+    p.launch(&request("r2", "big", 1)).await.unwrap();
+    let rec = f.record("local-r2-0").await;
+    assert!(
+        rec.args.iter().any(|a| a == "--num-cpus=8"),
+        "{:?}",
+        rec.args
+    );
+    terminate_all(&f, &p).await;
+}

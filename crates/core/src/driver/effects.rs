@@ -47,8 +47,6 @@ pub struct EffectResults {
     pub errors: Vec<ProviderError>,
     /// Effects not run because this process may no longer act.
     pub withheld: usize,
-    /// Effects that did not answer within their deadline.
-    pub timed_out: usize,
 }
 
 enum One {
@@ -56,7 +54,6 @@ enum One {
     Rejected(DrainRejection),
     Errors(Vec<ProviderError>),
     Withheld,
-    TimedOut,
 }
 
 /// Runs `effects` (see the module docs).
@@ -93,7 +90,8 @@ pub async fn run_effects<G: Gcs + ?Sized>(
                                 options.deadline
                             ),
                         }),
-                        _ => One::TimedOut,
+                        // Left to the reconciler's timeouts (see the module docs).
+                        _ => One::Done,
                     }
                 }
             }
@@ -110,7 +108,6 @@ pub async fn run_effects<G: Gcs + ?Sized>(
             One::Rejected(r) => out.rejections.push(r),
             One::Errors(e) => out.errors.extend(e),
             One::Withheld => out.withheld += 1,
-            One::TimedOut => out.timed_out += 1,
         }
     }
     if out.withheld > 0 {

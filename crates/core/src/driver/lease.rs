@@ -79,6 +79,12 @@ pub struct Lease {
     last_renewed: Option<Instant>,
     /// The highest key, its value and when this process first saw that value.
     seen: Option<(String, Vec<u8>, Instant)>,
+    /// The highest epoch this process ever saw (keys can vanish: a GCS restarted
+    /// without persistence); a new epoch is always above it.
+    max_seen: u64,
+    /// The epoch this process last tried to create (a create that went through but
+    /// whose answer was lost is recognized by it).
+    tried: Option<u64>,
     holder: Option<String>,
 }
 
@@ -95,6 +101,8 @@ impl Lease {
             renewals: 0,
             last_renewed: None,
             seen: None,
+            max_seen: 0,
+            tried: None,
             holder: None,
         }
     }
@@ -166,13 +174,35 @@ impl Lease {
             }
             return Ok(self.view());
         }
-        let take = match top {
-            None => Some(1),
+        self.max_seen = self.max_seen.max(top.unwrap_or(0));
+        // A cluster that never had a lease: take the first epoch at once. Otherwise the
+        // highest key (or its absence, when the keys vanished) must stay unchanged for
+        // `duration` first.
+        let (key, value) = match top {
+            None if self.max_seen == 0 => (None, Vec::new()),
+            None => (Some(String::new()), Vec::new()),
             Some(t) => {
                 let key = self.key(t);
                 let value = gcs.kv_get(&self.namespace, &key).await?.unwrap_or_default();
-                let parsed: Value = serde_json::from_slice(&value).unwrap_or_default();
-                self.holder = Some(parsed.holder);
+                (Some(key), value)
+            }
+        };
+        let parsed: Value = serde_json::from_slice(&value).unwrap_or_default();
+        if let Some(t) = top
+            && self.tried == Some(t)
+            && parsed.holder == self.me
+            && !parsed.released
+        {
+            // This process created the key; the answer saying so was lost.
+            self.take(t, now);
+            return Ok(self.view());
+        }
+        let take = match key {
+            None => Some(self.max_seen + 1),
+            Some(key) => {
+                if !parsed.holder.is_empty() {
+                    self.holder = Some(parsed.holder.clone());
+                }
                 let since = match &self.seen {
                     Some((k, v, since)) if *k == key && *v == value => *since,
                     _ => {
@@ -181,13 +211,14 @@ impl Lease {
                     }
                 };
                 (parsed.released || now.duration_since(since) >= self.settings.duration)
-                    .then_some(t + 1)
+                    .then_some(self.max_seen + 1)
             }
         };
         let Some(epoch) = take else {
             return Ok(self.view());
         };
         self.renewals = 0;
+        self.tried = Some(epoch);
         if gcs
             .kv_put(&self.namespace, &self.key(epoch), &self.value(false), false)
             .await?
@@ -199,10 +230,7 @@ impl Lease {
                     .map(|h| format!(", taken over from {h}"))
                     .unwrap_or_default()
             );
-            self.epoch = Some(epoch);
-            self.last_renewed = Some(now);
-            self.seen = None;
-            self.holder = Some(self.me.clone());
+            self.take(epoch, now);
             for old in epochs.into_iter().filter(|e| *e < epoch) {
                 let key = self.key(old);
                 if let Err(e) = gcs.kv_del(&self.namespace, &key).await {
@@ -211,6 +239,15 @@ impl Lease {
             }
         }
         Ok(self.view())
+    }
+
+    fn take(&mut self, epoch: u64, now: Instant) {
+        self.epoch = Some(epoch);
+        self.max_seen = self.max_seen.max(epoch);
+        self.last_renewed = Some(now);
+        self.seen = None;
+        self.tried = None;
+        self.holder = Some(self.me.clone());
     }
 
     /// Gives the lease up (a clean shutdown), so a follower takes over at once.

@@ -14,8 +14,8 @@
 //!    concurrently, each under a deadline;
 //! 4. when something changed (or every `interval`), the pure reconciler runs on a copy of
 //!    the table; the copy's changes are written to the KV ([`table`]), and only then
-//!    become the table (an iteration that fails leaves the table as it was and runs no
-//!    effect);
+//!    become the table (an iteration that fails leaves the table in memory as it was and
+//!    runs no effect; the records a failed save did write are rewritten by the next);
 //! 5. the report goes to the GCS, and the effects run concurrently (bounded), each under a
 //!    deadline, while the lease is held ([`effects`]).
 
@@ -42,11 +42,11 @@ use crate::availability::{Availability, AvailabilityState, DEFAULT_RECOVERY_S};
 use crate::config::ClusterConfig;
 use crate::error::CoreError;
 use crate::expander::{ExpanderChain, SeededRng};
-use crate::instance::{InMemoryStorage, Instance, InstanceManager};
+use crate::instance::{InMemoryStorage, Instance, InstanceManager, InstanceStorage};
 use crate::model::InstanceStatus;
 use crate::provider::{CloudInstanceProvider, CloudInstanceState, LaunchRequest, ProviderError};
 use crate::reconciler::{
-    DrainRejection, Effect, IDLE_CAUSE, IdSource, Observed, ReconcilerSettings, reconcile,
+    DrainRejection, Effect, IdSource, Observed, ReconcilerSettings, reconcile,
 };
 
 /// Said once when the head was started without autoscaler v2.
@@ -74,22 +74,6 @@ pub trait ConfigSource: Send {
     /// The config when it changed since the last call (the first call always returns
     /// it), `None` when unchanged, or one line saying why the current text is unusable.
     fn poll(&mut self) -> Result<Option<Reloaded>, String>;
-}
-
-/// A config that never changes.
-pub struct FixedConfig(Option<Reloaded>);
-
-impl FixedConfig {
-    /// Serves `config` and `chain` once.
-    pub fn new(config: ClusterConfig, chain: ExpanderChain) -> Self {
-        FixedConfig(Some(Reloaded { config, chain }))
-    }
-}
-
-impl ConfigSource for FixedConfig {
-    fn poll(&mut self) -> Result<Option<Reloaded>, String> {
-        Ok(self.0.take())
-    }
 }
 
 /// The driver's timing and limits.
@@ -134,8 +118,6 @@ impl Default for DriverOptions {
 /// What one step did (for tests and the benchmark).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct StepReport {
-    /// The process held the lease and acted.
-    pub acted: bool,
     /// The reconciler ran and its table was stored.
     pub reconciled: bool,
     /// What the table save wrote.
@@ -192,7 +174,7 @@ struct Active {
 }
 
 struct Loaded {
-    config: Arc<ClusterConfig>,
+    config: ClusterConfig,
     chain: ExpanderChain,
     settings: ReconcilerSettings,
 }
@@ -260,11 +242,8 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         self.active
             .as_ref()
             .map(|a| {
-                let (_, mut all) = InstanceManager::new(a.storage.clone())
-                    .get_instances()
-                    .unwrap_or_default();
-                all.sort_by(|x, y| x.instance_id.cmp(&y.instance_id));
-                all
+                // Loads come sorted by id.
+                a.storage.load().map(|(_, all)| all).unwrap_or_default()
             })
             .unwrap_or_default()
     }
@@ -331,7 +310,6 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 }
             }
         }
-        report.acted = true;
         match self.iterate(&mut report).await {
             Ok(()) => {
                 if self.said.remove("aborted").is_some() {
@@ -358,6 +336,18 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
     async fn poll_config(&mut self) {
         match self.source.poll() {
             Ok(Some(r)) => {
+                // The lease, the table and the provider belong to one cluster.
+                if r.config.cluster_name != self.cluster {
+                    let e = format!(
+                        "cluster_name changed from {:?} to {:?}: restart rayscale to manage \
+                         another cluster",
+                        self.cluster, r.config.cluster_name
+                    );
+                    self.say("config", BTreeSet::from([e]), |e| {
+                        tracing::warn!("{e} (keeping the last good config)")
+                    });
+                    return;
+                }
                 if let Err(e) = self.provider.reconfigure(&r.config).await {
                     tracing::warn!("the provider refused the new config, keeping the last: {e}");
                     return;
@@ -374,7 +364,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 }
                 self.config = Some(Loaded {
                     settings: ReconcilerSettings::from_config(&r.config),
-                    config: Arc::new(r.config),
+                    config: r.config,
                     chain: r.chain,
                 });
                 self.said.remove("config");
@@ -435,7 +425,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 0
             }
         };
-        let pending = replays(&storage, epoch);
+        let pending = replays(&storage, &mut self.ids);
         Ok(Active {
             epoch,
             saved_avail: avail.state(),
@@ -455,8 +445,8 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
     async fn iterate(&mut self, report: &mut StepReport) -> Result<(), CoreError> {
         let gcs = self.gcs.clone();
         let provider = self.provider.clone();
-        let options = self.options.clone();
-        let Some(a) = self.active.as_mut() else {
+        let options = &self.options;
+        let (Some(a), Some(loaded)) = (self.active.as_mut(), self.config.as_mut()) else {
             return Ok(());
         };
         // Replays of a crash first (the table that recorded them is stored).
@@ -520,9 +510,6 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             return Ok(());
         }
         let skipped: BTreeSet<String> = state.skipped.iter().cloned().collect();
-        let Some(loaded) = self.config.as_mut() else {
-            return Ok(());
-        };
         say_new(self.said.entry("rows").or_default(), skipped, |e| {
             tracing::warn!("left out of this iteration's GCS state: {e}")
         });
@@ -653,9 +640,19 @@ async fn hold_lease<G: Gcs + 'static>(
     mut stop: watch::Receiver<bool>,
 ) {
     let every = lease.settings().renew_every;
+    // A slow GCS (the client's own retries) must not hold a round past the next one.
+    let bound = every * 2;
     let mut said_error = false;
     loop {
-        match lease.tick(gcs.as_ref()).await {
+        let round = tokio::time::timeout(bound, lease.tick(gcs.as_ref()))
+            .await
+            .unwrap_or_else(|_| {
+                Err(CoreError::gcs(
+                    "lease",
+                    format!("no answer within {bound:?}"),
+                ))
+            });
+        match round {
             Ok(view) => {
                 said_error = false;
                 tx.send_replace(view);
@@ -673,8 +670,10 @@ async fn hold_lease<G: Gcs + 'static>(
             _ = tokio::time::sleep(every) => {}
         }
     }
-    if let Err(e) = lease.release(gcs.as_ref()).await {
-        tracing::warn!("cannot release the lease: {e}");
+    match tokio::time::timeout(bound, lease.release(gcs.as_ref())).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("cannot release the lease: {e}"),
+        Err(_) => tracing::warn!("cannot release the lease: no answer within {bound:?}"),
     }
     tx.send_replace(lease.view());
 }
@@ -683,10 +682,8 @@ async fn hold_lease<G: Gcs + 'static>(
 /// of REQUESTED records (re-sent as they were: same request id, type and size; the
 /// provider makes nothing twice), the stops of RAY_STOP_REQUESTED records, and the
 /// terminations of TERMINATING records.
-fn replays(storage: &InMemoryStorage, epoch: u64) -> Vec<Effect> {
-    let (_, instances) = InstanceManager::new(storage.clone())
-        .get_instances()
-        .unwrap_or_default();
+fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<Effect> {
+    let (_, instances) = storage.load().unwrap_or_default();
     let mut by_request: BTreeMap<(String, String), (u64, String)> = BTreeMap::new();
     let mut out = Vec::new();
     let mut terminate = Vec::new();
@@ -710,7 +707,7 @@ fn replays(storage: &InMemoryStorage, epoch: u64) -> Vec<Effect> {
                         instance_id: i.instance_id.clone(),
                         node_id_hex: node.clone(),
                         reason: "replayed after a restart".into(),
-                        idle: i.stop_cause.as_deref() == Some(IDLE_CAUSE),
+                        idle: i.idle_stop(),
                     });
                 }
             }
@@ -731,7 +728,7 @@ fn replays(storage: &InMemoryStorage, epoch: u64) -> Vec<Effect> {
         tracing::info!("replaying the termination of {}", terminate.join(", "));
         out.push(Effect::Terminate {
             cloud_instance_ids: terminate,
-            request_id: format!("replay-{epoch}"),
+            request_id: ids.request_id(),
         });
     }
     out

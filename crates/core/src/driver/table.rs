@@ -11,7 +11,7 @@
 //! - `instances/<cluster>`: the whole table as one value, as rayscale stored it before;
 //!   read when no per-instance key exists, and removed by the first save.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -29,8 +29,20 @@ pub const NAMESPACE: &str = "__rayscale";
 /// Keys fetched per `InternalKVMultiGet` (bounded messages at any table size).
 const MULTI_GET_CHUNK: usize = 500;
 
-/// Record puts in flight at once.
-const CONCURRENT_PUTS: usize = 32;
+/// KV writes in flight at once.
+const CONCURRENT_WRITES: usize = 32;
+
+/// Runs `calls` with at most [`CONCURRENT_WRITES`] in flight (one HTTP/2 connection
+/// carries them); results in the order of `calls`. The futures are boxed with `Send`
+/// spelled out, which the compiler cannot infer through a stream of borrowing closures.
+async fn concurrently<'a, T: Send + 'a>(
+    calls: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>,
+) -> Vec<T> {
+    futures_util::stream::iter(calls)
+        .buffered(CONCURRENT_WRITES)
+        .collect()
+        .await
+}
 
 #[derive(Debug, Serialize, Deserialize, Default, PartialEq, Eq, Clone, Copy)]
 struct Meta {
@@ -193,7 +205,6 @@ impl KvTable {
                  holds {epoch}"
             )));
         }
-        let mut stats = SaveStats::default();
         let prefix = self.record_prefix();
         let mut puts = Vec::new();
         for i in instances {
@@ -202,35 +213,63 @@ impl KvTable {
             }
             let key = format!("{prefix}{}", i.instance_id);
             let bytes = serde_json::to_vec(i).map_err(|e| Self::stored_err(&key, e))?;
-            puts.push((i.instance_id.as_str(), i.version, key, bytes));
+            puts.push((i.instance_id.clone(), i.version, key, bytes));
         }
-        // Puts run concurrently (one HTTP/2 connection carries them); each record that
-        // made it is remembered even when another failed.
-        type Put<'a> = (&'a str, u64, usize, Result<bool, CoreError>);
-        // Boxed with `Send` spelled out: the compiler cannot infer it through a stream of
-        // closures borrowing `gcs` and `puts`.
-        let mut futures: Vec<Pin<Box<dyn Future<Output = Put<'_>> + Send + '_>>> = Vec::new();
-        for (id, v, key, bytes) in &puts {
-            futures.push(Box::pin(async move {
-                (
-                    *id,
-                    *v,
-                    bytes.len(),
-                    gcs.kv_put(NAMESPACE, key, bytes, true).await,
-                )
-            }));
-        }
-        let results: Vec<Put<'_>> = futures_util::stream::iter(futures)
-            .buffer_unordered(CONCURRENT_PUTS)
-            .collect()
+        let live: HashSet<&str> = instances.iter().map(|i| i.instance_id.as_str()).collect();
+        let gone: Vec<String> = self
+            .stored
+            .keys()
+            .filter(|id| !live.contains(id.as_str()))
+            .cloned()
+            .collect();
+        let mut stats = SaveStats::default();
+        let result = self
+            .write(
+                gcs,
+                &prefix,
+                &puts,
+                &gone,
+                Meta { version, epoch },
+                &mut stats,
+            )
             .await;
+        if result.is_err() {
+            // The caller drops the table this save was for: a record written now may
+            // come again at the same version with other content. Rewrite every record
+            // written by this save next time.
+            for (id, ..) in &puts {
+                if self.stored.contains_key(id) {
+                    self.stored.insert(id.clone(), u64::MAX);
+                }
+            }
+        }
+        result.map(|()| stats)
+    }
+
+    /// The writes of a save: puts, then deletes (each batch concurrent, bounded), then
+    /// the meta key; `stored` follows every write that made it.
+    async fn write<G: Gcs + ?Sized>(
+        &mut self,
+        gcs: &G,
+        prefix: &str,
+        puts: &[(String, u64, String, Vec<u8>)],
+        gone: &[String],
+        meta: Meta,
+        stats: &mut SaveStats,
+    ) -> Result<(), CoreError> {
         let mut first_err = None;
-        for (id, v, len, r) in results {
+        let put_results = concurrently(
+            puts.iter()
+                .map(|(_, _, key, bytes)| gcs.kv_put(NAMESPACE, key, bytes, true))
+                .collect(),
+        )
+        .await;
+        for ((id, v, _, bytes), r) in puts.iter().zip(put_results) {
             match r {
                 Ok(_) => {
                     stats.written += 1;
-                    stats.bytes += len;
-                    self.stored.insert(id.to_string(), v);
+                    stats.bytes += bytes.len();
+                    self.stored.insert(id.clone(), *v);
                 }
                 Err(e) => {
                     first_err.get_or_insert(e);
@@ -240,20 +279,23 @@ impl KvTable {
         if let Some(e) = first_err {
             return Err(e);
         }
-        let live: std::collections::HashSet<&str> =
-            instances.iter().map(|i| i.instance_id.as_str()).collect();
-        let gone: Vec<String> = self
-            .stored
-            .keys()
-            .filter(|id| !live.contains(id.as_str()))
-            .cloned()
-            .collect();
-        for id in gone {
-            gcs.kv_del(NAMESPACE, &format!("{prefix}{id}")).await?;
-            self.stored.remove(&id);
-            stats.deleted += 1;
+        let keys: Vec<String> = gone.iter().map(|id| format!("{prefix}{id}")).collect();
+        let del_results =
+            concurrently(keys.iter().map(|key| gcs.kv_del(NAMESPACE, key)).collect()).await;
+        for (id, r) in gone.iter().zip(del_results) {
+            match r {
+                Ok(()) => {
+                    self.stored.remove(id);
+                    stats.deleted += 1;
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
         }
-        let meta = Meta { version, epoch };
+        if let Some(e) = first_err {
+            return Err(e);
+        }
         if self.stored_meta != Some(meta) {
             let bytes = serde_json::to_vec(&meta).map_err(|e| Self::stored_err("table", e))?;
             gcs.kv_put(NAMESPACE, &self.meta_key(), &bytes, true)
@@ -265,16 +307,17 @@ impl KvTable {
             gcs.kv_del(NAMESPACE, &self.legacy_key()).await?;
             self.legacy = false;
         }
-        Ok(stats)
+        Ok(())
     }
 
     /// Removes the whole table and the availability state. Returns how many records
     /// there were.
     pub async fn delete<G: Gcs + ?Sized>(&mut self, gcs: &G) -> Result<usize, CoreError> {
         let keys = gcs.kv_keys(NAMESPACE, &self.record_prefix()).await?;
-        for k in &keys {
-            gcs.kv_del(NAMESPACE, k).await?;
-        }
+        concurrently(keys.iter().map(|k| gcs.kv_del(NAMESPACE, k)).collect())
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, CoreError>>()?;
         gcs.kv_del(NAMESPACE, &self.meta_key()).await?;
         gcs.kv_del(NAMESPACE, &self.availability_key()).await?;
         let legacy = gcs.kv_get(NAMESPACE, &self.legacy_key()).await?;

@@ -7,17 +7,7 @@ use super::*;
 use crate::provider::CloudInstance;
 use crate::testing::{FakeGcs, FakeProvider, FaultOn, demand};
 
-const CONFIG: &str = r#"
-cluster_name: t
-max_workers: 10
-idle_timeout_minutes: 1
-upscaling_speed: 100
-head_node_type: head
-provider: {type: local_processes}
-available_node_types:
-  head: {resources: {CPU: 0}, node_config: {}}
-  w: {resources: {CPU: 2}, max_workers: 4, node_config: {}}
-"#;
+use crate::reconciler::tests::CONFIG;
 
 /// A config text the test can edit; polled by the driver like a file.
 #[derive(Clone)]
@@ -396,4 +386,80 @@ async fn idle_nodes_are_drained_as_ray_drains_them_and_a_rejection_is_an_error()
     assert!(kept.last_error.is_some_and(|e| e.contains("rejected")));
     assert!(w.workers().iter().any(|c| c.cloud_instance_id == busy));
     d.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_keys_that_vanish_never_make_two_holders() {
+    let gcs = FakeGcs::new();
+    let mut a = Lease::new(NAMESPACE, "t", "a", LeaseSettings::default());
+    let mut b = Lease::new(NAMESPACE, "t", "b", LeaseSettings::default());
+    assert_eq!(a.tick(&gcs).await.expect("tick").epoch, Some(1));
+    assert_eq!(b.tick(&gcs).await.expect("tick").epoch, None);
+    // The GCS restarts without persistence: the keys are gone. The holder puts its key
+    // back; the follower, which saw a lease before, waits instead of taking epoch 1.
+    gcs.clear_kv();
+    for _ in 0..10 {
+        assert_eq!(b.tick(&gcs).await.expect("tick").epoch, None);
+        assert_eq!(a.tick(&gcs).await.expect("tick").epoch, Some(1));
+        sleep_s(2).await;
+    }
+    // Had the holder died with its key, the follower would take the next epoch.
+    gcs.clear_kv();
+    for _ in 0..6 {
+        b.tick(&gcs).await.expect("tick");
+        sleep_s(2).await;
+    }
+    assert_eq!(b.view().epoch, Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_table_stored_as_one_value_is_read_and_moved_to_one_key_per_instance() {
+    let gcs = FakeGcs::new();
+    let a = Instance::new("im-1", "w", InstanceStatus::Queued, 1, "queued");
+    let b = Instance::new("im-2", "w", InstanceStatus::Queued, 2, "queued");
+    let bytes = crate::instance::encode_table(7, &[a.clone(), b.clone()]).expect("encode");
+    gcs.put_raw(NAMESPACE, "instances/t", &bytes);
+    let mut table = KvTable::new("t");
+    let loaded = table.load(&gcs).await.expect("load");
+    assert_eq!((loaded.version, loaded.instances.len()), (7, 2));
+    let stats = table
+        .save(&gcs, 8, &loaded.instances, 1)
+        .await
+        .expect("save");
+    assert_eq!(stats.written, 2);
+    assert!(gcs.keys(NAMESPACE, "instances/").is_empty());
+    assert_eq!(
+        gcs.keys(NAMESPACE, "instance/t/"),
+        ["instance/t/im-1", "instance/t/im-2"]
+    );
+    let again = KvTable::new("t").load(&gcs).await.expect("load");
+    assert_eq!((again.version, again.instances), (8, vec![a, b]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_save_that_fails_part_way_rewrites_what_it_wrote() {
+    let gcs = FakeGcs::new();
+    let mut table = KvTable::new("t");
+    let mut a = Instance::new("im-1", "w", InstanceStatus::Queued, 1, "first");
+    table.save(&gcs, 1, &[], 1).await.expect("save");
+    // The record is written, then the meta put fails: the save fails, and the caller
+    // drops that table.
+    gcs.fail_puts(Some("table/"));
+    assert!(
+        table
+            .save(&gcs, 2, std::slice::from_ref(&a), 1)
+            .await
+            .is_err()
+    );
+    gcs.fail_puts(None);
+    // The next table has the record at the same version with other content: it is
+    // written again, not taken for the one already stored.
+    a.status_history[0].details = "second".into();
+    let stats = table
+        .save(&gcs, 2, std::slice::from_ref(&a), 1)
+        .await
+        .expect("save");
+    assert_eq!(stats.written, 1);
+    let loaded = KvTable::new("t").load(&gcs).await.expect("load");
+    assert_eq!(loaded.instances, vec![a]);
 }

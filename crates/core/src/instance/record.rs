@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::instance::InstanceStatus;
 
 use super::transitions::is_terminal;
+use crate::scheduler::TerminationCause;
 
 /// One entry of an instance's status history: the instance entered `status` at
 /// `timestamp_ns`.
@@ -149,6 +150,15 @@ impl Instance {
     /// Whether the instance is in a terminal status (TERMINATED, ALLOCATION_FAILED).
     pub fn is_terminal(&self) -> bool {
         is_terminal(self.status)
+    }
+
+    /// Whether Ray is stopped on it as an idle node (a rejectable idle-termination
+    /// drain) rather than stopped at once. A record written before the cause was kept
+    /// has none, and was asked for an idle drain then.
+    pub fn idle_stop(&self) -> bool {
+        self.stop_cause
+            .as_deref()
+            .is_none_or(|c| c == TerminationCause::Idle.name())
     }
 }
 

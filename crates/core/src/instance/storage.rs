@@ -121,8 +121,9 @@ struct TableOwned {
     instances: Vec<Instance>,
 }
 
-/// Encodes a whole table (its version and instances) as JSON bytes, for a key-value
-/// backend (e.g. GCS KV) to store under one key. Statuses are written as Ray's names.
+/// Encodes a whole table (its version and instances) as JSON bytes under one key, as
+/// rayscale stored it in the GCS KV before one key per instance (the driver still reads
+/// that form, and tests plant it). Statuses are written as Ray's names.
 ///
 /// Fails only if serialization itself fails, which well-formed records (strings,
 /// integers, booleans and lists) never do.

@@ -13,7 +13,8 @@
 //!    puts RAY_STOP_REQUESTED back to RAY_RUNNING.
 //! 2. **Step** (active transitions): Ray nodes missing from the GCS, stuck instances
 //!    (timeouts, requeue with a retry limit), the scheduler's decision (new QUEUED
-//!    instances, RAY_STOP_REQUESTED for idle nodes, TERMINATING for pending ones),
+//!    instances, RAY_STOP_REQUESTED for nodes to stop, with the cause, TERMINATING for
+//!    pending ones),
 //!    termination of stopped/failed instances, and paced launches (QUEUED -> REQUESTED).
 //!
 //! Side effects are never performed here: each active transition yields an [`Effect`]
@@ -26,7 +27,7 @@ mod pacing;
 mod step;
 mod sync;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -43,7 +44,7 @@ use crate::provider::{
     CloudInstance, CloudInstanceState, LaunchRequest, ProviderError, ProviderOp,
 };
 use crate::scenario::{HEAD_MARKER, InstanceRecord, build_request};
-use crate::scheduler::{Decision, schedule_with};
+use crate::scheduler::{Decision, TerminationCause, schedule_with};
 
 const SEC: i64 = 1_000_000_000;
 
@@ -102,9 +103,6 @@ impl ReconcilerSettings {
         }
     }
 }
-
-/// The stop cause of an idle termination (Ray's `TerminationRequest.Cause.IDLE`).
-pub const IDLE_CAUSE: &str = "IDLE";
 
 /// A drain or stop the GCS refused, or that failed (Ray's `RayStopError`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -350,6 +348,16 @@ impl<S: InstanceStorage> Run<'_, S> {
         Ok(all)
     }
 
+    /// `table` as read when `read_at` events had been applied, or read again if more
+    /// were applied since.
+    fn fresh(&self, table: Vec<Instance>, read_at: &mut usize) -> Result<Vec<Instance>, CoreError> {
+        if self.out.events_applied == *read_at {
+            return Ok(table);
+        }
+        *read_at = self.out.events_applied;
+        self.table()
+    }
+
     fn apply(&mut self, events: Vec<InstanceUpdateEvent>) -> Result<(), CoreError> {
         if events.is_empty() {
             return Ok(());
@@ -375,7 +383,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                     instance_id: i.instance_id.clone(),
                     node_id_hex: i.node_id.clone().unwrap_or_default(),
                     reason: e.details.clone(),
-                    idle: i.stop_cause.as_deref() == Some(IDLE_CAUSE),
+                    idle: i.idle_stop(),
                 }),
                 InstanceStatus::Terminating => {
                     self.to_terminate.extend(i.cloud_instance_id.clone());

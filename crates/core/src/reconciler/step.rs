@@ -114,9 +114,8 @@ impl<S: InstanceStorage> Run<'_, S> {
                     Self::ev(i, InstanceStatus::Terminating, why)
                 }
                 // Ray's scheduler calls a node of a type the config lost outdated.
-                InstanceStatus::RayRunning => {
-                    Self::ev(i, InstanceStatus::RayStopRequested, why).with_stop_cause("OUTDATED")
-                }
+                InstanceStatus::RayRunning => Self::ev(i, InstanceStatus::RayStopRequested, why)
+                    .with_stop_cause(TerminationCause::Outdated.name()),
                 _ => continue,
             };
             self.out

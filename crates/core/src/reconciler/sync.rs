@@ -21,6 +21,9 @@ impl<S: InstanceStorage> Run<'_, S> {
         //    worker of its type, as Ray's `_try_resolve_pending_allocation` does. A head
         //    is never a worker's instance.
         let table = self.table()?;
+        // Events applied when `table` was read: it is read again only when some were
+        // applied since.
+        let mut read_at = self.out.events_applied;
         let mut held: BTreeSet<String> = table
             .iter()
             .filter(|i| live(i))
@@ -259,7 +262,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         //     draining node, never one some record (even a finished one) already ran, and
         //     only of a type the config knows (a node started by hand under another type
         //     is not rayscale's to stop).
-        let table = self.table()?;
+        let table = self.fresh(table, &mut read_at)?;
         let held: BTreeSet<&str> = table
             .iter()
             .filter(|i| live(i))
@@ -308,7 +311,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         self.apply(events)?;
 
         // 6. Ray node states; 7. rejected drains.
-        let table = self.table()?;
+        let table = self.fresh(table, &mut read_at)?;
         let by_cloud: HashMap<&str, &Instance> = table
             .iter()
             .filter(|i| live(i))

@@ -6,7 +6,7 @@ use crate::model::{NodeState, ResourceRequestByCount};
 use crate::provider::ProviderErrorKind;
 use crate::testing::{demand, res};
 
-pub(super) const CONFIG: &str = r#"
+pub(crate) const CONFIG: &str = r#"
 cluster_name: t
 max_workers: 10
 idle_timeout_minutes: 1

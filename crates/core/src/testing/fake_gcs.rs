@@ -38,9 +38,6 @@ struct State {
     held_version: i64,
     idle_drains: Vec<String>,
     stops: Vec<String>,
-    kv_puts: u64,
-    kv_bytes: u64,
-    v2: bool,
     /// Puts of keys starting with this fail.
     failing_puts: Option<String>,
 }
@@ -65,7 +62,7 @@ fn node_id(n: u32) -> Vec<u8> {
 }
 
 impl FakeGcs {
-    /// A GCS with a running head (type `head`, no resources) and autoscaler v2 on.
+    /// A GCS with a running head (type `head`, no resources), autoscaler v2 on.
     pub fn new() -> Self {
         let head = NodeState {
             node_id: node_id(0),
@@ -80,7 +77,6 @@ impl FakeGcs {
             state: Arc::new(Mutex::new(State {
                 nodes: vec![head],
                 next_node: 1,
-                v2: true,
                 version: 1,
                 ..Default::default()
             })),
@@ -215,12 +211,6 @@ impl FakeGcs {
         (st.idle_drains.clone(), st.stops.clone())
     }
 
-    /// KV puts and bytes written so far.
-    pub fn kv_written(&self) -> (u64, u64) {
-        let st = self.lock();
-        (st.kv_puts, st.kv_bytes)
-    }
-
     /// The keys in `namespace` starting with `prefix`.
     pub fn keys(&self, namespace: &str, prefix: &str) -> Vec<String> {
         self.lock()
@@ -243,9 +233,9 @@ impl FakeGcs {
         self.lock().failing_puts = prefix.map(str::to_string);
     }
 
-    /// Whether the head runs with autoscaler v2.
-    pub fn set_v2(&self, on: bool) {
-        self.lock().v2 = on;
+    /// Forgets every KV key (a GCS restarted without persistence).
+    pub fn clear_kv(&self) {
+        self.lock().kv.clear();
     }
 
     fn find_node<'a>(st: &'a mut State, hex: &str) -> Option<&'a mut NodeState> {
@@ -304,7 +294,7 @@ impl Gcs for FakeGcs {
 
     async fn autoscaler_v2_enabled(&self) -> Result<bool, CoreError> {
         self.check("InternalKVGet")?;
-        Ok(self.lock().v2)
+        Ok(true)
     }
 
     async fn drain_idle_node(
@@ -400,8 +390,6 @@ impl Gcs for FakeGcs {
         if exists && !overwrite {
             return Ok(false);
         }
-        st.kv_puts += 1;
-        st.kv_bytes += value.len() as u64;
         st.kv.insert(k, value.to_vec());
         Ok(!exists)
     }
