@@ -126,6 +126,23 @@ pub struct StepReport {
     pub effects: usize,
     /// Why the step stopped early, if it did.
     pub aborted: Option<String>,
+    /// Where the iteration's time went (measured on the process's clock; zero for
+    /// phases that did not run).
+    pub phases: Phases,
+}
+
+/// Wall time of an iteration's phases (for the logs at `debug`, the benchmark and
+/// metrics; never an input to a decision).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Phases {
+    /// Gathering the GCS state, the cloud's list and the provider's errors.
+    pub gather: std::time::Duration,
+    /// The reconciler (sync, scheduler, pacing, report), on the table's copy.
+    pub reconcile: std::time::Duration,
+    /// Storing the table.
+    pub save: std::time::Duration,
+    /// Reporting to the GCS and running the effects.
+    pub effects: std::time::Duration,
 }
 
 /// Random ids from a seeded generator.
@@ -465,6 +482,13 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             a.carried.extend(done.errors);
         }
         // Gather concurrently, each under its deadline.
+        let mut mark = std::time::Instant::now();
+        let mut lap = || {
+            let now = std::time::Instant::now();
+            let d = now - mark;
+            mark = now;
+            d
+        };
         let d = options.call_deadline;
         let (state, cloud, polled) = tokio::join!(
             tokio::time::timeout(d, gcs.cluster_resource_state()),
@@ -509,6 +533,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         if a.last.as_ref() == Some(&fp) && errors.is_empty() && a.rejections.is_empty() && !due {
             return Ok(());
         }
+        report.phases.gather = lap();
         let skipped: BTreeSet<String> = state.skipped.iter().cloned().collect();
         say_new(self.said.entry("rows").or_default(), skipped, |e| {
             tracing::warn!("left out of this iteration's GCS state: {e}")
@@ -553,6 +578,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         };
         let keep = i64::try_from(options.keep_terminal.as_nanos()).unwrap_or(i64::MAX);
         im.prune_terminal(now.saturating_sub(keep))?;
+        report.phases.reconcile = lap();
         // Store the copy before any effect: a crash after this point replays. A process
         // that lost the lease meanwhile stores nothing.
         if !self.lease_rx.borrow().may_act() {
@@ -573,6 +599,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 return Err(e);
             }
         }
+        report.phases.save = lap();
         // Commit.
         a.storage = im.into_storage();
         a.avail = avail;
@@ -628,6 +655,17 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         report.effects += outcome.effects.len();
         a.rejections.extend(done.rejections);
         a.carried.extend(done.errors);
+        report.phases.effects = lap();
+        let p = report.phases;
+        tracing::debug!(
+            "iteration: gather {:?}, reconcile {:?}, save {:?} ({} records), report and effects {:?} ({})",
+            p.gather,
+            p.reconcile,
+            p.save,
+            report.kv.written + report.kv.deleted,
+            p.effects,
+            outcome.effects.len()
+        );
         Ok(())
     }
 }

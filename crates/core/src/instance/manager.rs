@@ -127,7 +127,7 @@ impl<S: InstanceStorage> InstanceManager<S> {
         events: &[InstanceUpdateEvent],
         now_ns: i64,
     ) -> Result<UpdateOutcome, InstanceError> {
-        let (version, instances) = self.storage.load()?;
+        let (version, instances) = self.storage.load_some(&touched_ids(events))?;
         self.apply(version, instances, events, now_ns)
     }
 
@@ -140,7 +140,7 @@ impl<S: InstanceStorage> InstanceManager<S> {
         events: &[InstanceUpdateEvent],
         now_ns: i64,
     ) -> Result<UpdateOutcome, InstanceError> {
-        let (version, instances) = self.storage.load()?;
+        let (version, instances) = self.storage.load_some(&touched_ids(events))?;
         if version != expected_table_version {
             return Err(InstanceError::VersionConflict {
                 expected: expected_table_version,
@@ -206,6 +206,14 @@ impl<S: InstanceStorage> InstanceManager<S> {
             instances: upserts,
         })
     }
+}
+
+/// The distinct instance ids `events` touch.
+fn touched_ids(events: &[InstanceUpdateEvent]) -> Vec<&str> {
+    let mut ids: Vec<&str> = events.iter().map(|e| e.instance_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 /// The most status-history entries a record keeps (the creation and the latest ones).

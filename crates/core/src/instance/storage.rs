@@ -21,6 +21,19 @@ pub trait InstanceStorage {
     /// The table version and every stored instance.
     fn load(&self) -> Result<(u64, Vec<Instance>), InstanceError>;
 
+    /// The table version and the stored instances among `ids` (in any order). The
+    /// default reads the whole table; a storage that can look records up overrides it.
+    fn load_some(&self, ids: &[&str]) -> Result<(u64, Vec<Instance>), InstanceError> {
+        let (version, all) = self.load()?;
+        let wanted: BTreeSet<&str> = ids.iter().copied().collect();
+        Ok((
+            version,
+            all.into_iter()
+                .filter(|i| wanted.contains(i.instance_id.as_str()))
+                .collect(),
+        ))
+    }
+
     /// Inserts or replaces `upserts` (by `instance_id`), then removes `deletes` (unknown
     /// ids are ignored), all at once, if the table is still at `expected_table_version`.
     /// Returns the new table version. On error nothing is changed.
@@ -82,6 +95,15 @@ impl InMemoryStorage {
 impl InstanceStorage for InMemoryStorage {
     fn load(&self) -> Result<(u64, Vec<Instance>), InstanceError> {
         Ok((self.version, self.instances.values().cloned().collect()))
+    }
+
+    fn load_some(&self, ids: &[&str]) -> Result<(u64, Vec<Instance>), InstanceError> {
+        Ok((
+            self.version,
+            ids.iter()
+                .filter_map(|id| self.instances.get(*id).cloned())
+                .collect(),
+        ))
     }
 
     fn batch_upsert(

@@ -30,6 +30,7 @@ mod sync;
 pub(crate) mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::rc::Rc;
 
 use crate::CoreError;
 use crate::availability::{Availability, Unavailable};
@@ -257,6 +258,7 @@ pub fn reconcile<S: InstanceStorage>(
         now_ns,
         to_terminate: Vec::new(),
         out: Outcome::default(),
+        read: std::cell::RefCell::new(None),
     };
     r.sync(config, observed, ids)?;
     r.step(config, chain, settings, observed, ids)?;
@@ -318,6 +320,9 @@ struct Run<'m, S: InstanceStorage> {
     /// Cloud instances moved to TERMINATING this iteration (one terminate call at the end).
     to_terminate: Vec<String>,
     out: Outcome,
+    /// The table as last read, with the number of events applied then: the phases read
+    /// it many times, and it changes only when events are applied.
+    read: std::cell::RefCell<Option<(usize, Rc<Vec<Instance>>)>>,
 }
 
 /// When `i` failed to launch: ALLOCATION_FAILED, or gone with a launch error before Ray
@@ -342,20 +347,19 @@ fn live(i: &Instance) -> bool {
 }
 
 impl<S: InstanceStorage> Run<'_, S> {
-    fn table(&self) -> Result<Vec<Instance>, CoreError> {
+    /// The table sorted by id, read again only when events were applied since the last
+    /// read.
+    fn table(&self) -> Result<Rc<Vec<Instance>>, CoreError> {
+        if let Some((at, t)) = self.read.borrow().as_ref()
+            && *at == self.out.events_applied
+        {
+            return Ok(t.clone());
+        }
         let (_, mut all) = self.im.get_instances()?;
         all.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        Ok(all)
-    }
-
-    /// `table` as read when `read_at` events had been applied, or read again if more
-    /// were applied since.
-    fn fresh(&self, table: Vec<Instance>, read_at: &mut usize) -> Result<Vec<Instance>, CoreError> {
-        if self.out.events_applied == *read_at {
-            return Ok(table);
-        }
-        *read_at = self.out.events_applied;
-        self.table()
+        let t = Rc::new(all);
+        *self.read.borrow_mut() = Some((self.out.events_applied, t.clone()));
+        Ok(t)
     }
 
     fn apply(&mut self, events: Vec<InstanceUpdateEvent>) -> Result<(), CoreError> {
@@ -364,14 +368,15 @@ impl<S: InstanceStorage> Run<'_, S> {
         }
         self.out.events_applied += events.len();
         let applied = self.im.update(&events, self.now_ns)?;
+        let by_id: HashMap<&str, &Instance> = applied
+            .instances
+            .iter()
+            .map(|i| (i.instance_id.as_str(), i))
+            .collect();
         // The side effects follow from the transitions (Ray's subscribers): RAY_STOP_REQUESTED
         // drains the node, TERMINATING terminates the cloud instance.
         for e in &events {
-            let Some(i) = applied
-                .instances
-                .iter()
-                .find(|i| i.instance_id == e.instance_id)
-            else {
+            let Some(&i) = by_id.get(e.instance_id.as_str()) else {
                 continue;
             };
             // Ray's CloudResourceMonitor subscribes to the same transitions.

@@ -22,7 +22,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         let mut running: BTreeMap<&str, usize> = BTreeMap::new();
         // Launch failures per type within the failure window: (count, latest).
         let mut failures: BTreeMap<&str, (u32, i64)> = BTreeMap::new();
-        for i in &table {
+        for i in table.iter() {
             match i.status {
                 InstanceStatus::Queued => queued.entry(&i.node_type).or_default().push(i),
                 InstanceStatus::RayRunning => *running.entry(&i.node_type).or_default() += 1,
@@ -118,7 +118,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         let table = self.table()?;
         let mut pending: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
         let mut failed: BTreeMap<(String, String), FailedRequest> = BTreeMap::new();
-        for i in &table {
+        for i in table.iter() {
             match i.status {
                 InstanceStatus::Queued => {
                     let e = pending.entry(&i.node_type).or_insert((0, i64::MAX));

@@ -22,7 +22,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             .collect();
         let table = self.table()?;
         let mut events = Vec::new();
-        for i in &table {
+        for i in table.iter() {
             if !i.is_head
                 && matches!(
                     i.status,
@@ -49,7 +49,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             i.status_since(i.status)
                 .is_some_and(|t| now.saturating_sub(t) >= limit_s.saturating_mul(SEC))
         };
-        for i in &table {
+        for i in table.iter() {
             let e = match i.status {
                 InstanceStatus::Requested if over(i, s.request_timeout_s) => {
                     let tries = i.times_entered(InstanceStatus::Requested);
@@ -244,7 +244,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         // 4. Terminate what is stopped, timed out or failed.
         let table = self.table()?;
         let mut events = Vec::new();
-        for i in &table {
+        for i in table.iter() {
             if matches!(
                 i.status,
                 InstanceStatus::RayStopped

@@ -20,10 +20,8 @@ impl<S: InstanceStorage> Run<'_, S> {
         //    that carries no request id, as KubeRay pods or v1 providers) any unclaimed
         //    worker of its type, as Ray's `_try_resolve_pending_allocation` does. A head
         //    is never a worker's instance.
+        // (`table()` reads the table again only when events were applied since.)
         let table = self.table()?;
-        // Events applied when `table` was read: it is read again only when some were
-        // applied since.
-        let mut read_at = self.out.events_applied;
         let mut held: BTreeSet<String> = table
             .iter()
             .filter(|i| live(i))
@@ -262,7 +260,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         //     draining node, never one some record (even a finished one) already ran, and
         //     only of a type the config knows (a node started by hand under another type
         //     is not rayscale's to stop).
-        let table = self.fresh(table, &mut read_at)?;
+        let table = self.table()?;
         let held: BTreeSet<&str> = table
             .iter()
             .filter(|i| live(i))
@@ -311,7 +309,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         self.apply(events)?;
 
         // 6. Ray node states; 7. rejected drains.
-        let table = self.fresh(table, &mut read_at)?;
+        let table = self.table()?;
         let by_cloud: HashMap<&str, &Instance> = table
             .iter()
             .filter(|i| live(i))

@@ -97,6 +97,12 @@ impl FakeProvider {
         self
     }
 
+    /// `list` pages hold `n` instances (3 by default, so tests cross page boundaries).
+    pub fn with_page_size(self, n: usize) -> Self {
+        self.lock().page_size = n.max(1);
+        self
+    }
+
     /// New instances are pending until [`Self::boot_all`].
     pub fn booting_slowly(self) -> Self {
         self.lock().boot_pending = true;

@@ -333,6 +333,12 @@ impl Engine<'_> {
 
     /// The existing-node half of `_try_schedule`: repeatedly the best node takes what it
     /// can. Returns the chosen nodes in order, then the untouched ones in order.
+    ///
+    /// Nodes whose trials must come out the same (same type, availability, placed
+    /// requests, labels and tie-breaks) share one trial: it is computed for the class's
+    /// earliest node, which is the one Ray's order picks among equals; when that node is
+    /// picked, the next one inherits the trial if the runs still allow it. A cluster of
+    /// many alike nodes then costs one trial per kind of node, not one per node.
     pub(super) fn place_on_existing(
         &mut self,
         nodes: &[SNode],
@@ -347,6 +353,10 @@ impl Engine<'_> {
         // Ray evaluates only the first of identical non-running nodes (its NodeStateCache).
         let mut groups: HashMap<StateKey, VecDeque<usize>> = HashMap::new();
         let mut eligible = vec![true; n];
+        // The trial classes, and the eligible live members of each (earliest first).
+        let mut class_of = vec![usize::MAX; n];
+        let mut class_ids: HashMap<ClassKey, usize> = HashMap::new();
+        let mut members: Vec<std::collections::BTreeSet<usize>> = Vec::new();
         for (i, node) in existing.iter().enumerate() {
             // Nodes being terminated take nothing and never hide an identical live node.
             if node.status == NodeStatus::ToTerminate {
@@ -360,48 +370,86 @@ impl Engine<'_> {
                 }
                 q.push_back(i);
             }
+            let c = *class_ids.entry(class_key(node, src)).or_insert_with(|| {
+                members.push(std::collections::BTreeSet::new());
+                members.len() - 1
+            });
+            class_of[i] = c;
+            if eligible[i] {
+                members[c].insert(i);
+            }
         }
-        let mut trials: Vec<Option<Option<Trial>>> = vec![None; n];
-        // Generation of each node's current trial, to recognise stale heap entries.
-        let mut generation: Vec<u32> = vec![0; n];
+        let classes = members.len();
+        let rep =
+            |members: &[std::collections::BTreeSet<usize>], c: usize| members[c].first().copied();
+        let ranked = |tr: &Trial, pos: usize| Ranked {
+            score: tr.score,
+            tie: tr.node.tie,
+            pos,
+        };
+        let mut trials: Vec<Option<Option<Trial>>> = vec![None; classes];
+        // Generation of each class's current trial, to recognise stale watchers.
+        let mut generation: Vec<u32> = vec![0; classes];
         // Per run, the trials that took from it, keyed by the run count below which the
         // trial no longer holds (see `Trial::valid`): the top is the first to break.
         let mut watchers: Vec<std::collections::BinaryHeap<(u64, usize, u32)>> =
             vec![std::collections::BinaryHeap::new(); runs.len()];
         let mut best_set: std::collections::BTreeSet<Ranked> = std::collections::BTreeSet::new();
-        let mut dirty: Vec<usize> = (0..n).filter(|i| eligible[*i]).collect();
+        let mut queued = vec![true; classes];
+        let mut dirty: Vec<usize> = (0..classes).collect();
         let mut picked = Vec::new();
         while runs.iter().any(|r| r.count > 0) {
-            for i in dirty.drain(..) {
-                if !alive[i] || !eligible[i] {
+            for c in dirty.drain(..) {
+                queued[c] = false;
+                let Some(i) = rep(&members, c) else {
                     continue;
-                }
+                };
                 let t = self.trial(existing[i], runs, src);
-                generation[i] = generation[i].wrapping_add(1);
+                generation[c] = generation[c].wrapping_add(1);
                 if let Some(tr) = &t {
-                    for &(r, k, c) in &tr.taken {
-                        let threshold = if k < c { k } else { c };
-                        watchers[r].push((threshold, i, generation[i]));
+                    for &(r, k, cnt) in &tr.taken {
+                        let threshold = if k < cnt { k } else { cnt };
+                        watchers[r].push((threshold, c, generation[c]));
                     }
-                    best_set.insert(Ranked {
-                        score: tr.score,
-                        tie: tr.node.tie,
-                        pos: i,
-                    });
+                    best_set.insert(ranked(tr, i));
                 }
-                trials[i] = Some(t);
+                trials[c] = Some(t);
             }
             let Some(top) = best_set.iter().next().cloned() else {
                 break;
             };
             best_set.remove(&top);
             let i = top.pos;
-            let Some(Some(tr)) = trials[i].take() else {
+            let c = class_of[i];
+            let Some(Some(tr)) = trials[c].take() else {
                 break;
             };
             alive[i] = false;
+            members[c].remove(&i);
             for &(r, k, _) in &tr.taken {
                 runs[r].count -= k;
+            }
+            // The class's next node inherits the trial while the runs still allow it.
+            if let Some(j) = rep(&members, c)
+                && tr.valid(runs)
+            {
+                let mut node = existing[j].clone();
+                node.avail[src] = tr.node.avail[src].clone();
+                node.sched[src] = tr.node.sched[src].clone();
+                node.labels = tr.node.labels.clone();
+                let next = Trial {
+                    taken: tr.taken.clone(),
+                    node,
+                    score: tr.score,
+                };
+                best_set.insert(ranked(&next, j));
+                trials[c] = Some(Some(next));
+            } else {
+                generation[c] = generation[c].wrapping_add(1);
+                if !members[c].is_empty() && !queued[c] {
+                    queued[c] = true;
+                    dirty.push(c);
+                }
             }
             // The next identical non-running node becomes the one Ray evaluates.
             if existing[i].im_status != Some(InstanceStatus::RayRunning)
@@ -414,30 +462,49 @@ impl Engine<'_> {
                         && !eligible[j]
                     {
                         eligible[j] = true;
-                        dirty.push(j);
+                        let cj = class_of[j];
+                        let before = rep(&members, cj);
+                        members[cj].insert(j);
+                        match &trials[cj] {
+                            // The class's trial now belongs to its new earliest node.
+                            Some(Some(tj)) if before.is_some_and(|b| j < b) => {
+                                if let Some(b) = before {
+                                    best_set.remove(&ranked(tj, b));
+                                }
+                                best_set.insert(ranked(tj, j));
+                            }
+                            Some(_) if before.is_some() => {}
+                            _ => {
+                                if !queued[cj] {
+                                    queued[cj] = true;
+                                    dirty.push(cj);
+                                }
+                            }
+                        }
                     }
                 }
             }
             // Trials that took from a changed run and no longer hold are redone.
             for &(r, _, _) in &tr.taken {
                 let now = runs[r].count;
-                while let Some(&(threshold, j, g)) = watchers[r].peek() {
+                while let Some(&(threshold, cj, g)) = watchers[r].peek() {
                     if threshold <= now {
                         break;
                     }
                     watchers[r].pop();
-                    if !alive[j] || generation[j] != g {
+                    if generation[cj] != g {
                         continue;
                     }
-                    if let Some(Some(tj)) = &trials[j] {
-                        best_set.remove(&Ranked {
-                            score: tj.score,
-                            tie: tj.node.tie,
-                            pos: j,
-                        });
-                        trials[j] = None;
-                        generation[j] = generation[j].wrapping_add(1);
-                        dirty.push(j);
+                    if let Some(Some(tj)) = &trials[cj] {
+                        if let Some(b) = rep(&members, cj) {
+                            best_set.remove(&ranked(tj, b));
+                        }
+                        trials[cj] = None;
+                        generation[cj] = generation[cj].wrapping_add(1);
+                        if !queued[cj] {
+                            queued[cj] = true;
+                            dirty.push(cj);
+                        }
                     }
                 }
             }
@@ -496,6 +563,35 @@ pub(super) fn state_key(n: &SNode, src: usize) -> StateKey {
         total,
         avail,
         labels,
+    }
+}
+
+/// What a node's trial and its score read (see `place_on_existing`), in the node's own
+/// order: nodes with equal keys have equal trials.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct ClassKey {
+    type_idx: usize,
+    head: bool,
+    tie: (u64, i64, u64),
+    total: Rc<Vec<(ResId, Fixed)>>,
+    avail: Vec<(ResId, Fixed)>,
+    sched: Vec<(ShapeId, u64)>,
+    labels: Rc<Vec<(String, String)>>,
+}
+
+pub(super) fn class_key(n: &SNode, src: usize) -> ClassKey {
+    ClassKey {
+        type_idx: n.type_idx,
+        head: n.head,
+        tie: (
+            n.tie.recoverable.to_bits(),
+            n.tie.priority,
+            n.tie.availability.to_bits(),
+        ),
+        total: n.total.clone(),
+        avail: n.avail[src].clone(),
+        sched: n.sched[src].clone(),
+        labels: n.labels.clone(),
     }
 }
 
