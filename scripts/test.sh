@@ -8,6 +8,8 @@ PY="$(scripts/setup-python.sh)"
 export RAYSCALE_PYTHON="$PY"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+echo "== rayscale-core module layers"
+"$PY" scripts/check_module_layers.py
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features --release -- -D warnings
 echo "== proto compatibility with Ray's descriptors"

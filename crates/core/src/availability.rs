@@ -18,14 +18,13 @@ use std::collections::BTreeMap;
 
 use crate::config::ClusterConfig;
 use crate::model::InstanceStatus;
-use crate::scenario::AvailabilityInputs;
+use crate::scheduler::request::AvailabilityInputs;
 
 const SEC: f64 = 1e9;
 
 /// Ray's `RAY_AUTOSCALER_AVAILABILITY_RECOVERY_S` default.
 pub const DEFAULT_RECOVERY_S: f64 = 600.0;
-/// How long a capacity error makes a type unavailable, by default.
-pub const DEFAULT_UNAVAILABLE_TTL_S: i64 = 180;
+pub use crate::config::DEFAULT_UNAVAILABLE_TTL_S;
 
 /// Ray's `CloudResourceMonitor`: last unavailable time per node type.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,6 +12,12 @@
 //! access beyond parsing text handed in, wall clock or unseeded randomness (the driver
 //! gets its GCS, cloud and clock handed in; it only waits, on tokio's timers). Protobuf types
 //! never cross into this crate; each I/O crate converts at its edge.
+//!
+//! Modules depend on each other one way, lowest first: `model`; `instance`; `error`;
+//! `config` (with the expander settings and the canonical JSON); `provider` and
+//! `expander`; `scheduler` (with the request building); `availability` and `scenario`
+//! (the `plan` front end); `reconciler`; `driver`. `scripts/check_module_layers.py`
+//! checks it.
 
 pub mod availability;
 pub mod config;

@@ -1,34 +1,17 @@
 //! `rayscale plan` scenarios: joining a snapshot into a [`SchedulingRequest`], and the
 //! canonical decision JSON (see `shared/spec/plan-scenario.md`).
 
-use std::fmt::Write as _;
-
 use serde_json::Value;
 
 use crate::CoreError;
 use crate::config::ClusterConfig;
 use crate::config::schema::{describe, join};
+use crate::model::InstanceStatus;
 use crate::model::resources::{ResourceMap, to_f64};
-use crate::model::{ClusterResourceState, InstanceStatus, NodeStatus};
-use crate::scheduler::{Decision, InstanceInput, RayNodeInput, SchedulingRequest};
-
-/// The resource that marks Ray's head node.
-pub const HEAD_MARKER: &str = "node:__internal_head__";
-
-/// One entry of a scenario's `instances` list.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InstanceRecord {
-    /// Instance manager id.
-    pub instance_id: String,
-    /// Cloud instance id, if allocated.
-    pub cloud_instance_id: Option<String>,
-    /// Node type.
-    pub node_type: String,
-    /// Status.
-    pub status: InstanceStatus,
-    /// Launch config hash, if known.
-    pub launch_config_hash: Option<String>,
-}
+pub use crate::scheduler::request::{
+    AvailabilityInputs, HEAD_MARKER, InstanceRecord, build_request,
+};
+use crate::scheduler::{Decision, SchedulingRequest};
 
 /// Parses the `instances` list of a scenario.
 pub fn parse_instances(v: Option<&Value>, path: &str) -> Result<Vec<InstanceRecord>, CoreError> {
@@ -94,173 +77,6 @@ pub fn parse_instances(v: Option<&Value>, path: &str) -> Result<Vec<InstanceReco
     Ok(out)
 }
 
-fn merged_labels(a: &[(String, String)], b: &[(String, String)]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = a.to_vec();
-    for (k, v) in b {
-        match out.iter_mut().find(|(n, _)| n == k) {
-            Some(e) => e.1 = v.clone(),
-            None => out.push((k.clone(), v.clone())),
-        }
-    }
-    out
-}
-
-/// Joins config, GCS state and instance records into a scheduling request, following the
-/// spec's joining and ordering rules. `state_path` and `instances_path` prefix errors.
-pub fn build_request(
-    config: &ClusterConfig,
-    state: &ClusterResourceState,
-    instances: &[InstanceRecord],
-    state_path: &str,
-    instances_path: &str,
-) -> Result<SchedulingRequest, CoreError> {
-    if state.cluster_resource_constraints.len() > 1 {
-        return Err(CoreError::invalid(
-            join(state_path, "cluster_resource_constraints"),
-            format!(
-                "at most one constraint is supported, got {}",
-                state.cluster_resource_constraints.len()
-            ),
-        ));
-    }
-    let known = |t: &str| config.node_type(t).is_some();
-    let head_idx = state
-        .node_states
-        .iter()
-        .position(|n| n.total_resources.get(HEAD_MARKER).is_some())
-        .or_else(|| {
-            config.head_node_type.as_ref().and_then(|h| {
-                state
-                    .node_states
-                    .iter()
-                    .position(|n| &n.ray_node_type_name == h)
-            })
-        });
-
-    let mut joined = vec![false; instances.len()];
-    // Instances by the id a node state names them with, in file order.
-    let mut by_id: std::collections::HashMap<&str, std::collections::VecDeque<usize>> =
-        std::collections::HashMap::new();
-    for (ii, inst) in instances.iter().enumerate() {
-        let id = inst
-            .cloud_instance_id
-            .as_deref()
-            .unwrap_or(&inst.instance_id);
-        by_id.entry(id).or_default().push_back(ii);
-    }
-    let mut out = Vec::new();
-    for (ni, ns) in state.node_states.iter().enumerate() {
-        let target = match ns.status.unwrap_or(NodeStatus::Running) {
-            NodeStatus::Running | NodeStatus::Idle | NodeStatus::Unspecified => {
-                InstanceStatus::RayRunning
-            }
-            NodeStatus::Draining => InstanceStatus::RayStopping,
-            NodeStatus::Dead => InstanceStatus::RayStopped,
-        };
-        let found = by_id
-            .get_mut(ns.instance_id.as_str())
-            .and_then(|q| q.pop_front());
-        let hex = ns.node_id_hex();
-        let (instance_id, node_type, status, hash) = match found {
-            Some(ii) => {
-                joined[ii] = true;
-                let inst = &instances[ii];
-                let status = inst.status.advanced_to(target);
-                if status.can_reach_ray_running() && !known(&inst.node_type) {
-                    return Err(CoreError::invalid(
-                        format!("{instances_path}[{ii}].node_type"),
-                        format!("unknown node type {:?}", inst.node_type),
-                    ));
-                }
-                (
-                    inst.instance_id.clone(),
-                    inst.node_type.clone(),
-                    status,
-                    inst.launch_config_hash.clone().unwrap_or_default(),
-                )
-            }
-            None => {
-                let t = &ns.ray_node_type_name;
-                if target == InstanceStatus::RayRunning && !known(t) {
-                    return Err(CoreError::invalid(
-                        join(
-                            &format!("{state_path}.node_states[{ni}]"),
-                            "ray_node_type_name",
-                        ),
-                        format!("unknown node type {t:?}"),
-                    ));
-                }
-                let id = if ns.instance_id.is_empty() {
-                    hex.clone()
-                } else {
-                    ns.instance_id.clone()
-                };
-                let hash = config
-                    .node_type(t)
-                    .map(|c| c.launch_config_hash.clone())
-                    .unwrap_or_default();
-                (id, t.clone(), target, hash)
-            }
-        };
-        out.push(InstanceInput {
-            instance_id,
-            node_type,
-            status,
-            is_head: head_idx == Some(ni),
-            launch_config_hash: hash,
-            ray_node: Some(RayNodeInput {
-                node_id_hex: hex,
-                total: ns.total_resources.clone(),
-                available: ns.available_resources.clone(),
-                labels: merged_labels(&ns.labels, &ns.dynamic_labels),
-                idle_duration_ms: ns.idle_duration_ms,
-            }),
-        });
-    }
-    for (ii, inst) in instances.iter().enumerate() {
-        if joined[ii] {
-            continue;
-        }
-        if inst.status.can_reach_ray_running() && !known(&inst.node_type) {
-            return Err(CoreError::invalid(
-                format!("{instances_path}[{ii}].node_type"),
-                format!("unknown node type {:?}", inst.node_type),
-            ));
-        }
-        out.push(InstanceInput {
-            instance_id: inst.instance_id.clone(),
-            node_type: inst.node_type.clone(),
-            status: inst.status,
-            is_head: false,
-            launch_config_hash: inst.launch_config_hash.clone().unwrap_or_default(),
-            ray_node: None,
-        });
-    }
-    Ok(SchedulingRequest {
-        node_types: config.node_types.clone(),
-        head_node_type: config.head_node_type.clone(),
-        max_num_nodes: config.max_workers.map(|m| m + 1),
-        idle_timeout_s: Some(config.idle_timeout_s()),
-        disable_launch_config_check: config.disable_launch_config_check,
-        resource_requests: state.pending_resource_requests.clone(),
-        gang_requests: state.pending_gang_resource_requests.clone(),
-        cluster_constraints: state.cluster_resource_constraints.clone(),
-        instances: out,
-        ..Default::default()
-    })
-}
-
-/// The availability inputs of a scenario (see `plan-scenario.md`).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct AvailabilityInputs {
-    /// Ray's `cloud_resource_availabilities`.
-    pub cloud_resource_availabilities: Vec<(String, f64)>,
-    /// Ray's `recoverable_resource_availabilities`.
-    pub recoverable_resource_availabilities: Vec<(String, f64)>,
-    /// rayscale's `unavailable_node_types`.
-    pub unavailable_node_types: Vec<String>,
-}
-
 impl AvailabilityInputs {
     /// Parses the three optional keys (each value an absent/null key, or: a mapping of node
     /// type to a number in [0, 1]; a list of node types of the config).
@@ -278,13 +94,6 @@ impl AvailabilityInputs {
             )?,
             unavailable_node_types: parse_type_list(unavailable, "unavailable_node_types", config)?,
         })
-    }
-
-    /// Puts the inputs into `req`.
-    pub fn apply(self, req: &mut SchedulingRequest) {
-        req.cloud_resource_availabilities = self.cloud_resource_availabilities;
-        req.recoverable_resource_availabilities = self.recoverable_resource_availabilities;
-        req.unavailable_node_types = self.unavailable_node_types;
     }
 }
 
@@ -342,122 +151,7 @@ fn parse_type_list(
     Ok(out)
 }
 
-// ---------------------------------------------------------------------- canonical JSON
-
-/// Writes `f` as Python's `repr(float)` does (shortest round trip; exponent form below
-/// 1e-4 and from 1e16).
-pub fn python_float(f: f64, out: &mut String) {
-    if f.is_nan() {
-        out.push_str("NaN");
-        return;
-    }
-    if f.is_infinite() {
-        out.push_str(if f > 0.0 { "Infinity" } else { "-Infinity" });
-        return;
-    }
-    if f == 0.0 {
-        out.push_str(if f.is_sign_negative() { "-0.0" } else { "0.0" });
-        return;
-    }
-    let sci = format!("{f:e}"); // e.g. "-1.25e-7", shortest digits
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let neg = mantissa.starts_with('-');
-    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
-    if neg {
-        out.push('-');
-    }
-    if (-4..16).contains(&exp) {
-        if exp >= 0 {
-            let int_len = exp as usize + 1;
-            if digits.len() <= int_len {
-                out.push_str(&digits);
-                out.push_str(&"0".repeat(int_len - digits.len()));
-                out.push_str(".0");
-            } else {
-                out.push_str(&digits[..int_len]);
-                out.push('.');
-                out.push_str(&digits[int_len..]);
-            }
-        } else {
-            out.push_str("0.");
-            out.push_str(&"0".repeat((-exp - 1) as usize));
-            out.push_str(&digits);
-        }
-    } else {
-        out.push_str(&digits[..1]);
-        if digits.len() > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        let _ = write!(out, "e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
-    }
-}
-
-fn python_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7f => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    let _ = write!(out, "\\u{unit:04x}");
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// Writes `v` as Python's `json.dumps(v, sort_keys=True, separators=(",", ":"))` does.
-pub fn python_json(v: &Value, out: &mut String) {
-    match v {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                let _ = write!(out, "{i}");
-            } else if let Some(u) = n.as_u64() {
-                let _ = write!(out, "{u}");
-            } else {
-                python_float(n.as_f64().unwrap_or(0.0), out);
-            }
-        }
-        Value::String(s) => python_string(s, out),
-        Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                python_json(x, out);
-            }
-            out.push(']');
-        }
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                python_string(k, out);
-                out.push(':');
-                python_json(&m[k.as_str()], out);
-            }
-            out.push('}');
-        }
-    }
-}
+pub use crate::config::canonical_json::{python_float, python_json};
 
 /// A canonical number: integral values as integers, others as floats.
 fn number(f: f64) -> Value {

@@ -4,18 +4,22 @@
 //! uses are extracted into typed fields. Anything Ray's schema or Ray's own post-schema
 //! checks reject is an error naming the offending path.
 
+pub mod canonical_json;
+pub mod expander_settings;
 pub mod fast_yaml;
 pub mod schema;
 
 use serde_json::Value;
 
 use crate::CoreError;
-use crate::expander::ExpanderSettings;
 use crate::model::ResourceMap;
+use expander_settings::ExpanderSettings;
 use schema::{describe, join};
 
 /// Ray's default idle timeout (minutes) when the config does not set one.
 pub const DEFAULT_IDLE_TIMEOUT_MINUTES: f64 = 5.0;
+/// How long a capacity error makes a type unavailable, by default.
+pub const DEFAULT_UNAVAILABLE_TTL_S: i64 = 180;
 
 /// One entry of `available_node_types`.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,7 +168,7 @@ impl ClusterConfig {
         let ttl_path = join(&join(path, "rayscale"), "unavailable_type_ttl_s");
         let unavailable_type_ttl_s =
             match get("rayscale").and_then(|r| r.get("unavailable_type_ttl_s")) {
-                None | Some(Value::Null) => crate::availability::DEFAULT_UNAVAILABLE_TTL_S,
+                None | Some(Value::Null) => DEFAULT_UNAVAILABLE_TTL_S,
                 Some(x) => x
                     .as_u64()
                     .and_then(|n| i64::try_from(n).ok())
@@ -270,7 +274,7 @@ fn node_type_from_value(
 /// escaped: the same text as Python's `json.dumps(v, sort_keys=True, separators=(",", ":"))`).
 pub fn launch_config_hash(node_config: &Value) -> String {
     let mut s = String::new();
-    crate::scenario::python_json(node_config, &mut s);
+    canonical_json::python_json(node_config, &mut s);
     sha1_smol::Sha1::from(s.as_bytes()).digest().to_string()
 }
 

@@ -126,13 +126,12 @@ pub struct StepReport {
     pub effects: usize,
     /// Why the step stopped early, if it did.
     pub aborted: Option<String>,
-    /// Where the iteration's time went (measured on the process's clock; zero for
-    /// phases that did not run).
+    /// Where the iteration's time went (zero for phases that did not run).
     pub phases: Phases,
 }
 
-/// Wall time of an iteration's phases (for the logs at `debug`, the benchmark and
-/// metrics; never an input to a decision).
+/// Time of an iteration's phases on tokio's clock (for the logs at `debug`, the benchmark
+/// and metrics; never an input to a decision; zero under paused time).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Phases {
     /// Gathering the GCS state, the cloud's list and the provider's errors.
@@ -482,9 +481,9 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             a.carried.extend(done.errors);
         }
         // Gather concurrently, each under its deadline.
-        let mut mark = std::time::Instant::now();
+        let mut mark = Instant::now();
         let mut lap = || {
-            let now = std::time::Instant::now();
+            let now = Instant::now();
             let d = now - mark;
             mark = now;
             d

@@ -23,12 +23,13 @@
 //! (network I/O) is an implementation of [`Expander`] in another crate.
 
 mod builtin;
-pub mod settings;
+/// The expander settings (they belong to the config, which holds them).
+pub use crate::config::expander_settings as settings;
 
 pub use builtin::{
     LeastNodes, LeastWaste, MostDemands, Price, Priority, RandomExpander, RayExpander, Weighted,
 };
-pub use settings::{ExpanderSettings, GrpcExpanderSettings, PriorityRule};
+pub use settings::{BUILTIN_NAMES, ExpanderSettings, GrpcExpanderSettings, PriorityRule};
 
 use crate::CoreError;
 use crate::config::NodeTypeConfig;
@@ -89,19 +90,6 @@ impl std::fmt::Debug for ExpanderChain {
             .finish()
     }
 }
-
-/// Names of the built-in expanders, in the order of the documentation.
-pub const BUILTIN_NAMES: [&str; 9] = [
-    "ray",
-    "random",
-    "most-demands",
-    "least-waste",
-    "least-nodes",
-    "price",
-    "priority",
-    "weighted",
-    "grpc",
-];
 
 impl ExpanderChain {
     /// A chain of the given expanders; `prices` (node type -> price per node per hour) fill

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::instance::InstanceStatus;
 
 use super::transitions::is_terminal;
-use crate::scheduler::TerminationCause;
+use crate::model::TerminationCause;
 
 /// One entry of an instance's status history: the instance entered `status` at
 /// `timestamp_ns`.

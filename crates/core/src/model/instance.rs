@@ -1,4 +1,5 @@
-//! Instance statuses of Ray's instance manager (`Instance.InstanceStatus`).
+//! Instance statuses of Ray's instance manager (`Instance.InstanceStatus`), and why an
+//! instance is to be terminated (the scheduler decides it, the record keeps it).
 
 /// Status of an instance in the instance manager, with Ray's numbering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -162,5 +163,30 @@ mod tests {
                 "RAY_STOP_REQUESTED"
             ]
         );
+    }
+}
+
+/// Why an existing instance is to be terminated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TerminationCause {
+    /// Idle longer than its idle timeout and not needed.
+    Idle,
+    /// Over the global `max_workers`.
+    MaxNumNodes,
+    /// Over its type's `max_workers`.
+    MaxNumNodePerType,
+    /// Its launch config changed (or its type is gone).
+    Outdated,
+}
+
+impl TerminationCause {
+    /// Ray's enum value name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TerminationCause::Idle => "IDLE",
+            TerminationCause::MaxNumNodes => "MAX_NUM_NODES",
+            TerminationCause::MaxNumNodePerType => "MAX_NUM_NODE_PER_TYPE",
+            TerminationCause::Outdated => "OUTDATED",
+        }
     }
 }

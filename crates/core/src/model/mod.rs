@@ -4,7 +4,7 @@ pub mod instance;
 pub mod resources;
 pub mod state;
 
-pub use instance::InstanceStatus;
+pub use instance::{InstanceStatus, TerminationCause};
 pub use resources::{Fixed, ResourceMap};
 pub use state::{
     ClusterConstraint, ClusterResourceState, GangRequest, LabelConstraint, LabelOperator,

@@ -44,7 +44,7 @@ use crate::model::{
 use crate::provider::{
     CloudInstance, CloudInstanceState, LaunchRequest, ProviderError, ProviderOp,
 };
-use crate::scenario::{HEAD_MARKER, InstanceRecord, build_request};
+use crate::scheduler::request::{HEAD_MARKER, InstanceRecord, build_request};
 use crate::scheduler::{Decision, TerminationCause, schedule_with};
 
 const SEC: i64 = 1_000_000_000;

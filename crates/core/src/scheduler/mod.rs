@@ -29,6 +29,7 @@
 //!   later loop. Here a node being terminated takes no demand.
 
 mod engine;
+pub mod request;
 
 use std::cmp::Ordering;
 
@@ -39,32 +40,8 @@ use crate::model::{
     ResourceRequestByCount,
 };
 
+pub use crate::model::TerminationCause;
 pub use engine::Score;
-
-/// Why an existing instance is to be terminated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum TerminationCause {
-    /// Idle longer than its idle timeout and not needed.
-    Idle,
-    /// Over the global `max_workers`.
-    MaxNumNodes,
-    /// Over its type's `max_workers`.
-    MaxNumNodePerType,
-    /// Its launch config changed (or its type is gone).
-    Outdated,
-}
-
-impl TerminationCause {
-    /// Ray's enum value name.
-    pub fn name(self) -> &'static str {
-        match self {
-            TerminationCause::Idle => "IDLE",
-            TerminationCause::MaxNumNodes => "MAX_NUM_NODES",
-            TerminationCause::MaxNumNodePerType => "MAX_NUM_NODE_PER_TYPE",
-            TerminationCause::Outdated => "OUTDATED",
-        }
-    }
-}
 
 /// The Ray node of a running instance, as the GCS reports it.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -22,7 +22,7 @@ use crate::error::CoreError;
 use crate::model::{ClusterResourceState, NodeState, NodeStatus, ResourceRequestByCount};
 use crate::provider::CloudInstanceProvider;
 use crate::reconciler::AutoscalingReport;
-use crate::scenario::HEAD_MARKER;
+use crate::scheduler::request::HEAD_MARKER;
 
 #[derive(Debug, Default)]
 struct State {

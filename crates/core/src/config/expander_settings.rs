@@ -15,8 +15,21 @@
 use regex::Regex;
 use serde_json::Value;
 
+use super::schema::{describe, join};
 use crate::CoreError;
-use crate::config::schema::{describe, join};
+
+/// Names of the built-in expanders, in the order of the documentation.
+pub const BUILTIN_NAMES: [&str; 9] = [
+    "ray",
+    "random",
+    "most-demands",
+    "least-waste",
+    "least-nodes",
+    "price",
+    "priority",
+    "weighted",
+    "grpc",
+];
 
 /// Default per-call timeout of the gRPC expander, in seconds.
 pub const DEFAULT_GRPC_TIMEOUT_S: f64 = 5.0;
@@ -213,12 +226,12 @@ impl ExpanderSettings {
 /// Checks every name of a chain is a known expander.
 pub fn check_chain(chain: &[String], path: &str) -> Result<(), CoreError> {
     for name in chain {
-        if !super::BUILTIN_NAMES.contains(&name.as_str()) {
+        if !BUILTIN_NAMES.contains(&name.as_str()) {
             return Err(CoreError::invalid(
                 path,
                 format!(
                     "unknown expander {name:?} (known: {})",
-                    super::BUILTIN_NAMES.join(", ")
+                    BUILTIN_NAMES.join(", ")
                 ),
             ));
         }

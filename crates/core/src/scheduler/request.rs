@@ -1,0 +1,206 @@
+//! Building a [`SchedulingRequest`]: joining the cluster config, the GCS state and the
+//! instance records by the spec's joining and ordering rules
+//! (`shared/spec/plan-scenario.md`). The reconciler and `rayscale plan` both build their
+//! requests here.
+
+use crate::CoreError;
+use crate::config::ClusterConfig;
+use crate::config::schema::join;
+use crate::model::{ClusterResourceState, InstanceStatus, NodeStatus};
+
+use super::{InstanceInput, RayNodeInput, SchedulingRequest};
+
+/// The resource that marks Ray's head node.
+pub const HEAD_MARKER: &str = "node:__internal_head__";
+
+/// One entry of a scenario's `instances` list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceRecord {
+    /// Instance manager id.
+    pub instance_id: String,
+    /// Cloud instance id, if allocated.
+    pub cloud_instance_id: Option<String>,
+    /// Node type.
+    pub node_type: String,
+    /// Status.
+    pub status: InstanceStatus,
+    /// Launch config hash, if known.
+    pub launch_config_hash: Option<String>,
+}
+
+fn merged_labels(a: &[(String, String)], b: &[(String, String)]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = a.to_vec();
+    for (k, v) in b {
+        match out.iter_mut().find(|(n, _)| n == k) {
+            Some(e) => e.1 = v.clone(),
+            None => out.push((k.clone(), v.clone())),
+        }
+    }
+    out
+}
+
+/// Joins config, GCS state and instance records into a scheduling request, following the
+/// spec's joining and ordering rules. `state_path` and `instances_path` prefix errors.
+pub fn build_request(
+    config: &ClusterConfig,
+    state: &ClusterResourceState,
+    instances: &[InstanceRecord],
+    state_path: &str,
+    instances_path: &str,
+) -> Result<SchedulingRequest, CoreError> {
+    if state.cluster_resource_constraints.len() > 1 {
+        return Err(CoreError::invalid(
+            join(state_path, "cluster_resource_constraints"),
+            format!(
+                "at most one constraint is supported, got {}",
+                state.cluster_resource_constraints.len()
+            ),
+        ));
+    }
+    let known = |t: &str| config.node_type(t).is_some();
+    let head_idx = state
+        .node_states
+        .iter()
+        .position(|n| n.total_resources.get(HEAD_MARKER).is_some())
+        .or_else(|| {
+            config.head_node_type.as_ref().and_then(|h| {
+                state
+                    .node_states
+                    .iter()
+                    .position(|n| &n.ray_node_type_name == h)
+            })
+        });
+
+    let mut joined = vec![false; instances.len()];
+    // Instances by the id a node state names them with, in file order.
+    let mut by_id: std::collections::HashMap<&str, std::collections::VecDeque<usize>> =
+        std::collections::HashMap::new();
+    for (ii, inst) in instances.iter().enumerate() {
+        let id = inst
+            .cloud_instance_id
+            .as_deref()
+            .unwrap_or(&inst.instance_id);
+        by_id.entry(id).or_default().push_back(ii);
+    }
+    let mut out = Vec::new();
+    for (ni, ns) in state.node_states.iter().enumerate() {
+        let target = match ns.status.unwrap_or(NodeStatus::Running) {
+            NodeStatus::Running | NodeStatus::Idle | NodeStatus::Unspecified => {
+                InstanceStatus::RayRunning
+            }
+            NodeStatus::Draining => InstanceStatus::RayStopping,
+            NodeStatus::Dead => InstanceStatus::RayStopped,
+        };
+        let found = by_id
+            .get_mut(ns.instance_id.as_str())
+            .and_then(|q| q.pop_front());
+        let hex = ns.node_id_hex();
+        let (instance_id, node_type, status, hash) = match found {
+            Some(ii) => {
+                joined[ii] = true;
+                let inst = &instances[ii];
+                let status = inst.status.advanced_to(target);
+                if status.can_reach_ray_running() && !known(&inst.node_type) {
+                    return Err(CoreError::invalid(
+                        format!("{instances_path}[{ii}].node_type"),
+                        format!("unknown node type {:?}", inst.node_type),
+                    ));
+                }
+                (
+                    inst.instance_id.clone(),
+                    inst.node_type.clone(),
+                    status,
+                    inst.launch_config_hash.clone().unwrap_or_default(),
+                )
+            }
+            None => {
+                let t = &ns.ray_node_type_name;
+                if target == InstanceStatus::RayRunning && !known(t) {
+                    return Err(CoreError::invalid(
+                        join(
+                            &format!("{state_path}.node_states[{ni}]"),
+                            "ray_node_type_name",
+                        ),
+                        format!("unknown node type {t:?}"),
+                    ));
+                }
+                let id = if ns.instance_id.is_empty() {
+                    hex.clone()
+                } else {
+                    ns.instance_id.clone()
+                };
+                let hash = config
+                    .node_type(t)
+                    .map(|c| c.launch_config_hash.clone())
+                    .unwrap_or_default();
+                (id, t.clone(), target, hash)
+            }
+        };
+        out.push(InstanceInput {
+            instance_id,
+            node_type,
+            status,
+            is_head: head_idx == Some(ni),
+            launch_config_hash: hash,
+            ray_node: Some(RayNodeInput {
+                node_id_hex: hex,
+                total: ns.total_resources.clone(),
+                available: ns.available_resources.clone(),
+                labels: merged_labels(&ns.labels, &ns.dynamic_labels),
+                idle_duration_ms: ns.idle_duration_ms,
+            }),
+        });
+    }
+    for (ii, inst) in instances.iter().enumerate() {
+        if joined[ii] {
+            continue;
+        }
+        if inst.status.can_reach_ray_running() && !known(&inst.node_type) {
+            return Err(CoreError::invalid(
+                format!("{instances_path}[{ii}].node_type"),
+                format!("unknown node type {:?}", inst.node_type),
+            ));
+        }
+        out.push(InstanceInput {
+            instance_id: inst.instance_id.clone(),
+            node_type: inst.node_type.clone(),
+            status: inst.status,
+            is_head: false,
+            launch_config_hash: inst.launch_config_hash.clone().unwrap_or_default(),
+            ray_node: None,
+        });
+    }
+    Ok(SchedulingRequest {
+        node_types: config.node_types.clone(),
+        head_node_type: config.head_node_type.clone(),
+        max_num_nodes: config.max_workers.map(|m| m + 1),
+        idle_timeout_s: Some(config.idle_timeout_s()),
+        disable_launch_config_check: config.disable_launch_config_check,
+        resource_requests: state.pending_resource_requests.clone(),
+        gang_requests: state.pending_gang_resource_requests.clone(),
+        cluster_constraints: state.cluster_resource_constraints.clone(),
+        instances: out,
+        ..Default::default()
+    })
+}
+
+/// The availability inputs of a request (see `plan-scenario.md`): what the cloud's
+/// capacity history says of each node type.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AvailabilityInputs {
+    /// Ray's `cloud_resource_availabilities`.
+    pub cloud_resource_availabilities: Vec<(String, f64)>,
+    /// Ray's `recoverable_resource_availabilities`.
+    pub recoverable_resource_availabilities: Vec<(String, f64)>,
+    /// rayscale's `unavailable_node_types`.
+    pub unavailable_node_types: Vec<String>,
+}
+
+impl AvailabilityInputs {
+    /// Puts the inputs into `req`.
+    pub fn apply(self, req: &mut SchedulingRequest) {
+        req.cloud_resource_availabilities = self.cloud_resource_availabilities;
+        req.recoverable_resource_availabilities = self.recoverable_resource_availabilities;
+        req.unavailable_node_types = self.unavailable_node_types;
+    }
+}
