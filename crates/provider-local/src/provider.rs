@@ -111,6 +111,9 @@ struct State {
     children: HashSet<String>,
     /// Instances asked to stop: their exit is not an error.
     stop_requested: HashSet<String>,
+    /// Instances the autoscaler asked to terminate (until they are gone): their logs are
+    /// removed with them.
+    terminate_asked: HashSet<String>,
     /// Instances being stopped (listed with `is_running = false`).
     terminating: HashSet<String>,
     /// Last seen process group of each instance's leader.
@@ -294,7 +297,11 @@ impl LocalProcessProvider {
         let snapshot = self.inner.scan()?;
         let mut first_error = None;
         for id in ids {
-            self.inner.lock().stop_requested.insert(id.clone());
+            {
+                let mut st = self.inner.lock();
+                st.stop_requested.insert(id.clone());
+                st.terminate_asked.insert(id.clone());
+            }
             if let Err(e) = self.inner.begin_termination(id, &snapshot) {
                 let kind = ProviderOp::Terminate {
                     cloud_instance_id: id.clone(),
@@ -563,13 +570,39 @@ impl Inner {
         Some(procfs::targets(&snapshot, id, leader_group))
     }
 
-    /// The instance is gone: forget its transient state.
+    /// The instance is gone: forget its transient state, and remove what it left on
+    /// disk.
     fn finish(&self, id: &str) {
-        let mut st = self.lock();
-        st.terminating.remove(id);
-        st.known_pgids.remove(id);
-        if !st.children.contains(id) {
-            st.stop_requested.remove(id);
+        let asked = {
+            let mut st = self.lock();
+            st.terminating.remove(id);
+            st.known_pgids.remove(id);
+            if !st.children.contains(id) {
+                st.stop_requested.remove(id);
+            }
+            st.terminate_asked.remove(id)
+        };
+        self.clean_up(id, asked);
+    }
+
+    /// Removes a gone instance's Ray temp dir (its session: logs, sockets, spilled
+    /// objects), and its `ray start` log when the autoscaler terminated it. The log of a
+    /// worker that ended any other way is kept: the error that reported it names the file.
+    fn clean_up(&self, id: &str, remove_log: bool) {
+        let gone = |r: std::io::Result<()>, what: &Path| match r {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(
+                    "cannot remove {} of gone instance {id}: {e}",
+                    what.display()
+                );
+            }
+            _ => {}
+        };
+        let dir = worker_temp_dir(&self.config.cluster_name, id);
+        gone(std::fs::remove_dir_all(&dir), &dir);
+        if remove_log {
+            let log = self.log_path(id);
+            gone(std::fs::remove_file(&log), &log);
         }
     }
 }

@@ -15,14 +15,20 @@ use rayscale_core::provider::{
     CloudInstance, CloudInstanceProvider, LaunchRequest, ProviderErrorKind, ProviderOp,
 };
 use rayscale_provider_local::{
-    LocalProcessConfig, LocalProcessProvider, LocalProviderError, ray_start_args,
+    LocalProcessConfig, LocalProcessProvider, LocalProviderError, ray_start_args, worker_temp_dir,
 };
 
-/// Records what it was started with, starts `sleep 300 &` (same process group) and
-/// `setsid sleep 301 &` (a group and session of its own), then sleeps.
+/// Records what it was started with, writes into its `--temp-dir` as Ray does (a
+/// session), starts `sleep 300 &` (same process group) and `setsid sleep 301 &` (a group
+/// and session of its own), then sleeps.
 const SLEEPER: &str = r#"#!/bin/sh
 rec="$FAKE_RAY_DIR/$RAY_CLOUD_INSTANCE_ID"
 echo start >> "$rec.starts"
+for a in "$@"; do
+  case "$a" in
+    --temp-dir=*) d="${a#--temp-dir=}"; mkdir -p "$d/session_1/logs" && echo x > "$d/session_1/logs/raylet.out" ;;
+  esac
+done
 sleep 300 &
 child=$!
 setsid sleep 301 &
@@ -322,6 +328,9 @@ async fn terminate_stops_the_group_and_strays_and_reaps() {
     let p = f.provider(grace);
     p.launch(&request("r1", "cpu2", 1)).await.unwrap();
     let rec = f.record("local-r1-0").await;
+    let temp = worker_temp_dir(&f.cluster, "local-r1-0");
+    let log = p.log_path("local-r1-0");
+    assert!(temp.join("session_1/logs/raylet.out").exists() && log.exists());
     let t0 = Instant::now();
     p.terminate(&["local-r1-0".into(), "local-never-0".into()], "t1")
         .await
@@ -342,6 +351,13 @@ async fn terminate_stops_the_group_and_strays_and_reaps() {
     assert!(wait_until(Duration::from_secs(2), || my_zombies().is_empty()).await);
     assert!(tagged(&f.cluster, None).is_empty());
     assert!(p.list().await.unwrap().is_empty());
+    // What it left on disk went with it.
+    assert!(
+        wait_until(Duration::from_secs(2), || !temp.exists() && !log.exists()).await,
+        "{} or {} is still there",
+        temp.display(),
+        log.display()
+    );
     // A requested stop is no error; terminating again (gone) succeeds.
     assert!(p.poll_errors().await.is_empty());
     p.terminate(&["local-r1-0".into()], "t2").await.unwrap();
@@ -409,6 +425,8 @@ async fn failing_ray_start_is_reported_once() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(p.poll_errors().await.is_empty());
     assert!(p.list().await.unwrap().is_empty());
+    // The error names the log of a worker that died on its own: it is kept.
+    assert!(p.log_path("local-r-fail-0").exists());
     // A replay of the failed request starts nothing more (the reconciler makes a new one).
     p.launch(&request("r-fail", "cpu2", 1)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
