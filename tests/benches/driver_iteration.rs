@@ -6,7 +6,8 @@
 //!
 //! - the first iteration, which adopts every instance of a cluster it never saw;
 //! - steady iterations (nothing changed; the median of 15);
-//! - an iteration where 1% of the nodes went idle past the timeout (they are drained).
+//! - an iteration where demand for 1% more nodes appears (they are launched), and the
+//!   one after it (they are allocated).
 //!
 //! The driver runs on a current-thread tokio runtime on this thread, so the thread's CPU
 //! time is everything the driver does: gathering (gRPC decode, conversion), the
@@ -29,6 +30,10 @@ use rayscale_core::provider::CloudInstance;
 use rayscale_core::testing::FakeProvider;
 use rayscale_gcs_client::client::{ClientOptions, GcsClient};
 use rayscale_tests::fake_gcs_server::{FakeGcsServer, demand, running_node};
+
+// The binary's allocator, so the numbers are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 static LINES: AtomicU64 = AtomicU64::new(0);
 
@@ -147,8 +152,10 @@ async fn run(nodes: u32, demands: i64, distinct: bool) -> Result<(), String> {
     let cloud = Arc::new(FakeProvider::new().with_head("head").with_page_size(1000));
     let total = [("CPU", 16.0), ("memory", 68_719_476_736.0)];
     server.with_cluster(|c| {
+        // The head (Ray's autoscaler scales only while the head runs).
+        let head = [("node:__internal_head__", 1.0)];
         c.node_states
-            .push(running_node(0, "head", "head", &[], &[], 0));
+            .push(running_node(0, "head", "head", &head, &head, 0));
         for i in 1..=nodes {
             let id = format!("w-{i:06}");
             cloud.insert(CloudInstance::worker(&id, "cpu16", None));
@@ -230,19 +237,31 @@ async fn run(nodes: u32, demands: i64, distinct: bool) -> Result<(), String> {
         steady.push(s);
     }
     row("steady (median of 15)", &median(steady));
-    // 1% of the nodes go idle past the timeout.
-    let idle = (nodes / 100).max(1);
+    // Demand for 1% more nodes (whole nodes: no existing one can take them). Whole
+    // nodes with memory: Ray's order places requests with more resource kinds first, so
+    // a CPU-only request would come after the small ones, which may fill the new nodes
+    // first (as Ray's scheduler does) and ask for more.
+    let more = (nodes / 100).max(1);
     server.with_cluster(|c| {
-        for n in c.node_states.iter_mut().skip(1).take(idle as usize) {
-            n.available_resources = n.total_resources.clone();
-            n.idle_duration_ms = 120_000;
-        }
+        c.pending_resource_requests.push(demand(
+            &[("CPU", 16.0), ("memory", 68_719_476_736.0)],
+            i64::from(more),
+        ));
     });
     let (s, _) = measured(&mut driver, &server).await;
-    row(&format!("{idle} nodes went idle (drained)"), &s);
+    row(&format!("demand for {more} more nodes (launched)"), &s);
     let (s, _) = measured(&mut driver, &server).await;
     row("the step after", &s);
     let workers = cloud.instances().len();
+    if let Some(r) = server.report() {
+        println!();
+        println!(
+            "last report: {} pending instance requests, {} pending instances, {} infeasible requests",
+            r.pending_instance_requests.len(),
+            r.pending_instances.len(),
+            r.infeasible_resource_requests.len()
+        );
+    }
     println!();
     println!(
         "instances in the table: {}, in the cloud: {workers}, KV records: {}",
@@ -254,10 +273,18 @@ async fn run(nodes: u32, demands: i64, distinct: bool) -> Result<(), String> {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
-        .with_writer(|| CountingWriter)
-        .init();
+    // RAYSCALE_BENCH_LOG=1 shows the log (on stderr) instead of only counting it.
+    if std::env::var_os("RAYSCALE_BENCH_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_writer(std::io::stderr)
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_writer(|| CountingWriter)
+            .init();
+    }
     let only: Option<u32> = std::env::args()
         .skip(1)
         .find(|a| !a.starts_with('-'))

@@ -537,9 +537,11 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         say_new(self.said.entry("rows").or_default(), skipped, |e| {
             tracing::warn!("left out of this iteration's GCS state: {e}")
         });
-        // All or nothing: the iteration works on a copy, which becomes the table only
-        // once it is stored.
-        let mut im = InstanceManager::new(a.storage.clone());
+        // All or nothing: the iteration's writes to the table are tentative (the storage
+        // remembers what each replaced) and are kept only once the table is stored;
+        // anything short of that rolls them back, at a cost that grows with what changed.
+        a.storage.begin();
+        let mut im = InstanceManager::new(std::mem::take(&mut a.storage));
         let mut avail = a.avail.clone();
         let rejections = std::mem::take(&mut a.rejections);
         let now = self.clock.now_ns();
@@ -567,40 +569,45 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(run),
             _ => run(),
         };
-        let outcome = match result {
-            Ok(o) => o,
+        let stored = 'store: {
+            let outcome = match result {
+                Ok(o) => o,
+                Err(e) => break 'store Err(e),
+            };
+            let keep = i64::try_from(options.keep_terminal.as_nanos()).unwrap_or(i64::MAX);
+            if let Err(e) = im.prune_terminal(now.saturating_sub(keep)) {
+                break 'store Err(e.into());
+            }
+            report.phases.reconcile = lap();
+            // Store the table before any effect: a crash after this point replays. A
+            // process that lost the lease meanwhile stores nothing.
+            if !self.lease_rx.borrow().may_act() {
+                break 'store Err(CoreError::LeaseLost("before storing the table".into()));
+            }
+            let version = im.storage().version();
+            a.table
+                .save(gcs.as_ref(), version, im.storage().iter(), a.epoch)
+                .await
+                .map(|stats| (outcome, stats))
+        };
+        let mut storage = im.into_storage();
+        let outcome = match stored {
+            Ok((outcome, stats)) => {
+                storage.commit();
+                a.storage = storage;
+                report.kv = stats;
+                outcome
+            }
             Err(e) => {
+                storage.rollback();
+                a.storage = storage;
                 a.carried = errors;
                 a.rejections = rejections;
                 return Err(e);
             }
         };
-        let keep = i64::try_from(options.keep_terminal.as_nanos()).unwrap_or(i64::MAX);
-        im.prune_terminal(now.saturating_sub(keep))?;
-        report.phases.reconcile = lap();
-        // Store the copy before any effect: a crash after this point replays. A process
-        // that lost the lease meanwhile stores nothing.
-        if !self.lease_rx.borrow().may_act() {
-            a.carried = errors;
-            a.rejections = rejections;
-            return Err(CoreError::LeaseLost("before storing the table".into()));
-        }
-        let (version, instances) = im.get_instances()?;
-        match a
-            .table
-            .save(gcs.as_ref(), version, &instances, a.epoch)
-            .await
-        {
-            Ok(stats) => report.kv = stats,
-            Err(e) => {
-                a.carried = errors;
-                a.rejections = rejections;
-                return Err(e);
-            }
-        }
         report.phases.save = lap();
         // Commit.
-        a.storage = im.into_storage();
         a.avail = avail;
         a.last = Some(fp);
         a.last_run = Some(Instant::now());

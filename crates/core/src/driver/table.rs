@@ -191,11 +191,11 @@ impl KvTable {
     ///
     /// A save that fails part-way leaves the KV with some records newer than others;
     /// each record is whole, and the next save writes the rest.
-    pub async fn save<G: Gcs + ?Sized>(
+    pub async fn save<'a, G: Gcs + ?Sized>(
         &mut self,
         gcs: &G,
         version: u64,
-        instances: &[Instance],
+        instances: impl IntoIterator<Item = &'a Instance> + Clone + Send,
         epoch: u64,
     ) -> Result<SaveStats, CoreError> {
         let stored_epoch = self.stored_epoch(gcs).await?;
@@ -207,7 +207,7 @@ impl KvTable {
         }
         let prefix = self.record_prefix();
         let mut puts = Vec::new();
-        for i in instances {
+        for i in instances.clone() {
             if self.stored.get(&i.instance_id) == Some(&i.version) {
                 continue;
             }
@@ -215,7 +215,10 @@ impl KvTable {
             let bytes = serde_json::to_vec(i).map_err(|e| Self::stored_err(&key, e))?;
             puts.push((i.instance_id.clone(), i.version, key, bytes));
         }
-        let live: HashSet<&str> = instances.iter().map(|i| i.instance_id.as_str()).collect();
+        let live: HashSet<&str> = instances
+            .into_iter()
+            .map(|i| i.instance_id.as_str())
+            .collect();
         let gone: Vec<String> = self
             .stored
             .keys()

@@ -155,14 +155,12 @@ impl<S: InstanceStorage> InstanceManager<S> {
     /// timestamp for their terminal status count as old. Subscribers are not notified
     /// (no status changes). Nothing to remove means no write.
     pub fn prune_terminal(&mut self, older_than_ns: i64) -> Result<Vec<String>, InstanceError> {
-        let (version, instances) = self.storage.load()?;
-        let mut ids: Vec<String> = instances
-            .iter()
-            .filter(|i| {
-                is_terminal(i.status) && i.status_since(i.status).is_none_or(|t| t < older_than_ns)
-            })
-            .map(|i| i.instance_id.clone())
-            .collect();
+        let mut ids: Vec<String> = Vec::new();
+        let version = self.storage.visit(&mut |i| {
+            if is_terminal(i.status) && i.status_since(i.status).is_none_or(|t| t < older_than_ns) {
+                ids.push(i.instance_id.clone());
+            }
+        })?;
         ids.sort();
         if !ids.is_empty() {
             self.storage.batch_upsert(version, &[], &ids)?;

@@ -34,6 +34,14 @@ pub trait InstanceStorage {
         ))
     }
 
+    /// Calls `f` with every stored instance and returns the table version. The default
+    /// reads the whole table; a storage that holds it in memory lends its records.
+    fn visit(&self, f: &mut dyn FnMut(&Instance)) -> Result<u64, InstanceError> {
+        let (version, all) = self.load()?;
+        all.iter().for_each(f);
+        Ok(version)
+    }
+
     /// Inserts or replaces `upserts` (by `instance_id`), then removes `deletes` (unknown
     /// ids are ignored), all at once, if the table is still at `expected_table_version`.
     /// Returns the new table version. On error nothing is changed.
@@ -47,10 +55,23 @@ pub trait InstanceStorage {
 
 /// An [`InstanceStorage`] in memory: a map by instance id and a version starting at 0.
 /// Loads return instances sorted by id.
+///
+/// Changes can be made tentatively: after [`begin`](Self::begin), writes remember what
+/// they replaced, so [`rollback`](Self::rollback) undoes them all at a cost that grows
+/// with what changed, not with the table (the driver's all-or-nothing iterations).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InMemoryStorage {
     version: u64,
     instances: BTreeMap<String, Instance>,
+    journal: Option<Journal>,
+}
+
+/// What an open change replaced: the table version at `begin`, and each record's value
+/// before its first write since (`None`: it did not exist).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Journal {
+    version: u64,
+    before: BTreeMap<String, Option<Instance>>,
 }
 
 impl InMemoryStorage {
@@ -68,6 +89,53 @@ impl InMemoryStorage {
                 .into_iter()
                 .map(|i| (i.instance_id.clone(), i))
                 .collect(),
+            journal: None,
+        }
+    }
+
+    /// Opens a tentative change (closing any open one as kept).
+    pub fn begin(&mut self) {
+        self.journal = Some(Journal {
+            version: self.version,
+            before: BTreeMap::new(),
+        });
+    }
+
+    /// Keeps what was written since [`begin`](Self::begin).
+    pub fn commit(&mut self) {
+        self.journal = None;
+    }
+
+    /// Undoes everything written since [`begin`](Self::begin), version included. Without
+    /// an open change, does nothing.
+    pub fn rollback(&mut self) {
+        let Some(j) = self.journal.take() else {
+            return;
+        };
+        for (id, old) in j.before {
+            match old {
+                Some(i) => {
+                    self.instances.insert(id, i);
+                }
+                None => {
+                    self.instances.remove(&id);
+                }
+            }
+        }
+        self.version = j.version;
+    }
+
+    /// The stored instances, sorted by id.
+    pub fn iter(&self) -> impl Iterator<Item = &Instance> + Clone {
+        self.instances.values()
+    }
+
+    fn remember(&mut self, id: &str) {
+        if let Some(j) = &mut self.journal
+            && !j.before.contains_key(id)
+        {
+            j.before
+                .insert(id.to_string(), self.instances.get(id).cloned());
         }
     }
 
@@ -106,6 +174,11 @@ impl InstanceStorage for InMemoryStorage {
         ))
     }
 
+    fn visit(&self, f: &mut dyn FnMut(&Instance)) -> Result<u64, InstanceError> {
+        self.instances.values().for_each(f);
+        Ok(self.version)
+    }
+
     fn batch_upsert(
         &mut self,
         expected_table_version: u64,
@@ -119,10 +192,12 @@ impl InstanceStorage for InMemoryStorage {
             });
         }
         for instance in upserts {
+            self.remember(&instance.instance_id);
             self.instances
                 .insert(instance.instance_id.clone(), instance.clone());
         }
         for id in deletes {
+            self.remember(id);
             self.instances.remove(id);
         }
         self.version = self.version.saturating_add(1);

@@ -721,3 +721,27 @@ fn status_history_is_bounded_and_keeps_the_creation() {
     assert_eq!(a.status_history.last().map(|c| c.timestamp_ns), Some(101));
     assert_eq!(a.version, 101);
 }
+
+#[test]
+fn a_rolled_back_change_leaves_the_table_as_it_was_and_a_committed_one_stays() {
+    let original =
+        InMemoryStorage::with_instances(3, vec![fixture("a", RayRunning), fixture("b", Allocated)]);
+    let mut s = original.clone();
+    s.begin();
+    let mut changed = fixture("a", RayStopRequested);
+    changed.version = 9;
+    s.batch_upsert(3, &[changed.clone(), fixture("c", Queued)], &[])
+        .expect("upsert");
+    s.batch_upsert(4, &[], &["b".to_string(), "a".to_string()])
+        .expect("delete");
+    assert_eq!(s.len(), 1);
+    s.rollback();
+    assert_eq!(s, original);
+    // Committed: the writes stay, and a later rollback has nothing to undo.
+    s.begin();
+    s.batch_upsert(3, &[changed.clone()], &[]).expect("upsert");
+    s.commit();
+    s.rollback();
+    assert_eq!(s.version(), 4);
+    assert_eq!(s.get("a"), Some(&changed));
+}

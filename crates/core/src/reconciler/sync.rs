@@ -1,6 +1,8 @@
 //! Sync: passive transitions that mirror the outside world (cloud instances, provider
 //! errors, Ray node states, rejected drains).
 
+use std::collections::HashSet;
+
 use super::*;
 
 impl<S: InstanceStorage> Run<'_, S> {
@@ -10,7 +12,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         obs: Observed<'_>,
         ids: &mut dyn IdSource,
     ) -> Result<(), CoreError> {
-        let cloud_ids: BTreeSet<&str> = obs
+        let cloud_ids: HashSet<&str> = obs
             .cloud
             .iter()
             .map(|c| c.cloud_instance_id.as_str())
@@ -22,13 +24,13 @@ impl<S: InstanceStorage> Run<'_, S> {
         //    is never a worker's instance.
         // (`table()` reads the table again only when events were applied since.)
         let table = self.table()?;
-        let mut held: BTreeSet<String> = table
+        let mut held: HashSet<&str> = table
             .iter()
             .filter(|i| live(i))
-            .filter_map(|i| i.cloud_instance_id.clone())
+            .filter_map(|i| i.cloud_instance_id.as_deref())
             .collect();
         let mut events = Vec::new();
-        let mut allocated: BTreeSet<String> = BTreeSet::new();
+        let mut allocated: HashSet<&str> = HashSet::new();
         // Unclaimed workers, in list order: by (request id, type), and by type for those
         // that carry no request id. The two pools are disjoint, so one pass over the
         // records joins by request id where it can and by type otherwise.
@@ -37,7 +39,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         for c in obs
             .cloud
             .iter()
-            .filter(|c| !c.is_head() && !held.contains(&c.cloud_instance_id))
+            .filter(|c| !c.is_head() && !held.contains(c.cloud_instance_id.as_str()))
         {
             match c.request_id.as_deref() {
                 Some(r) => by_request
@@ -67,8 +69,8 @@ impl<S: InstanceStorage> Run<'_, S> {
                         .map(|c| (c, "its node type"))
                 });
             if let Some((c, how)) = joined {
-                held.insert(c.cloud_instance_id.clone());
-                allocated.insert(i.instance_id.clone());
+                held.insert(c.cloud_instance_id.as_str());
+                allocated.insert(i.instance_id.as_str());
                 events.push(
                     Self::ev(
                         i,
@@ -101,7 +103,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                     request_id,
                     node_type,
                 } => {
-                    if held.contains(cloud_instance_id) {
+                    if held.contains(cloud_instance_id.as_str()) {
                         failed_instances.insert(cloud_instance_id.as_str(), e.message.as_str());
                     } else if let Some(r) = request_id {
                         *owed.entry((r.clone(), node_type.clone())).or_default() += 1;
@@ -120,7 +122,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             }
         }
         for i in table.iter().filter(|i| {
-            i.status == InstanceStatus::Requested && !allocated.contains(&i.instance_id)
+            i.status == InstanceStatus::Requested && !allocated.contains(i.instance_id.as_str())
         }) {
             let key = (i.launch_request_id.clone(), i.node_type.clone());
             if let Some(n) = owed.get_mut(&key)
@@ -216,7 +218,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             .collect();
         let mut events = Vec::new();
         for c in obs.cloud {
-            if held.contains(&c.cloud_instance_id)
+            if held.contains(c.cloud_instance_id.as_str())
                 || c.is_head()
                 || c.state == CloudInstanceState::Stopping
                 || c.request_id
@@ -261,22 +263,28 @@ impl<S: InstanceStorage> Run<'_, S> {
         //     only of a type the config knows (a node started by hand under another type
         //     is not rayscale's to stop).
         let table = self.table()?;
-        let held: BTreeSet<&str> = table
+        let held: HashSet<&str> = table
             .iter()
             .filter(|i| live(i))
             .filter_map(|i| i.cloud_instance_id.as_deref())
             .collect();
-        let ran: BTreeSet<&str> = table.iter().filter_map(|i| i.node_id.as_deref()).collect();
-        let stopping: BTreeSet<&str> = obs
+        let ran: HashSet<&str> = table.iter().filter_map(|i| i.node_id.as_deref()).collect();
+        let stopping: HashSet<&str> = obs
             .cloud
             .iter()
             .filter(|c| c.state == CloudInstanceState::Stopping)
             .map(|c| c.cloud_instance_id.as_str())
             .collect();
         let mut events = Vec::new();
-        let mut adopted: BTreeSet<&str> = BTreeSet::new();
-        for ns in &obs.ray.node_states {
-            let hex = ns.node_id_hex();
+        let mut adopted: HashSet<&str> = HashSet::new();
+        // Each node's id in hex, once.
+        let hexes: Vec<String> = obs
+            .ray
+            .node_states
+            .iter()
+            .map(crate::model::NodeState::node_id_hex)
+            .collect();
+        for (ns, hex) in obs.ray.node_states.iter().zip(&hexes) {
             if ns.instance_id.is_empty()
                 || ns.total_resources.get(HEAD_MARKER).is_some()
                 || matches!(
@@ -316,20 +324,21 @@ impl<S: InstanceStorage> Run<'_, S> {
             .filter_map(|i| i.cloud_instance_id.as_deref().map(|c| (c, i)))
             .collect();
         let mut events = Vec::new();
-        let mut moved: BTreeSet<&str> = BTreeSet::new();
+        let mut moved: HashSet<&str> = HashSet::new();
         let is_live = |ns: &crate::model::NodeState| {
             !matches!(
                 ns.status,
                 Some(NodeStatus::Dead) | Some(NodeStatus::Draining)
             )
         };
-        let status_of: HashMap<String, Option<NodeStatus>> = obs
+        let status_of: HashMap<&str, Option<NodeStatus>> = obs
             .ray
             .node_states
             .iter()
-            .map(|n| (n.node_id_hex(), n.status))
+            .zip(&hexes)
+            .map(|(n, hex)| (hex.as_str(), n.status))
             .collect();
-        let live_clouds: BTreeSet<&str> = obs
+        let live_clouds: HashSet<&str> = obs
             .ray
             .node_states
             .iter()
@@ -340,8 +349,13 @@ impl<S: InstanceStorage> Run<'_, S> {
         // a record whose own node is dead (or gone from the GCS). The old node's record is
         // retired (TERMINATED: no terminate call, the instance is kept) and a new record
         // takes the instance and the new node.
-        for ns in obs.ray.node_states.iter().filter(|n| is_live(n)) {
-            let hex = ns.node_id_hex();
+        for (ns, hex) in obs
+            .ray
+            .node_states
+            .iter()
+            .zip(&hexes)
+            .filter(|(n, _)| is_live(n))
+        {
             let Some(i) = by_cloud.get(ns.instance_id.as_str()) else {
                 continue;
             };
@@ -381,12 +395,11 @@ impl<S: InstanceStorage> Run<'_, S> {
                 .with_details(format!("ray restarted on the instance (node {hex})")),
             );
         }
-        for ns in &obs.ray.node_states {
-            let hex = ns.node_id_hex();
+        for (ns, hex) in obs.ray.node_states.iter().zip(&hexes) {
             let Some(i) = by_cloud.get(ns.instance_id.as_str()) else {
                 let is_head = ns.total_resources.get(HEAD_MARKER).is_some();
                 if !is_head && ns.status != Some(NodeStatus::Dead) {
-                    self.out.unknown_ray_nodes.push(hex);
+                    self.out.unknown_ray_nodes.push(hex.clone());
                 }
                 continue;
             };
@@ -409,7 +422,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             // this instance's; nor is a dead node when a live one runs on the instance; and
             // one event per instance per batch.
             let other_node = match &i.node_id {
-                Some(n) => *n != hex,
+                Some(n) => n != hex,
                 None => !is_live(ns) && live_clouds.contains(ns.instance_id.as_str()),
             };
             if i.status != target
