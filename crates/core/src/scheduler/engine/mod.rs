@@ -150,11 +150,31 @@ impl Trial {
     /// Still the trial's result on the current runs? It is while every run it took from
     /// still offers what it took, and runs it took whole are untouched.
     fn valid(&self, runs: &[Run]) -> bool {
-        self.taken.iter().all(|&(r, k, c)| {
-            let now = runs[r].count;
-            if k < c { now >= k } else { now == c }
-        })
+        holds(&self.taken, runs)
     }
+}
+
+/// A trial's takings and score without the node it leaves (the existing-node pass keeps
+/// thousands of these and makes the node only for the one it picks).
+#[derive(Debug, Clone)]
+struct LightTrial {
+    /// (run index, taken, run count when tried).
+    taken: Vec<(usize, u64, u64)>,
+    score: Score,
+    tie: TieBreak,
+}
+
+impl LightTrial {
+    fn valid(&self, runs: &[Run]) -> bool {
+        holds(&self.taken, runs)
+    }
+}
+
+fn holds(taken: &[(usize, u64, u64)], runs: &[Run]) -> bool {
+    taken.iter().all(|&(r, k, c)| {
+        let now = runs[r].count;
+        if k < c { now >= k } else { now == c }
+    })
 }
 
 pub(super) struct Engine<'a> {
@@ -172,6 +192,8 @@ pub(super) struct Engine<'a> {
     /// Scratch: generation stamps of the unschedulable-shape cache.
     failed: Vec<u32>,
     stamp: u32,
+    /// Scratch node of light trials (its buffers are reused).
+    scratch: Option<SNode>,
     /// The expander chain, when it is not plain `ray` (new nodes are then chosen in rounds).
     chain: Option<&'a mut ExpanderChain>,
     /// Per config type: no new node may be launched of it in this pass.
@@ -194,6 +216,7 @@ impl<'a> Engine<'a> {
             nodes: Vec::new(),
             failed: Vec::new(),
             stamp: 1,
+            scratch: None,
             chain: None,
             unavailable: req
                 .node_types

@@ -90,7 +90,56 @@ impl Engine<'_> {
 
     /// Ray's `try_schedule` of one node against the whole request list, on a copy.
     pub(super) fn trial(&mut self, node: &SNode, runs: &[Run], src: usize) -> Option<Trial> {
-        // Compatibility rule TERMINATING_CAPACITY: a node this pass terminates takes nothing.
+        let first = self.first_fit(node, runs, src)?;
+        let mut n = node.clone();
+        let taken = self.fill(&mut n, runs, src, first);
+        if taken.is_empty() {
+            return None;
+        }
+        let score = self.score(&n, src);
+        Some(Trial {
+            taken,
+            node: n,
+            score,
+        })
+    }
+
+    /// What [`trial`](Self::trial) would take and score, without a copy of the node: the
+    /// work is done on a scratch node whose buffers are reused from trial to trial.
+    pub(super) fn light_trial(
+        &mut self,
+        node: &SNode,
+        runs: &[Run],
+        src: usize,
+    ) -> Option<LightTrial> {
+        let first = self.first_fit(node, runs, src)?;
+        let mut n = match self.scratch.take() {
+            Some(mut n) => {
+                n.avail[src].clear();
+                n.avail[src].extend_from_slice(&node.avail[src]);
+                n.sched[src].clear();
+                n.sched[src].extend_from_slice(&node.sched[src]);
+                n.labels = node.labels.clone();
+                n.total = node.total.clone();
+                n
+            }
+            None => node.clone(),
+        };
+        let taken = self.fill(&mut n, runs, src, first);
+        let score = (!taken.is_empty()).then(|| self.score(&n, src));
+        self.scratch = Some(n);
+        Some(LightTrial {
+            taken,
+            score: score?,
+            tie: node.tie,
+        })
+    }
+
+    /// The first run `node` can take one request of, or `None` (a node this pass
+    /// terminates takes nothing: compatibility rule TERMINATING_CAPACITY). Starts a new
+    /// generation of the unschedulable-shape cache, which [`fill`](Self::fill) goes on
+    /// with.
+    fn first_fit(&mut self, node: &SNode, runs: &[Run], src: usize) -> Option<usize> {
         if node.status == NodeStatus::ToTerminate {
             return None;
         }
@@ -101,19 +150,27 @@ impl Engine<'_> {
         }
         // Until the first request lands the node does not change: find that request
         // without copying the node (most nodes of a busy cluster take nothing).
-        let mut first = None;
         for (ri, run) in runs.iter().enumerate() {
             if run.count == 0 || self.failed[run.shape as usize] == self.stamp {
                 continue;
             }
             if self.can_take(node, run.shape, src) {
-                first = Some(ri);
-                break;
+                return Some(ri);
             }
             self.failed[run.shape as usize] = self.stamp;
         }
-        let first = first?;
-        let mut n = node.clone();
+        None
+    }
+
+    /// Places on `n` what it can take of `runs`, from run `first` on, as Ray's
+    /// `try_schedule` does; returns (run index, taken, run count) of each run taken from.
+    fn fill(
+        &mut self,
+        n: &mut SNode,
+        runs: &[Run],
+        src: usize,
+        first: usize,
+    ) -> Vec<(usize, u64, u64)> {
         let mut taken = Vec::new();
         for (ri, run) in runs.iter().enumerate().skip(first) {
             if run.count == 0 || self.failed[run.shape as usize] == self.stamp {
@@ -121,7 +178,7 @@ impl Engine<'_> {
             }
             let shape = &self.shapes[run.shape as usize];
             let labels_before = n.labels.len();
-            if !self.try_one(&mut n, run.shape, src) {
+            if !self.try_one(n, run.shape, src) {
                 self.failed[run.shape as usize] = self.stamp;
                 continue;
             }
@@ -147,18 +204,10 @@ impl Engine<'_> {
                     self.failed[run.shape as usize] = self.stamp;
                 }
             }
-            Self::push_sched(&mut n, src, run.shape, k);
+            Self::push_sched(n, src, run.shape, k);
             taken.push((ri, k, run.count));
         }
-        if taken.is_empty() {
-            return None;
-        }
-        let score = self.score(&n, src);
-        Some(Trial {
-            taken,
-            node: n,
-            score,
-        })
+        taken
     }
 
     /// Ray's `_compute_score`.
@@ -382,12 +431,12 @@ impl Engine<'_> {
         let classes = members.len();
         let rep =
             |members: &[std::collections::BTreeSet<usize>], c: usize| members[c].first().copied();
-        let ranked = |tr: &Trial, pos: usize| Ranked {
+        let ranked = |tr: &LightTrial, pos: usize| Ranked {
             score: tr.score,
-            tie: tr.node.tie,
+            tie: tr.tie,
             pos,
         };
-        let mut trials: Vec<Option<Option<Trial>>> = vec![None; classes];
+        let mut trials: Vec<Option<Option<LightTrial>>> = vec![None; classes];
         // Generation of each class's current trial, to recognise stale watchers.
         let mut generation: Vec<u32> = vec![0; classes];
         // Per run, the trials that took from it, keyed by the run count below which the
@@ -404,7 +453,7 @@ impl Engine<'_> {
                 let Some(i) = rep(&members, c) else {
                     continue;
                 };
-                let t = self.trial(existing[i], runs, src);
+                let t = self.light_trial(existing[i], runs, src);
                 generation[c] = generation[c].wrapping_add(1);
                 if let Some(tr) = &t {
                     for &(r, k, cnt) in &tr.taken {
@@ -424,6 +473,18 @@ impl Engine<'_> {
             let Some(Some(tr)) = trials[c].take() else {
                 break;
             };
+            // The picked node as its trial leaves it (the runs still allow the trial, so
+            // doing it again gives the same).
+            let Some(done) = self.trial(existing[i], runs, src) else {
+                break;
+            };
+            debug_assert!(
+                done.taken
+                    .iter()
+                    .map(|t| (t.0, t.1))
+                    .eq(tr.taken.iter().map(|t| (t.0, t.1))),
+                "a kept trial no longer holds"
+            );
             alive[i] = false;
             members[c].remove(&i);
             for &(r, k, _) in &tr.taken {
@@ -433,17 +494,8 @@ impl Engine<'_> {
             if let Some(j) = rep(&members, c)
                 && tr.valid(runs)
             {
-                let mut node = existing[j].clone();
-                node.avail[src] = tr.node.avail[src].clone();
-                node.sched[src] = tr.node.sched[src].clone();
-                node.labels = tr.node.labels.clone();
-                let next = Trial {
-                    taken: tr.taken.clone(),
-                    node,
-                    score: tr.score,
-                };
-                best_set.insert(ranked(&next, j));
-                trials[c] = Some(Some(next));
+                best_set.insert(ranked(&tr, j));
+                trials[c] = Some(Some(tr.clone()));
             } else {
                 generation[c] = generation[c].wrapping_add(1);
                 if !members[c].is_empty() && !queued[c] {
@@ -508,7 +560,7 @@ impl Engine<'_> {
                     }
                 }
             }
-            picked.push((i, tr.node));
+            picked.push((i, done.node));
         }
         let mut out: Vec<Slot> = picked.into_iter().map(|(_, n)| Slot::New(n)).collect();
         for (k, &i) in idx.iter().enumerate() {
