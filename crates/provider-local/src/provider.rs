@@ -114,6 +114,11 @@ struct State {
     /// Instances the autoscaler asked to terminate (until they are gone): their logs are
     /// removed with them.
     terminate_asked: HashSet<String>,
+    /// Instances whose `ray start` exited on its own: their log and Ray temp dir are kept
+    /// (the error that reported the exit names the log; the raylet's logs are in the temp
+    /// dir), even when the autoscaler terminates what is left of them. Kept for the
+    /// process's life (an id is never launched again; one short string per crash).
+    died: HashSet<String>,
     /// Instances being stopped (listed with `is_running = false`).
     terminating: HashSet<String>,
     /// Last seen process group of each instance's leader.
@@ -448,6 +453,7 @@ impl Inner {
         if expected {
             return;
         }
+        self.lock().died.insert(exit.id.clone());
         let status = match status {
             Ok(s) => s.to_string(),
             Err(e) => format!("unknown status ({e})"),
@@ -573,36 +579,47 @@ impl Inner {
     /// The instance is gone: forget its transient state, and remove what it left on
     /// disk.
     fn finish(&self, id: &str) {
-        let asked = {
+        let (asked, died) = {
             let mut st = self.lock();
             st.terminating.remove(id);
             st.known_pgids.remove(id);
             if !st.children.contains(id) {
                 st.stop_requested.remove(id);
             }
-            st.terminate_asked.remove(id)
+            (st.terminate_asked.remove(id), st.died.contains(id))
         };
-        self.clean_up(id, asked);
+        if !died {
+            self.clean_up(id, asked);
+        }
     }
 
     /// Removes a gone instance's Ray temp dir (its session: logs, sockets, spilled
-    /// objects), and its `ray start` log when the autoscaler terminated it. The log of a
-    /// worker that ended any other way is kept: the error that reported it names the file.
+    /// objects), and its `ray start` log when the autoscaler terminated it; off the async
+    /// threads when a runtime is there (a session with spilled objects can be large).
     fn clean_up(&self, id: &str, remove_log: bool) {
-        let gone = |r: std::io::Result<()>, what: &Path| match r {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                tracing::warn!(
-                    "cannot remove {} of gone instance {id}: {e}",
-                    what.display()
-                );
-            }
-            _ => {}
-        };
         let dir = worker_temp_dir(&self.config.cluster_name, id);
-        gone(std::fs::remove_dir_all(&dir), &dir);
-        if remove_log {
-            let log = self.log_path(id);
-            gone(std::fs::remove_file(&log), &log);
+        let log = remove_log.then(|| self.log_path(id));
+        let id = id.to_string();
+        let work = move || {
+            let gone = |r: std::io::Result<()>, what: &Path| match r {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::warn!(
+                        "cannot remove {} of gone instance {id}: {e}",
+                        what.display()
+                    );
+                }
+                _ => {}
+            };
+            gone(std::fs::remove_dir_all(&dir), &dir);
+            if let Some(log) = log {
+                gone(std::fs::remove_file(&log), &log);
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn_blocking(work);
+            }
+            Err(_) => work(),
         }
     }
 }

@@ -425,7 +425,10 @@ async fn failing_ray_start_is_reported_once() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(p.poll_errors().await.is_empty());
     assert!(p.list().await.unwrap().is_empty());
-    // The error names the log of a worker that died on its own: it is kept.
+    // The error names the log of a worker that died on its own: it is kept, even once
+    // the autoscaler terminates what is left of the instance.
+    p.terminate(&["local-r-fail-0".into()], "t1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(p.log_path("local-r-fail-0").exists());
     // A replay of the failed request starts nothing more (the reconciler makes a new one).
     p.launch(&request("r-fail", "cpu2", 1)).await.unwrap();

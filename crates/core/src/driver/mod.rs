@@ -12,10 +12,11 @@
 //!    short (launch requests, stops, terminations);
 //! 3. the GCS state, the cloud's instances and the provider's errors are gathered
 //!    concurrently, each under a deadline;
-//! 4. when something changed (or every `interval`), the pure reconciler runs on a copy of
-//!    the table; the copy's changes are written to the KV ([`table`]), and only then
-//!    become the table (an iteration that fails leaves the table in memory as it was and
-//!    runs no effect; the records a failed save did write are rewritten by the next);
+//! 4. when something changed (or every `interval`), the pure reconciler runs on the table,
+//!    whose writes stay tentative until they are stored in the KV ([`table`]): an
+//!    iteration that fails (or is cut short) rolls them back, leaving the table in memory
+//!    as it was, and runs no effect; the records a failed save did write are rewritten by
+//!    the next;
 //! 5. the report goes to the GCS, and the effects run concurrently (bounded), each under a
 //!    deadline, while the lease is held ([`effects`]).
 
@@ -130,13 +131,14 @@ pub struct StepReport {
     pub phases: Phases,
 }
 
-/// Time of an iteration's phases on tokio's clock (for the logs at `debug`, the benchmark
-/// and metrics; never an input to a decision; zero under paused time).
+/// Time of a reconciling iteration's phases on tokio's clock (for the logs at `debug`, the
+/// benchmark and metrics; never an input to a decision; zero under paused time). All zero
+/// for a step that did not reconcile.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Phases {
     /// Gathering the GCS state, the cloud's list and the provider's errors.
     pub gather: std::time::Duration,
-    /// The reconciler (sync, scheduler, pacing, report), on the table's copy.
+    /// The reconciler (sync, scheduler, pacing, report).
     pub reconcile: std::time::Duration,
     /// Storing the table.
     pub save: std::time::Duration,
@@ -541,7 +543,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         // remembers what each replaced) and are kept only once the table is stored;
         // anything short of that rolls them back, at a cost that grows with what changed.
         a.storage.begin();
-        let mut im = InstanceManager::new(std::mem::take(&mut a.storage));
+        let mut im = InstanceManager::new(&mut a.storage);
         let mut avail = a.avail.clone();
         let rejections = std::mem::take(&mut a.rejections);
         let now = self.clock.now_ns();
@@ -590,17 +592,15 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 .await
                 .map(|stats| (outcome, stats))
         };
-        let mut storage = im.into_storage();
+        drop(im);
         let outcome = match stored {
             Ok((outcome, stats)) => {
-                storage.commit();
-                a.storage = storage;
+                a.storage.commit();
                 report.kv = stats;
                 outcome
             }
             Err(e) => {
-                storage.rollback();
-                a.storage = storage;
+                a.storage.rollback();
                 a.carried = errors;
                 a.rejections = rejections;
                 return Err(e);

@@ -93,8 +93,10 @@ impl InMemoryStorage {
         }
     }
 
-    /// Opens a tentative change (closing any open one as kept).
+    /// Opens a tentative change. A change still open (its step was cut short: dropped or
+    /// panicked before it committed) is rolled back first: only committed writes last.
     pub fn begin(&mut self) {
+        self.rollback();
         self.journal = Some(Journal {
             version: self.version,
             before: BTreeMap::new(),
@@ -202,6 +204,31 @@ impl InstanceStorage for InMemoryStorage {
         }
         self.version = self.version.saturating_add(1);
         Ok(self.version)
+    }
+}
+
+/// A storage lent for a while (the driver lends its table to one iteration's instance
+/// manager and keeps it whatever becomes of the iteration).
+impl<T: InstanceStorage + ?Sized> InstanceStorage for &mut T {
+    fn load(&self) -> Result<(u64, Vec<Instance>), InstanceError> {
+        (**self).load()
+    }
+
+    fn load_some(&self, ids: &[&str]) -> Result<(u64, Vec<Instance>), InstanceError> {
+        (**self).load_some(ids)
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&Instance)) -> Result<u64, InstanceError> {
+        (**self).visit(f)
+    }
+
+    fn batch_upsert(
+        &mut self,
+        expected_table_version: u64,
+        upserts: &[Instance],
+        deletes: &[String],
+    ) -> Result<u64, InstanceError> {
+        (**self).batch_upsert(expected_table_version, upserts, deletes)
     }
 }
 

@@ -737,6 +737,14 @@ fn a_rolled_back_change_leaves_the_table_as_it_was_and_a_committed_one_stays() {
     assert_eq!(s.len(), 1);
     s.rollback();
     assert_eq!(s, original);
+    // A change left open (its step was cut short) is rolled back by the next begin.
+    s.begin();
+    s.batch_upsert(3, &[fixture("d", Queued)], &[])
+        .expect("upsert");
+    s.begin();
+    assert_eq!(s.get("d"), None);
+    assert_eq!(s.version(), 3);
+    s.rollback();
     // Committed: the writes stay, and a later rollback has nothing to undo.
     s.begin();
     s.batch_upsert(3, &[changed.clone()], &[]).expect("upsert");

@@ -123,6 +123,31 @@ impl InstanceStatus {
     }
 }
 
+/// Why an existing instance is to be terminated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TerminationCause {
+    /// Idle longer than its idle timeout and not needed.
+    Idle,
+    /// Over the global `max_workers`.
+    MaxNumNodes,
+    /// Over its type's `max_workers`.
+    MaxNumNodePerType,
+    /// Its launch config changed (or its type is gone).
+    Outdated,
+}
+
+impl TerminationCause {
+    /// Ray's enum value name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TerminationCause::Idle => "IDLE",
+            TerminationCause::MaxNumNodes => "MAX_NUM_NODES",
+            TerminationCause::MaxNumNodePerType => "MAX_NUM_NODE_PER_TYPE",
+            TerminationCause::Outdated => "OUTDATED",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,30 +188,5 @@ mod tests {
                 "RAY_STOP_REQUESTED"
             ]
         );
-    }
-}
-
-/// Why an existing instance is to be terminated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum TerminationCause {
-    /// Idle longer than its idle timeout and not needed.
-    Idle,
-    /// Over the global `max_workers`.
-    MaxNumNodes,
-    /// Over its type's `max_workers`.
-    MaxNumNodePerType,
-    /// Its launch config changed (or its type is gone).
-    Outdated,
-}
-
-impl TerminationCause {
-    /// Ray's enum value name.
-    pub fn name(self) -> &'static str {
-        match self {
-            TerminationCause::Idle => "IDLE",
-            TerminationCause::MaxNumNodes => "MAX_NUM_NODES",
-            TerminationCause::MaxNumNodePerType => "MAX_NUM_NODE_PER_TYPE",
-            TerminationCause::Outdated => "OUTDATED",
-        }
     }
 }

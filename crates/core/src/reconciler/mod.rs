@@ -321,7 +321,8 @@ struct Run<'m, S: InstanceStorage> {
     to_terminate: Vec<String>,
     out: Outcome,
     /// The table as last read, with the number of events applied then: the phases read
-    /// it many times, and it changes only when events are applied.
+    /// it many times, and it changes only when events are applied. (Every write of a
+    /// reconcile goes through `apply`; a write that did not would leave this stale.)
     read: std::cell::RefCell<Option<(usize, Rc<Vec<Instance>>)>>,
 }
 

@@ -487,7 +487,7 @@ impl Engine<'_> {
             );
             alive[i] = false;
             members[c].remove(&i);
-            for &(r, k, _) in &tr.taken {
+            for &(r, k, _) in &done.taken {
                 runs[r].count -= k;
             }
             // The class's next node inherits the trial while the runs still allow it.
@@ -537,7 +537,7 @@ impl Engine<'_> {
                 }
             }
             // Trials that took from a changed run and no longer hold are redone.
-            for &(r, _, _) in &tr.taken {
+            for &(r, _, _) in &done.taken {
                 let now = runs[r].count;
                 while let Some(&(threshold, cj, g)) = watchers[r].peek() {
                     if threshold <= now {
@@ -560,9 +560,9 @@ impl Engine<'_> {
                     }
                 }
             }
-            picked.push((i, done.node));
+            picked.push(Slot::New(done.node));
         }
-        let mut out: Vec<Slot> = picked.into_iter().map(|(_, n)| Slot::New(n)).collect();
+        let mut out = picked;
         for (k, &i) in idx.iter().enumerate() {
             if alive[k] {
                 out.push(Slot::Orig(i));
