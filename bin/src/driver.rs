@@ -37,21 +37,31 @@ pub struct FileConfig {
     path: PathBuf,
     expander: ExpanderArgs,
     last: Option<String>,
+    /// The config read at start, handed to the first poll (its chain is built once).
+    first: Option<Reloaded>,
 }
 
 impl FileConfig {
-    /// The config at `path`, with `expander` flags.
-    pub fn new(path: PathBuf, expander: ExpanderArgs) -> Self {
-        FileConfig {
+    /// The config at `path`, with `expander` flags, read now: a bad file or bad flags fail
+    /// here, before anything starts. The first poll returns what was read.
+    pub fn open(path: PathBuf, expander: ExpanderArgs) -> anyhow::Result<Self> {
+        let mut source = FileConfig {
             path,
             expander,
             last: None,
-        }
+            first: None,
+        };
+        let first = source.poll().map_err(anyhow::Error::msg)?;
+        source.first = first;
+        Ok(source)
     }
 }
 
 impl ConfigSource for FileConfig {
     fn poll(&mut self) -> Result<Option<Reloaded>, String> {
+        if let Some(first) = self.first.take() {
+            return Ok(Some(first));
+        }
         let origin = self.path.display().to_string();
         let text = std::fs::read_to_string(&self.path)
             .map_err(|e| format!("cannot read {origin}: {e}"))?;

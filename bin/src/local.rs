@@ -15,7 +15,7 @@ use rayscale_gcs_client::client::GcsClient;
 use crate::cluster::gcs_client;
 
 use crate::driver::{FileConfig, run_loop};
-use crate::expander::{ExpanderArgs, build_chain};
+use crate::expander::ExpanderArgs;
 use crate::providers::ProviderEnv;
 use rayscale_core::driver::DriverOptions;
 
@@ -156,9 +156,9 @@ pub async fn up(args: UpArgs) -> Result<String> {
     let ray = find_ray(args.ray.as_ref())?;
     let addr = format!("127.0.0.1:{}", args.port);
     let provider = local_provider(&config, &addr, &ray)?;
-    // The chain is built once here to fail fast on bad flags; the loop rebuilds it from
-    // the file on every change.
-    build_chain(&args.expander, &config)?;
+    // Bad flags fail here, before the head starts; the loop rebuilds the chain from the
+    // file on every change.
+    let source = FileConfig::open(args.config.clone(), args.expander)?;
     if gcs_answers(&addr).await {
         tracing::info!("a Ray GCS already answers at {addr}: using it");
     } else {
@@ -168,7 +168,7 @@ pub async fn up(args: UpArgs) -> Result<String> {
         loop_client(&addr)?,
         provider,
         &config.cluster_name,
-        FileConfig::new(args.config.clone(), args.expander),
+        source,
         DriverOptions::default(),
         ctrl_c(),
     )
@@ -357,7 +357,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
             ray_binary: args.ray.clone(),
         },
     )?;
-    build_chain(&args.expander, &config)?;
+    let source = FileConfig::open(args.config.clone(), args.expander)?;
     if !(args.interval.is_finite() && args.interval > 0.0) {
         bail!("--interval: expected a positive number of seconds");
     }
@@ -369,7 +369,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
         gcs,
         provider,
         &config.cluster_name,
-        FileConfig::new(args.config.clone(), args.expander),
+        source,
         DriverOptions {
             interval: Duration::from_secs_f64(args.interval),
             ..Default::default()

@@ -217,7 +217,8 @@ fn convert_state(
 ) -> Result<ClusterResourceState, GcsError> {
     let mut node_states = Vec::with_capacity(s.node_states.len());
     for (i, n) in s.node_states.iter().enumerate() {
-        match node_state(n, &format!("{path}.node_states[{i}]")) {
+        // The row's path is spelled out only for an error.
+        match node_state(n, || format!("{path}.node_states[{i}]")) {
             Ok(n) => node_states.push(n),
             Err(e) => bad(e)?,
         }
@@ -254,15 +255,15 @@ fn convert_state(
     })
 }
 
-fn node_state(n: &pb::NodeState, p: &str) -> Result<NodeState, GcsError> {
+fn node_state(n: &pb::NodeState, p: impl Fn() -> String) -> Result<NodeState, GcsError> {
     Ok(NodeState {
         node_id: n.node_id.clone(),
         instance_id: n.instance_id.clone(),
         ray_node_type_name: n.ray_node_type_name.clone(),
         available_resources: resources(&n.available_resources, || {
-            format!("{p}.available_resources")
+            format!("{}.available_resources", p())
         })?,
-        total_resources: resources(&n.total_resources, || format!("{p}.total_resources"))?,
+        total_resources: resources(&n.total_resources, || format!("{}.total_resources", p()))?,
         dynamic_labels: labels(&n.dynamic_labels),
         labels: labels(&n.labels),
         idle_duration_ms: n.idle_duration_ms,

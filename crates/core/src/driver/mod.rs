@@ -404,7 +404,21 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
     /// Loads the table and what is known of capacity, and lists what to replay.
     async fn activate(&mut self, epoch: u64) -> Result<Active, CoreError> {
         let mut table = KvTable::new(&self.cluster);
-        let loaded = table.load(self.gcs.as_ref()).await?;
+        let gcs = self.gcs.clone();
+        let check_v2 = !self.warned_v1;
+        // Three independent reads at once; the availability state (same table) after.
+        let (loaded, v2, held) = tokio::join!(
+            table.load(gcs.as_ref()),
+            async {
+                if check_v2 {
+                    Some(gcs.autoscaler_v2_enabled().await)
+                } else {
+                    None
+                }
+            },
+            gcs.held_report_version(),
+        );
+        let loaded = loaded?;
         for s in &loaded.skipped {
             tracing::warn!("instance record left out: {s}");
         }
@@ -423,20 +437,20 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 c.config.unavailable_type_ttl_s
             });
         let mut avail = Availability::new(ttl, DEFAULT_RECOVERY_S);
-        match table.load_availability(self.gcs.as_ref()).await {
+        match table.load_availability(gcs.as_ref()).await {
             Ok(Some(state)) => avail.restore(state),
             Ok(None) => {}
             Err(e) => tracing::warn!("ignoring the stored availability state: {e}"),
         }
-        if !self.warned_v1 {
+        if let Some(v2) = v2 {
             self.warned_v1 = true;
-            match self.gcs.autoscaler_v2_enabled().await {
+            match v2 {
                 Ok(true) => {}
                 Ok(false) => tracing::warn!("{V1_HEAD_HINT}"),
                 Err(e) => tracing::warn!("cannot read whether autoscaler v2 is enabled: {e}"),
             }
         }
-        let report_version = match self.gcs.held_report_version().await {
+        let report_version = match held {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!("cannot read the report version the GCS holds: {e}");
