@@ -11,6 +11,8 @@ use rayscale_gcs_client::proto::rayscale::expander::v1 as ex;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 
+use crate::serving::Serving;
+
 /// How the server answers.
 #[derive(Debug, Clone)]
 pub enum Mode {
@@ -95,8 +97,7 @@ pub struct TestServer {
     pub addr: SocketAddr,
     mode: Arc<Mutex<Mode>>,
     seen: Arc<Mutex<Seen>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    serving: Serving,
 }
 
 /// TLS identity (certificate and key PEM) for [`TestServer::start`].
@@ -106,56 +107,31 @@ impl TestServer {
     /// Starts a server on `addr` (port 0 for any free port).
     pub fn start(addr: SocketAddr, mode: Mode, tls: Tls) -> std::io::Result<Self> {
         let listener = std::net::TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let mode = Arc::new(Mutex::new(mode));
         let seen = Arc::new(Mutex::new(Seen::default()));
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let svc = Svc {
             mode: mode.clone(),
             seen: seen.clone(),
         };
-        let thread = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                    return;
-                };
-                // TCP_NODELAY: without it, small answers wait for the peer's delayed ACK (~40 ms).
-                let incoming =
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-                let mut b = Server::builder();
-                if let Some((cert, key)) = tls {
-                    match b
-                        .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
-                    {
-                        Ok(x) => b = x,
-                        Err(_) => return,
-                    }
+        let serving = Serving::spawn(listener, move |incoming| async move {
+            let mut b = Server::builder();
+            if let Some((cert, key)) = tls {
+                match b.tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key))) {
+                    Ok(x) => b = x,
+                    Err(_) => return,
                 }
-                let serve = b
-                    .add_service(ex::expander_server::ExpanderServer::new(svc))
-                    .serve_with_incoming(incoming);
-                // Not a graceful shutdown: a killed server does not wait for its clients.
-                tokio::select! {
-                    _ = serve => {}
-                    _ = stop_rx => {}
-                }
-            });
-            // Dropping the runtime here ends every open connection.
-        });
+            }
+            let _ = b
+                .add_service(ex::expander_server::ExpanderServer::new(svc))
+                .serve_with_incoming(incoming)
+                .await;
+        })?;
         Ok(TestServer {
             addr,
             mode,
             seen,
-            stop: Some(stop_tx),
-            thread: Some(thread),
+            serving,
         })
     }
 
@@ -178,21 +154,6 @@ impl TestServer {
 
     /// Stops the server and waits until its port is closed.
     pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.shutdown();
+        self.serving.stop();
     }
 }

@@ -5,8 +5,8 @@
 //! memory. The cluster resource state is whatever the test puts there; the KV keeps
 //! values by namespace and key with Ray's put-if-absent rule; every call is counted.
 //!
-//! It runs on its own thread and tokio runtime, so a benchmark that times its own thread
-//! does not count the server's work.
+//! It runs on its own thread and tokio runtime ([`Serving`]), so a benchmark that times its
+//! own thread does not count the server's work.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,6 +17,8 @@ use rayscale_gcs_client::proto::ray::rpc as kvpb;
 use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
+
+use crate::serving::Serving;
 
 use kvpb::internal_kv_gcs_service_server::{InternalKvGcsService, InternalKvGcsServiceServer};
 use kvpb::node_info_gcs_service_server::{NodeInfoGcsService, NodeInfoGcsServiceServer};
@@ -313,8 +315,7 @@ impl NodeInfoGcsService for Svc {
 pub struct FakeGcsServer {
     addr: SocketAddr,
     state: Shared,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _serving: Serving,
 }
 
 impl FakeGcsServer {
@@ -322,52 +323,33 @@ impl FakeGcsServer {
     /// cluster state. Its message limits are Ray's (`max_grpc_message_size`, 500 MiB).
     pub fn start() -> std::io::Result<Self> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let state = Shared::default();
         let svc = Svc(state.clone());
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                    return;
-                };
-                let incoming =
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-                let serve = Server::builder()
-                    .add_service(
-                        AutoscalerStateServiceServer::new(svc.clone())
-                            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-                    )
-                    .add_service(
-                        InternalKvGcsServiceServer::new(svc.clone())
-                            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-                    )
-                    .add_service(
-                        NodeInfoGcsServiceServer::new(svc)
-                            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-                    )
-                    .serve_with_incoming(incoming);
-                tokio::select! {
-                    _ = serve => {}
-                    _ = stop_rx => {}
-                }
-            });
-        });
+        let serving = Serving::spawn(listener, move |incoming| async move {
+            let _ = Server::builder()
+                .add_service(
+                    AutoscalerStateServiceServer::new(svc.clone())
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                )
+                .add_service(
+                    InternalKvGcsServiceServer::new(svc.clone())
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                )
+                .add_service(
+                    NodeInfoGcsServiceServer::new(svc)
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                )
+                .serve_with_incoming(incoming)
+                .await;
+        })?;
         Ok(FakeGcsServer {
             addr,
             state,
-            stop: Some(stop_tx),
-            thread: Some(thread),
+            _serving: serving,
         })
     }
 
@@ -409,17 +391,6 @@ impl FakeGcsServer {
     /// The autoscaling state the GCS holds (the newest reported).
     pub fn report(&self) -> Option<pb::AutoscalingState> {
         lock(&self.state).report.clone()
-    }
-}
-
-impl Drop for FakeGcsServer {
-    fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -1,11 +1,14 @@
 //! Workspace integration tests of rayscale (see `tests/`), and the helpers they share:
-//! the provider conformance suite (`conformance`), a scriptable gRPC expander server for the expander tests and benchmarks, a fake Ray GCS on loopback gRPC for tests at a scale no machine can start (`fake_gcs_server`), and a real
-//! Ray head node for the live tests (`ray_head`).
+//! the provider conformance suite (`conformance`), a scriptable gRPC expander server for
+//! the expander tests and benchmarks (`expander_server`), a fake Ray GCS on loopback gRPC
+//! for sizes no machine can start (`fake_gcs_server`), the thread both serve on
+//! (`serving`), and a real Ray head node for the live tests (`ray_head`).
 
 pub mod conformance;
 pub mod expander_server;
 pub mod fake_gcs_server;
 pub mod ray_head;
+pub mod serving;
 
 use std::path::{Path, PathBuf};
 
