@@ -45,7 +45,7 @@ use crate::error::CoreError;
 use crate::expander::{ExpanderChain, SeededRng};
 use crate::instance::{InMemoryStorage, Instance, InstanceManager, InstanceStorage};
 use crate::model::InstanceStatus;
-use crate::provider::{CloudInstanceProvider, CloudInstanceState, LaunchRequest, ProviderError};
+use crate::provider::{CloudInstance, CloudInstanceProvider, LaunchRequest, ProviderError};
 use crate::reconciler::{
     DrainRejection, Effect, IdSource, Observed, ReconcilerSettings, reconcile,
 };
@@ -167,11 +167,32 @@ pub fn say_new(said: &mut BTreeSet<String>, now: BTreeSet<String>, say: impl Fn(
     *said = now;
 }
 
-/// What the watch compares to decide whether to reconcile.
+/// What the watch compares to decide whether to reconcile: the GCS state's version and
+/// the cloud's instances with their states, as a count and an order-free hash (the watch
+/// runs every second and copies nothing; a collision is caught by the `interval` run).
 #[derive(PartialEq, Eq, Default)]
 struct Fingerprint {
     version: i64,
-    cloud: BTreeSet<(String, CloudInstanceState)>,
+    cloud_count: usize,
+    cloud_hash: u64,
+}
+
+impl Fingerprint {
+    fn of(version: i64, cloud: &[CloudInstance]) -> Self {
+        use std::hash::{Hash, Hasher};
+        let cloud_hash = cloud.iter().fold(0u64, |sum, c| {
+            // SipHash with fixed keys: the same in every process.
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            c.cloud_instance_id.hash(&mut h);
+            c.state.hash(&mut h);
+            sum.wrapping_add(h.finish())
+        });
+        Fingerprint {
+            version,
+            cloud_count: cloud.len(),
+            cloud_hash,
+        }
+    }
 }
 
 /// The state of a process while it holds the lease.
@@ -537,13 +558,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 return Err(e);
             }
         };
-        let fp = Fingerprint {
-            version: state.version,
-            cloud: cloud
-                .iter()
-                .map(|c| (c.cloud_instance_id.clone(), c.state))
-                .collect(),
-        };
+        let fp = Fingerprint::of(state.version, &cloud);
         let due = a.last_run.is_none_or(|t| t.elapsed() >= options.interval);
         if a.last.as_ref() == Some(&fp) && errors.is_empty() && a.rejections.is_empty() && !due {
             return Ok(());
