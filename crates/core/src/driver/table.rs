@@ -11,7 +11,7 @@
 //! - `instances/<cluster>`: the whole table as one value, as rayscale stored it before;
 //!   read when no per-instance key exists, and removed by the first save.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 

@@ -82,6 +82,14 @@ impl<S: InstanceStorage> InstanceManager<S> {
         self.storage.load()
     }
 
+    /// [`get_instances`](Self::get_instances), shared with the storage where it can lend
+    /// its records (no copy of the table).
+    pub fn get_instances_shared(
+        &self,
+    ) -> Result<(u64, Vec<std::sync::Arc<Instance>>), InstanceError> {
+        self.storage.load_shared()
+    }
+
     /// The table version and every instance by id.
     pub fn instances_by_id(&self) -> Result<(u64, BTreeMap<String, Instance>), InstanceError> {
         let (version, instances) = self.storage.load()?;

@@ -2,6 +2,7 @@
 //! in-memory implementation, and the byte encoding for key-value backends.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +21,13 @@ use super::record::Instance;
 pub trait InstanceStorage {
     /// The table version and every stored instance.
     fn load(&self) -> Result<(u64, Vec<Instance>), InstanceError>;
+
+    /// The table version and every stored instance, shared: a storage that keeps its
+    /// records in memory lends them without copying. The default wraps [`load`](Self::load).
+    fn load_shared(&self) -> Result<(u64, Vec<Arc<Instance>>), InstanceError> {
+        let (version, all) = self.load()?;
+        Ok((version, all.into_iter().map(Arc::new).collect()))
+    }
 
     /// The table version and the stored instances among `ids` (in any order). The
     /// default reads the whole table; a storage that can look records up overrides it.
@@ -62,7 +70,7 @@ pub trait InstanceStorage {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InMemoryStorage {
     version: u64,
-    instances: BTreeMap<String, Instance>,
+    instances: BTreeMap<String, Arc<Instance>>,
     journal: Option<Journal>,
 }
 
@@ -71,7 +79,7 @@ pub struct InMemoryStorage {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Journal {
     version: u64,
-    before: BTreeMap<String, Option<Instance>>,
+    before: BTreeMap<String, Option<Arc<Instance>>>,
 }
 
 impl InMemoryStorage {
@@ -87,7 +95,7 @@ impl InMemoryStorage {
             version,
             instances: instances
                 .into_iter()
-                .map(|i| (i.instance_id.clone(), i))
+                .map(|i| (i.instance_id.clone(), Arc::new(i)))
                 .collect(),
             journal: None,
         }
@@ -129,7 +137,7 @@ impl InMemoryStorage {
 
     /// The stored instances, sorted by id.
     pub fn iter(&self) -> impl Iterator<Item = &Instance> + Clone {
-        self.instances.values()
+        self.instances.values().map(|i| &**i)
     }
 
     fn remember(&mut self, id: &str) {
@@ -148,7 +156,7 @@ impl InMemoryStorage {
 
     /// The stored instance `instance_id`, if any.
     pub fn get(&self, instance_id: &str) -> Option<&Instance> {
-        self.instances.get(instance_id)
+        self.instances.get(instance_id).map(|i| &**i)
     }
 
     /// The number of stored instances.
@@ -164,6 +172,13 @@ impl InMemoryStorage {
 
 impl InstanceStorage for InMemoryStorage {
     fn load(&self) -> Result<(u64, Vec<Instance>), InstanceError> {
+        Ok((
+            self.version,
+            self.instances.values().map(|i| (**i).clone()).collect(),
+        ))
+    }
+
+    fn load_shared(&self) -> Result<(u64, Vec<Arc<Instance>>), InstanceError> {
         Ok((self.version, self.instances.values().cloned().collect()))
     }
 
@@ -171,13 +186,13 @@ impl InstanceStorage for InMemoryStorage {
         Ok((
             self.version,
             ids.iter()
-                .filter_map(|id| self.instances.get(*id).cloned())
+                .filter_map(|id| self.instances.get(*id).map(|i| (**i).clone()))
                 .collect(),
         ))
     }
 
     fn visit(&self, f: &mut dyn FnMut(&Instance)) -> Result<u64, InstanceError> {
-        self.instances.values().for_each(f);
+        self.instances.values().for_each(|i| f(i));
         Ok(self.version)
     }
 
@@ -196,7 +211,7 @@ impl InstanceStorage for InMemoryStorage {
         for instance in upserts {
             self.remember(&instance.instance_id);
             self.instances
-                .insert(instance.instance_id.clone(), instance.clone());
+                .insert(instance.instance_id.clone(), Arc::new(instance.clone()));
         }
         for id in deletes {
             self.remember(id);
@@ -212,6 +227,10 @@ impl InstanceStorage for InMemoryStorage {
 impl<T: InstanceStorage + ?Sized> InstanceStorage for &mut T {
     fn load(&self) -> Result<(u64, Vec<Instance>), InstanceError> {
         (**self).load()
+    }
+
+    fn load_shared(&self) -> Result<(u64, Vec<Arc<Instance>>), InstanceError> {
+        (**self).load_shared()
     }
 
     fn load_some(&self, ids: &[&str]) -> Result<(u64, Vec<Instance>), InstanceError> {

@@ -29,8 +29,11 @@ mod sync;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use foldhash::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::CoreError;
 use crate::availability::{Availability, Unavailable};
@@ -276,10 +279,10 @@ pub fn reconcile<S: InstanceStorage>(
 fn schedulable_state(
     config: &ClusterConfig,
     ray: &ClusterResourceState,
-    table: &[Instance],
+    table: &[Arc<Instance>],
     warnings: &mut Vec<String>,
 ) -> Option<ClusterResourceState> {
-    let cloud: BTreeSet<&str> = table
+    let cloud: foldhash::HashSet<&str> = table
         .iter()
         .filter(|i| live(i) && config.node_type(&i.node_type).is_some())
         .filter_map(|i| i.cloud_instance_id.as_deref())
@@ -323,7 +326,7 @@ struct Run<'m, S: InstanceStorage> {
     /// The table as last read, with the number of events applied then: the phases read
     /// it many times, and it changes only when events are applied. (Every write of a
     /// reconcile goes through `apply`; a write that did not would leave this stale.)
-    read: std::cell::RefCell<Option<(usize, Rc<Vec<Instance>>)>>,
+    read: std::cell::RefCell<Option<(usize, Rc<Vec<Arc<Instance>>>)>>,
 }
 
 /// When `i` failed to launch: ALLOCATION_FAILED, or gone with a launch error before Ray
@@ -350,13 +353,13 @@ fn live(i: &Instance) -> bool {
 impl<S: InstanceStorage> Run<'_, S> {
     /// The table sorted by id, read again only when events were applied since the last
     /// read.
-    fn table(&self) -> Result<Rc<Vec<Instance>>, CoreError> {
+    fn table(&self) -> Result<Rc<Vec<Arc<Instance>>>, CoreError> {
         if let Some((at, t)) = self.read.borrow().as_ref()
             && *at == self.out.events_applied
         {
             return Ok(t.clone());
         }
-        let (_, mut all) = self.im.get_instances()?;
+        let (_, mut all) = self.im.get_instances_shared()?;
         all.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
         let t = Rc::new(all);
         *self.read.borrow_mut() = Some((self.out.events_applied, t.clone()));

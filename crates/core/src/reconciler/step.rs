@@ -188,8 +188,10 @@ impl<S: InstanceStorage> Run<'_, S> {
             }
         }
         if head_running {
-            let by_id: HashMap<&str, &Instance> =
-                table.iter().map(|i| (i.instance_id.as_str(), i)).collect();
+            let by_id: HashMap<&str, &Instance> = table
+                .iter()
+                .map(|i| (i.instance_id.as_str(), &**i))
+                .collect();
             let mut events = Vec::new();
             for t in &decision.terminate {
                 let Some(i) = by_id.get(t.instance_id.as_str()) else {

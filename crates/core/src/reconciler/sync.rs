@@ -1,7 +1,7 @@
 //! Sync: passive transitions that mirror the outside world (cloud instances, provider
 //! errors, Ray node states, rejected drains).
 
-use std::collections::HashSet;
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use super::*;
 
@@ -321,7 +321,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         let by_cloud: HashMap<&str, &Instance> = table
             .iter()
             .filter(|i| live(i))
-            .filter_map(|i| i.cloud_instance_id.as_deref().map(|c| (c, i)))
+            .filter_map(|i| i.cloud_instance_id.as_deref().map(|c| (c, &**i)))
             .collect();
         let mut events = Vec::new();
         let mut moved: HashSet<&str> = HashSet::new();

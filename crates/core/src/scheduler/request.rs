@@ -73,8 +73,8 @@ pub fn build_request(
 
     let mut joined = vec![false; instances.len()];
     // Instances by the id a node state names them with, in file order.
-    let mut by_id: std::collections::HashMap<&str, std::collections::VecDeque<usize>> =
-        std::collections::HashMap::new();
+    let mut by_id: foldhash::HashMap<&str, std::collections::VecDeque<usize>> =
+        foldhash::HashMap::default();
     for (ii, inst) in instances.iter().enumerate() {
         let id = inst
             .cloud_instance_id

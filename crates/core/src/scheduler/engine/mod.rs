@@ -1,7 +1,9 @@
 //! The scheduling engine: interned shapes, run-length request lists, cached node trials.
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt};
 use std::rc::Rc;
 
 use super::{
