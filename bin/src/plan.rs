@@ -111,7 +111,7 @@ fn plan(args: &PlanArgs) -> Result<String> {
         .ok_or_else(|| anyhow!("config: required key is missing"))?;
     let config = ClusterConfig::from_value(&config_value, "config")?;
     let state = rayscale_gcs_client::convert::cluster_resource_state(
-        &doc.cluster_resource_state.unwrap_or_default(),
+        doc.cluster_resource_state.unwrap_or_default(),
         "cluster_resource_state",
     )?;
     let instances = parse_instances(doc.instances.as_ref(), "instances")?;

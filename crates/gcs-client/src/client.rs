@@ -492,7 +492,7 @@ impl GcsClient {
         &self,
     ) -> Result<rayscale_core::model::ClusterResourceState, GcsError> {
         let state = self.get_cluster_resource_state(0).await?;
-        crate::convert::cluster_resource_state(&state, "cluster_resource_state")
+        crate::convert::cluster_resource_state(state, "cluster_resource_state")
     }
 
     /// `ReportAutoscalingState`: what the autoscaler is doing (pending and failed

@@ -13,11 +13,8 @@ use crate::proto::ray::rpc as pb_common;
 use crate::proto::ray::rpc::autoscaler as pb;
 
 /// Checks and converts a resource map; `path` builds the map's path only on error.
-fn resources(
-    m: &BTreeMap<String, f64>,
-    path: impl Fn() -> String,
-) -> Result<ResourceMap, GcsError> {
-    for (k, v) in m {
+fn resources(m: BTreeMap<String, f64>, path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
+    for (k, v) in &m {
         if !v.is_finite() || *v < 0.0 {
             return Err(GcsError::Invalid {
                 path: format!("{}.{k}", path()),
@@ -25,13 +22,11 @@ fn resources(
             });
         }
     }
-    Ok(ResourceMap::from_f64_pairs(
-        m.iter().map(|(k, v)| (k.clone(), *v)),
-    ))
+    Ok(ResourceMap::from_f64_pairs(m))
 }
 
-fn labels(m: &BTreeMap<String, String>) -> Vec<(String, String)> {
-    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+fn labels(m: BTreeMap<String, String>) -> Vec<(String, String)> {
+    m.into_iter().collect()
 }
 
 fn selector(s: &pb_common::LabelSelector) -> LabelSelector {
@@ -57,7 +52,9 @@ fn selector(s: &pb_common::LabelSelector) -> LabelSelector {
 /// Converts one `ResourceRequest`.
 pub fn resource_request(r: &pb::ResourceRequest, path: &str) -> Result<ResourceRequest, GcsError> {
     Ok(ResourceRequest {
-        resources: resources(&r.resources_bundle, || format!("{path}.resources_bundle"))?,
+        resources: resources(r.resources_bundle.clone(), || {
+            format!("{path}.resources_bundle")
+        })?,
         placement_constraints: r
             .placement_constraints
             .iter()
@@ -180,9 +177,10 @@ fn node_status(s: i32) -> Option<NodeStatus> {
     }
 }
 
-/// Converts a `ClusterResourceState`. `path` prefixes error paths.
+/// Converts a `ClusterResourceState` (taken by value: its strings move, not copy). `path`
+/// prefixes error paths.
 pub fn cluster_resource_state(
-    s: &pb::ClusterResourceState,
+    s: pb::ClusterResourceState,
     path: &str,
 ) -> Result<ClusterResourceState, GcsError> {
     convert_state(s, path, &mut |e| Err(e))
@@ -193,7 +191,7 @@ pub fn cluster_resource_state(
 /// out instead of failing the whole state, as Ray's scheduler skips it; the errors of the
 /// rows left out come back, each naming its path.
 pub fn cluster_resource_state_lenient(
-    s: &pb::ClusterResourceState,
+    s: pb::ClusterResourceState,
     path: &str,
 ) -> (ClusterResourceState, Vec<GcsError>) {
     let mut skipped = Vec::new();
@@ -211,12 +209,12 @@ pub fn cluster_resource_state_lenient(
 /// Converts row by row; a row's error goes to `bad`, which fails the whole (strict) or
 /// leaves the row out (lenient).
 fn convert_state(
-    s: &pb::ClusterResourceState,
+    mut s: pb::ClusterResourceState,
     path: &str,
     bad: &mut dyn FnMut(GcsError) -> Result<(), GcsError>,
 ) -> Result<ClusterResourceState, GcsError> {
     let mut node_states = Vec::with_capacity(s.node_states.len());
-    for (i, n) in s.node_states.iter().enumerate() {
+    for (i, n) in std::mem::take(&mut s.node_states).into_iter().enumerate() {
         // The row's path is spelled out only for an error.
         match node_state(n, || format!("{path}.node_states[{i}]")) {
             Ok(n) => node_states.push(n),
@@ -255,17 +253,17 @@ fn convert_state(
     })
 }
 
-fn node_state(n: &pb::NodeState, p: impl Fn() -> String) -> Result<NodeState, GcsError> {
+fn node_state(n: pb::NodeState, p: impl Fn() -> String) -> Result<NodeState, GcsError> {
     Ok(NodeState {
-        node_id: n.node_id.clone(),
-        instance_id: n.instance_id.clone(),
-        ray_node_type_name: n.ray_node_type_name.clone(),
-        available_resources: resources(&n.available_resources, || {
+        node_id: n.node_id,
+        instance_id: n.instance_id,
+        ray_node_type_name: n.ray_node_type_name,
+        available_resources: resources(n.available_resources, || {
             format!("{}.available_resources", p())
         })?,
-        total_resources: resources(&n.total_resources, || format!("{}.total_resources", p()))?,
-        dynamic_labels: labels(&n.dynamic_labels),
-        labels: labels(&n.labels),
+        total_resources: resources(n.total_resources, || format!("{}.total_resources", p()))?,
+        dynamic_labels: labels(n.dynamic_labels),
+        labels: labels(n.labels),
         idle_duration_ms: n.idle_duration_ms,
         status: node_status(n.status),
     })
@@ -317,7 +315,7 @@ pub fn cluster_resource_state_from_json(
             message: e.into_inner().to_string(),
         }
     })?;
-    cluster_resource_state(&state, path)
+    cluster_resource_state(state, path)
 }
 
 /// Converts the reconciler's report into Ray's `AutoscalingState` (what `ray status`
@@ -494,12 +492,12 @@ mod lenient_tests {
             pending_resource_requests: vec![request(1.0, 3), request(1.0, -1), request(-2.0, 1)],
             ..Default::default()
         };
-        let strict = cluster_resource_state(&s, "state").expect_err("strict fails");
+        let strict = cluster_resource_state(s.clone(), "state").expect_err("strict fails");
         assert!(
             strict.to_string().contains("state.node_states[1]"),
             "{strict}"
         );
-        let (state, skipped) = cluster_resource_state_lenient(&s, "state");
+        let (state, skipped) = cluster_resource_state_lenient(s, "state");
         assert_eq!(
             state
                 .node_states

@@ -30,9 +30,10 @@ impl Gcs for GcsClient {
             .map_err(|e| err("GetClusterResourceState", e))?;
         // A row that does not convert is left out (as Ray's scheduler skips it); the
         // rest of the state is acted on.
-        let (state, skipped) = cluster_resource_state_lenient(&s, "cluster_resource_state");
+        let version = s.cluster_resource_state_version;
+        let (state, skipped) = cluster_resource_state_lenient(s, "cluster_resource_state");
         Ok(GcsState {
-            version: s.cluster_resource_state_version,
+            version,
             state,
             skipped: skipped.iter().map(ToString::to_string).collect(),
         })

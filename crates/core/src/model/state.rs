@@ -44,12 +44,12 @@ impl NodeState {
     /// The node id in lowercase hex (Ray's `NodeID.hex()`).
     pub fn node_id_hex(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut s = String::with_capacity(self.node_id.len() * 2);
+        let mut s = Vec::with_capacity(self.node_id.len() * 2);
         for b in &self.node_id {
-            s.push(char::from(HEX[usize::from(b >> 4)]));
-            s.push(char::from(HEX[usize::from(b & 15)]));
+            s.extend([HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
         }
-        s
+        // Only ASCII hex digits were written.
+        String::from_utf8(s).unwrap_or_default()
     }
 }
 
