@@ -16,8 +16,9 @@ echo "== proto compatibility with Ray's descriptors"
 "$PY" scripts/check_proto_compat.py
 "$PY" scripts/make_proto_fixtures.py --check
 echo "== cargo test"
-cargo build --release -p rayscale -p rayscale-expander-example
-cargo test --workspace --release
+# Every cloud feature on, as clippy above: one feature set, so nothing compiles twice.
+cargo build --release --all-features -p rayscale -p rayscale-expander-example
+cargo test --workspace --release --all-features
 echo "== differential test against Ray 2.60 (${DIFFTEST_COUNT:-500} scenarios)"
 "$PY" scripts/difftest.py --rayscale "${CARGO_TARGET_DIR:-target}/release/rayscale" \
   --seed "${DIFFTEST_SEED:-2060}" --count "${DIFFTEST_COUNT:-500}" --valid-min-workers --python "$PY"

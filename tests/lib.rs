@@ -2,11 +2,13 @@
 //! the provider conformance suite (`conformance`), a scriptable gRPC expander server for
 //! the expander tests and benchmarks (`expander_server`), a fake Ray GCS on loopback gRPC
 //! for sizes no machine can start (`fake_gcs_server`), the thread both serve on
-//! (`serving`), and a real Ray head node for the live tests (`ray_head`).
+//! (`serving`), a real Ray head node for the live tests (`ray_head`), and the clouds'
+//! emulators and fakes (`fakes`: moto's EC2 behind a fault switch).
 
 pub mod conformance;
 pub mod expander_server;
 pub mod fake_gcs_server;
+pub mod fakes;
 pub mod ray_head;
 pub mod serving;
 

@@ -40,7 +40,7 @@ fn find_ray(flag: Option<&PathBuf>) -> Result<PathBuf> {
 }
 
 /// `up` and `down` manage a cluster on this host: only `local_processes` fits.
-fn local_provider(
+async fn local_provider(
     config: &ClusterConfig,
     gcs: &str,
     ray: &Path,
@@ -60,6 +60,7 @@ fn local_provider(
             ray_binary: Some(ray.to_path_buf()),
         },
     )
+    .await
 }
 
 /// The head's temporary directory (Ray's `--temp-dir`): it names every head process, so
@@ -155,7 +156,7 @@ pub async fn up(args: UpArgs) -> Result<String> {
     let config = load_config(&args.config)?;
     let ray = find_ray(args.ray.as_ref())?;
     let addr = format!("127.0.0.1:{}", args.port);
-    let provider = local_provider(&config, &addr, &ray)?;
+    let provider = local_provider(&config, &addr, &ray).await?;
     // Bad flags fail here, before the head starts; the loop rebuilds the chain from the
     // file on every change.
     let source = FileConfig::open(args.config.clone(), args.expander)?;
@@ -282,7 +283,7 @@ pub async fn down(args: DownArgs) -> Result<String> {
     let config = load_config(&args.config)?;
     let ray = find_ray(args.ray.as_ref())?;
     let addr = format!("127.0.0.1:{}", args.port);
-    let provider = local_provider(&config, &addr, &ray)?;
+    let provider = local_provider(&config, &addr, &ray).await?;
     let workers = provider.list().await?;
     let ids: Vec<String> = workers
         .iter()
@@ -356,7 +357,8 @@ pub async fn run(args: RunArgs) -> Result<String> {
             gcs_address: args.gcs.clone(),
             ray_binary: args.ray.clone(),
         },
-    )?;
+    )
+    .await?;
     let source = FileConfig::open(args.config.clone(), args.expander)?;
     if !(args.interval.is_finite() && args.interval > 0.0) {
         bail!("--interval: expected a positive number of seconds");

@@ -21,6 +21,8 @@ pub struct ProviderEnv {
 enum Served {
     /// Compiled into every build.
     Always,
+    /// Behind a cargo feature; `true` when this build has it.
+    Feature(&'static str, bool),
     /// A provider whose crate is not written yet; the cargo feature it will come behind.
     Planned(&'static str),
 }
@@ -28,7 +30,7 @@ enum Served {
 /// Ray's provider types (and rayscale's `local_processes`), with where each is served.
 const TYPES: &[(&str, Served)] = &[
     (rayscale_provider_local::PROVIDER_TYPE, Served::Always),
-    ("aws", Served::Planned("aws")),
+    ("aws", Served::Feature("aws", cfg!(feature = "aws"))),
     ("gcp", Served::Planned("gcp")),
     ("azure", Served::Planned("azure")),
     ("kuberay", Served::Planned("kuberay")),
@@ -42,10 +44,20 @@ const TYPES: &[(&str, Served)] = &[
 
 /// Builds the provider `config.provider.type` names. A type that is not compiled in, or
 /// not known, is a one-line error saying what to do.
-pub fn build(config: &ClusterConfig, env: &ProviderEnv) -> Result<Arc<dyn CloudInstanceProvider>> {
+pub async fn build(
+    config: &ClusterConfig,
+    env: &ProviderEnv,
+) -> Result<Arc<dyn CloudInstanceProvider>> {
     let t = config.provider_type.as_str();
     match TYPES.iter().find(|(name, _)| *name == t) {
         Some((_, Served::Always)) => {}
+        Some((_, Served::Feature(_, true))) => return build_featured(config).await,
+        Some((_, Served::Feature(feature, false))) => bail!(
+            "provider.type {t:?}: this rayscale was built without the {t} provider (rebuild \
+             with `cargo build --release -p rayscale --features {feature}`); available in \
+             this build: {}",
+            available().join(", ")
+        ),
         Some((_, Served::Planned(feature))) => bail!(
             "provider.type {t:?}: this rayscale has no {t} provider yet (it is planned, behind \
              cargo feature {feature:?}); available in this build: {}",
@@ -56,7 +68,7 @@ pub fn build(config: &ClusterConfig, env: &ProviderEnv) -> Result<Arc<dyn CloudI
             TYPES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ),
     }
-    // Only `local_processes` is served today.
+    // What is left is `local_processes`.
     let ray = match &env.ray_binary {
         Some(p) => {
             if !p.is_file() {
@@ -76,11 +88,22 @@ pub fn build(config: &ClusterConfig, env: &ProviderEnv) -> Result<Arc<dyn CloudI
     )?))
 }
 
+/// The providers behind cargo features that this build has.
+async fn build_featured(config: &ClusterConfig) -> Result<Arc<dyn CloudInstanceProvider>> {
+    match config.provider_type.as_str() {
+        #[cfg(feature = "aws")]
+        "aws" => Ok(Arc::new(
+            rayscale_provider_aws::AwsProvider::from_environment(config).await?,
+        )),
+        t => bail!("provider.type {t:?} is not compiled into this build"),
+    }
+}
+
 /// The provider types this build serves.
 pub fn available() -> Vec<&'static str> {
     TYPES
         .iter()
-        .filter(|(_, s)| matches!(s, Served::Always))
+        .filter(|(_, s)| matches!(s, Served::Always | Served::Feature(_, true)))
         .map(|(n, _)| *n)
         .collect()
 }
@@ -121,19 +144,36 @@ mod tests {
         }
     }
 
-    #[test]
-    fn chosen_at_run_time_with_one_line_errors() {
-        let p = build(&config("local_processes"), &env()).map_err(|e| e.to_string());
+    #[tokio::test]
+    async fn chosen_at_run_time_with_one_line_errors() {
+        let p = build(&config("local_processes"), &env())
+            .await
+            .map_err(|e| e.to_string());
         assert_eq!(
             p.map(|p| p.provider_type().to_string()).as_deref(),
             Ok("local_processes")
         );
+        // Built with the aws feature, the head's empty node_config is refused (no
+        // InstanceType); without it, the error says how to build it in.
         let e = build(&config("aws"), &env())
+            .await
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(e.contains("feature \"aws\"") && !e.contains('\n'), "{e}");
+        let want = if cfg!(feature = "aws") {
+            "available_node_types.h.node_config.InstanceType"
+        } else {
+            "--features aws"
+        };
+        assert!(e.contains(want) && !e.contains('\n'), "{e}");
+        let e = build(&config("gcp"), &env())
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("feature \"gcp\"") && !e.contains('\n'), "{e}");
         let e = build(&config("external"), &env())
+            .await
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();

@@ -326,7 +326,7 @@ struct Run<'m, S: InstanceStorage> {
     /// The table as last read, with the number of events applied then: the phases read
     /// it many times, and it changes only when events are applied. (Every write of a
     /// reconcile goes through `apply`; a write that did not would leave this stale.)
-    read: std::cell::RefCell<Option<(usize, Rc<Vec<Arc<Instance>>>)>>,
+    read: std::cell::RefCell<Option<(usize, Table)>>,
 }
 
 /// When `i` failed to launch: ALLOCATION_FAILED, or gone with a launch error before Ray
@@ -350,10 +350,13 @@ fn live(i: &Instance) -> bool {
     )
 }
 
+/// The table as one iteration reads it: shared records, sorted by id.
+type Table = Rc<Vec<Arc<Instance>>>;
+
 impl<S: InstanceStorage> Run<'_, S> {
     /// The table sorted by id, read again only when events were applied since the last
     /// read.
-    fn table(&self) -> Result<Rc<Vec<Arc<Instance>>>, CoreError> {
+    fn table(&self) -> Result<Table, CoreError> {
         if let Some((at, t)) = self.read.borrow().as_ref()
             && *at == self.out.events_applied
         {

@@ -1,0 +1,157 @@
+//! Client construction only: the standard AWS chain (region, credentials, endpoint), the
+//! SDK's retry policy and timeouts, and the translation of SDK errors into [`AwsError`].
+//!
+//! Region, endpoint and credentials come from the standard chain, so `AWS_REGION`,
+//! `AWS_PROFILE`, `AWS_ENDPOINT_URL(_EC2)`, SSO and `credential_process` profiles, web
+//! identity and instance roles work as in every AWS tool; `provider.region` overrides
+//! the region. Describe, CreateTags, Stop and Terminate keep the SDK's standard retries
+//! (3 attempts, throttling and 5xx); RunInstances and StartInstances are sent with
+//! retries off (see [`no_retries`]): EC2 answers a capacity shortage with a 5xx, which
+//! the SDK would retry, and a capacity error must reach the fallback at once.
+
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_sdk_ec2::Client;
+use aws_sdk_ec2::config::{Credentials, Region};
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+
+use crate::AwsError;
+use crate::errors::classify;
+
+/// Timeouts of every call: connecting, one attempt, and the whole call with retries.
+fn timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .operation_attempt_timeout(Duration::from_secs(60))
+        .operation_timeout(Duration::from_secs(180))
+        .build()
+}
+
+fn retries() -> RetryConfig {
+    RetryConfig::standard()
+        .with_max_attempts(3)
+        .with_initial_backoff(Duration::from_millis(200))
+        .with_max_backoff(Duration::from_secs(20))
+}
+
+/// A client from the standard chain; `region` (`provider.region`) overrides the chain's.
+pub async fn from_environment(region: Option<&str>) -> Client {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(retries())
+        .timeout_config(timeouts());
+    if let Some(r) = region {
+        loader = loader.region(Region::new(r.to_string()));
+    }
+    Client::new(&loader.load().await)
+}
+
+/// A client for an EC2-compatible endpoint with fixed credentials and no environment
+/// (tests against moto, private emulators). Only plain `http://` loopback endpoints or
+/// `https://` ones are accepted.
+pub fn for_endpoint(endpoint: &str, region: &str) -> Result<Client, AwsError> {
+    if !endpoint.starts_with("https://") && !is_loopback_http(endpoint) {
+        return Err(AwsError::config(
+            "endpoint",
+            format!("{endpoint:?}: plain http is allowed only to a loopback address"),
+        ));
+    }
+    let conf = aws_sdk_ec2::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(region.to_string()))
+        .credentials_provider(Credentials::new("testing", "testing", None, None, "static"))
+        .endpoint_url(endpoint)
+        .retry_config(retries())
+        .timeout_config(timeouts())
+        .build();
+    Ok(Client::from_conf(conf))
+}
+
+fn is_loopback_http(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let host = rest.split('/').next().unwrap_or("");
+    let host = match host.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => host,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The per-call override that turns the SDK's retries off (RunInstances,
+/// StartInstances).
+pub fn no_retries() -> aws_sdk_ec2::config::Builder {
+    aws_sdk_ec2::config::Builder::default().retry_config(RetryConfig::disabled())
+}
+
+/// An SDK error of `call` as an [`AwsError`], its kind from the error table
+/// (`node_type` and `zone` fill in a capacity error).
+pub fn sdk_error<E, R>(
+    call: &'static str,
+    err: SdkError<E, R>,
+    node_type: &str,
+    zone: Option<&str>,
+) -> AwsError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + HttpStatus,
+{
+    let status = err.raw_response().map(HttpStatus::status_code);
+    let code = err.code().map(str::to_string);
+    let message = match (&code, err.message()) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(c), None) => c.clone(),
+        _ => one_line(&DisplayErrorContext(&err).to_string()),
+    };
+    let mut class = classify(code.as_deref(), status);
+    // Missing credentials fail before any request is sent.
+    if code.is_none() && status.is_none() && message.to_ascii_lowercase().contains("credentials") {
+        class = crate::errors::Class::Auth;
+    }
+    AwsError::Call {
+        call,
+        code,
+        status,
+        kind: class.kind(node_type, zone),
+        message,
+    }
+}
+
+/// The HTTP status of a raw response.
+pub trait HttpStatus {
+    /// The status code.
+    fn status_code(&self) -> u16;
+}
+
+impl HttpStatus for aws_sdk_ec2::config::http::HttpResponse {
+    fn status_code(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_only_to_loopback() {
+        assert!(is_loopback_http("http://127.0.0.1:5000"));
+        assert!(is_loopback_http("http://localhost:5000/"));
+        assert!(is_loopback_http("http://[::1]:5000"));
+        assert!(!is_loopback_http("http://10.0.0.1:5000"));
+        assert!(!is_loopback_http("http://ec2.amazonaws.com"));
+        assert!(for_endpoint("http://ec2.us-east-1.amazonaws.com", "us-east-1").is_err());
+        assert!(for_endpoint("https://ec2.us-east-1.amazonaws.com", "us-east-1").is_ok());
+    }
+}

@@ -1,0 +1,25 @@
+//! rayscale's AWS provider: Ray nodes as EC2 instances, through `aws-sdk-ec2`.
+//!
+//! It maps a Ray AWS cluster YAML (`provider: {type: aws}`, each type's `node_config` as
+//! boto3's `create_instances` keys) onto RunInstances, tags every instance as Ray's own
+//! AWS provider does (so `ray down`, `ray get-head-ip` and the EC2 console see Ray's
+//! nodes), lists the cluster's instances, and terminates (or, with
+//! `cache_stopped_nodes`, stops and later restarts) workers.
+//!
+//! What it must not do: decide anything (the reconciler does), guess whether Ray runs on
+//! an instance, hold global state or create a runtime, send a key of `node_config` it
+//! does not understand, or let the SDK retry a capacity error.
+//!
+//! Files: `config` (the YAML), `mapping` (pure: node_config -> RunInstances, instance ->
+//! `CloudInstance`), `client` (the SDK client and its error translation), `errors` (the
+//! EC2 error-code table), `provider` (the trait implementation).
+
+pub mod client;
+pub mod config;
+pub mod errors;
+pub mod mapping;
+pub mod provider;
+
+pub use config::{AwsConfig, NodeConfig};
+pub use errors::AwsError;
+pub use provider::{AwsProvider, CallCounts, PROVIDER_TYPE};

@@ -1,0 +1,140 @@
+//! [`MotoEc2`]: moto's EC2 server behind rayscale's fault switch (`tests/fakes/moto_ec2.py`),
+//! started on a free loopback port with the venv named by `RAYSCALE_PYTHON`, stopped (and
+//! its process killed) on drop. Each test starts its own server, so tests never share
+//! EC2 state; `reset` empties it within a test.
+//!
+//! The switch adds what moto cannot do (see the script): ClientToken idempotency, EC2's
+//! MinCount/MaxCount semantics, per-type capacity (`InsufficientInstanceCapacity`),
+//! throttling (`RequestLimitExceeded`) and any error for the next RunInstances.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use crate::ray_head::ray_from_env;
+
+/// A running moto EC2 server with its fault switch.
+pub struct MotoEc2 {
+    child: Child,
+    // Held open: the server stops when its stdin closes (even if this process is killed).
+    _stdin: Option<ChildStdin>,
+    port: u16,
+}
+
+/// The region every test uses (moto serves any).
+pub const REGION: &str = "us-east-1";
+
+impl MotoEc2 {
+    /// Starts a server; panics with the reason if it cannot (no moto in the venv, ...).
+    pub fn start() -> MotoEc2 {
+        let (python, _) = ray_from_env();
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fakes/moto_ec2.py");
+        let mut child = Command::new(&python)
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {} {}: {e}", python.display(), script.display()));
+        let stdin = child.stdin.take();
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut reader = BufReader::new(stdout);
+        if reader.read_line(&mut line).is_err() || !line.starts_with("PORT ") {
+            let _ = child.kill();
+            panic!(
+                "moto's EC2 server did not start (is moto[server]==5.2.5 in the venv? \
+                 scripts/setup-python.sh installs it); it said {line:?}"
+            );
+        }
+        let port = line[5..].trim().parse().expect("a port number");
+        MotoEc2 {
+            child,
+            _stdin: stdin,
+            port,
+        }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// An EC2 client for this server (fixed test credentials, region [`REGION`]).
+    pub fn client(&self) -> aws_sdk_ec2::Client {
+        rayscale_provider_aws::client::for_endpoint(&self.endpoint(), REGION)
+            .expect("a loopback endpoint")
+    }
+
+    /// Empties moto (instances, VPCs recreated with new ids) and the switch.
+    pub fn reset(&self) {
+        self.post("/moto-api/reset", "{}");
+    }
+
+    /// Sets faults: `{"capacity": {"m5.large": 0}, "uncap": [..], "throttle_next": 2,
+    /// "error_next": {"code": "VcpuLimitExceeded", "status": 400}}`.
+    pub fn faults(&self, json: &str) {
+        self.post("/_rayscale/faults", json);
+    }
+
+    /// Calls the server saw, by EC2 action (`{"calls": {...}, "instances_launched": n}`).
+    pub fn stats(&self) -> serde_json::Value {
+        let body = self.request("GET", "/_rayscale/stats", "");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("stats {body:?}: {e}"))
+    }
+
+    /// How many calls of `action` the server saw.
+    pub fn calls(&self, action: &str) -> u64 {
+        self.stats()["calls"][action].as_u64().unwrap_or(0)
+    }
+
+    fn post(&self, path: &str, body: &str) {
+        self.request("POST", path, body);
+    }
+
+    fn request(&self, method: &str, path: &str, body: &str) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))
+            .unwrap_or_else(|e| panic!("connecting to moto: {e}"));
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).expect("write to moto");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read from moto");
+        let (head, rest) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+        assert!(
+            head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+            "{method} {path}: {head}"
+        );
+        rest.to_string()
+    }
+
+    /// The ids of moto's default subnets (they change with every reset), sorted.
+    pub async fn default_subnets(&self) -> Vec<String> {
+        let out = self
+            .client()
+            .describe_subnets()
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("DescribeSubnets: {e}"));
+        let mut ids: Vec<String> = out
+            .subnets()
+            .iter()
+            .filter_map(|s| s.subnet_id().map(str::to_string))
+            .collect();
+        ids.sort();
+        ids
+    }
+}
+
+impl Drop for MotoEc2 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,4 @@
+//! Fakes and emulators of cloud APIs, one file per cloud, each citing the reference it
+//! follows.
+
+pub mod aws;

@@ -1,0 +1,174 @@
+"""moto's EC2 server behind rayscale's fault switch, on a free loopback port.
+
+moto (https://github.com/getmoto/moto, 5.2.5) is a real EC2 emulator: the Query API
+(form-encoded `Action=...` requests, XML answers) with state. What it cannot do, this
+WSGI layer in front of it does, each cited against EC2's documented behaviour:
+
+- ClientToken idempotency (EC2 "Ensuring idempotency"): a RunInstances whose token was
+  seen returns the first answer again; moto would launch again.
+- MinCount/MaxCount (RunInstances reference): EC2 launches as many as it can up to
+  MaxCount, failing only below MinCount; moto launches exactly MinCount. Here the call
+  asks moto for min(MaxCount, capacity left) instances.
+- Capacity per instance type: once a type's capacity is used up, RunInstances answers
+  `InsufficientInstanceCapacity` (HTTP 500), as EC2 does.
+- Throttling: the next N calls answer `RequestLimitExceeded` (HTTP 503).
+- Any error for the next RunInstances (code, status, message).
+
+Control (JSON over HTTP on the same port, never forwarded to moto):
+  POST /_rayscale/faults  {"capacity": {"m5.large": 2}, "uncap": ["m5.large"],
+                           "throttle_next": 1, "throttle_action": "RunInstances",
+                           "error_next": {"code": ..., "status": ...}}
+  GET  /_rayscale/stats   {"calls": {"RunInstances": 3, ...}, "instances_launched": n}
+  POST /moto-api/reset    moto's reset; the switch's state is reset too.
+
+Prints `PORT <n>` on stdout once it listens; stops on SIGTERM or when stdin closes.
+"""
+
+import io
+import json
+import os
+import signal
+import sys
+import threading
+import urllib.parse
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import make_server
+
+
+class Faults:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        self.capacity = {}  # instance type -> instances it may still launch
+        self.throttle_next = 0
+        self.throttle_action = None  # only this action is throttled, when set
+        self.error_next = None
+        self.tokens = {}  # ClientToken -> (status, headers, body)
+        self.calls = {}
+        self.launched = 0
+
+
+def error_body(code, message):
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message>"
+        "</Error></Errors><RequestID>rayscale-fault</RequestID></Response>"
+    ).encode()
+
+
+def make_app():
+    moto = DomainDispatcherApplication(create_backend_app)
+    faults = Faults()
+
+    def respond(start_response, status, body, ctype="text/xml"):
+        start_response(
+            f"{status} {'OK' if status == 200 else 'Error'}",
+            [("Content-Type", ctype), ("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+    def control(environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if path == "/_rayscale/stats":
+            with faults.lock:
+                body = json.dumps({"calls": faults.calls, "instances_launched": faults.launched})
+            return respond(start_response, 200, body.encode(), "application/json")
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        req = json.loads(environ["wsgi.input"].read(size) or b"{}")
+        with faults.lock:
+            for t, n in (req.get("capacity") or {}).items():
+                faults.capacity[t] = int(n)
+            for t in req.get("uncap") or []:
+                faults.capacity.pop(t, None)
+            if "throttle_next" in req:
+                faults.throttle_next = int(req["throttle_next"])
+                faults.throttle_action = req.get("throttle_action")
+            if "error_next" in req:
+                faults.error_next = req["error_next"]
+        return respond(start_response, 200, b"{}", "application/json")
+
+    def app(environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if path.startswith("/_rayscale/"):
+            return control(environ, start_response)
+        if path == "/moto-api/reset":
+            with faults.lock:
+                faults.reset()
+            return moto(environ, start_response)
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        raw = environ["wsgi.input"].read(size) if size else b""
+        form = urllib.parse.parse_qs(raw.decode(), keep_blank_values=True)
+        action = (form.get("Action") or [""])[0]
+        with faults.lock:
+            faults.calls[action] = faults.calls.get(action, 0) + 1
+            if action and faults.throttle_next > 0 and faults.throttle_action in (None, action):
+                faults.throttle_next -= 1
+                return respond(start_response, 503, error_body("RequestLimitExceeded", "Request limit exceeded."))
+        if action == "RunInstances":
+            token = (form.get("ClientToken") or [""])[0]
+            with faults.lock:
+                if token and token in faults.tokens:
+                    status, body = faults.tokens[token]
+                    return respond(start_response, status, body)
+                if faults.error_next:
+                    e, faults.error_next = faults.error_next, None
+                    return respond(start_response, int(e.get("status", 400)), error_body(e["code"], e.get("message", e["code"])))
+                itype = (form.get("InstanceType") or [""])[0]
+                want_max = int((form.get("MaxCount") or ["1"])[0])
+                want_min = int((form.get("MinCount") or ["1"])[0])
+                left = faults.capacity.get(itype)
+                give = want_max if left is None else min(want_max, left)
+                if give < max(want_min, 1):
+                    return respond(
+                        start_response,
+                        500,
+                        error_body(
+                            "InsufficientInstanceCapacity",
+                            f"We currently do not have sufficient {itype} capacity in the Availability Zone you requested.",
+                        ),
+                    )
+                if left is not None:
+                    faults.capacity[itype] = left - give
+                faults.launched += give
+            form["MinCount"] = [str(give)]
+            form["MaxCount"] = [str(give)]
+            raw = urllib.parse.urlencode(form, doseq=True).encode()
+            captured = {}
+
+            def capture(status, headers, exc_info=None):
+                captured["status"] = int(status.split()[0])
+                return start_response(status, headers, exc_info)
+
+            environ["wsgi.input"] = io.BytesIO(raw)
+            environ["CONTENT_LENGTH"] = str(len(raw))
+            body = b"".join(moto(environ, capture))
+            if token and captured.get("status") == 200:
+                with faults.lock:
+                    faults.tokens[token] = (200, body)
+            return [body]
+        environ["wsgi.input"] = io.BytesIO(raw)
+        environ["CONTENT_LENGTH"] = str(len(raw))
+        return moto(environ, start_response)
+
+    return app
+
+
+def main():
+    server = make_server("127.0.0.1", 0, make_app(), threaded=True)
+    print(f"PORT {server.server_port}", flush=True)
+
+    def stop(*_):
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    # The parent holds our stdin: when it goes (even killed), so do we.
+    threading.Thread(target=lambda: (sys.stdin.read(), stop()), daemon=True).start()
+    server.serve_forever()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

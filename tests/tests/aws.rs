@@ -1,0 +1,342 @@
+//! The AWS provider on moto's EC2 server (behind rayscale's fault switch,
+//! `tests/fakes/moto_ec2.py`): the provider conformance suite, then what only EC2 has
+//! (cached stopped workers, subnet rotation on capacity errors, replayed launches).
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::{
+    CloudInstanceProvider, CloudInstanceState, LaunchRequest, ProviderErrorKind,
+};
+use rayscale_provider_aws::AwsProvider;
+use rayscale_tests::conformance::{Provoke, Report, Subject, run_all};
+use rayscale_tests::fakes::aws::{MotoEc2, REGION};
+
+/// A moto AMI (moto 5.2.5 ships it).
+const AMI: &str = "ami-12c6146b";
+
+fn config(cluster: &str, provider_extra: &str, worker: &str) -> ClusterConfig {
+    let yaml = format!(
+        "cluster_name: {cluster}\nprovider: {{type: aws, region: {REGION}{provider_extra}}}\n\
+         head_node_type: head\nmax_workers: 100\n\
+         available_node_types:\n  head: {{resources: {{}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
+         cpu: {{resources: {{CPU: 2}}, max_workers: 100, node_config: {worker}}}\n"
+    );
+    ClusterConfig::from_yaml_str(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn worker_config() -> String {
+    format!("{{InstanceType: m5.large, ImageId: {AMI}}}")
+}
+
+/// A head instance of `cluster` made the way `ray up` tags one.
+async fn make_head(moto: &MotoEc2, cluster: &str) -> String {
+    use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+    let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
+    let out = moto
+        .client()
+        .run_instances()
+        .image_id(AMI)
+        .instance_type("m5.large".into())
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(tag("ray-cluster-name", cluster))
+                .tags(tag("ray-node-type", "head"))
+                .tags(tag("ray-user-node-type", "head"))
+                .tags(tag("Name", &format!("ray-{cluster}-head")))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    out.instances()[0].instance_id().unwrap().to_string()
+}
+
+struct MotoProvoke(Arc<MotoEc2>);
+
+#[async_trait::async_trait]
+impl Provoke for MotoProvoke {
+    async fn error(&self, kind: &ProviderErrorKind, request_id: &str) -> Option<LaunchRequest> {
+        let fault = match kind {
+            ProviderErrorKind::Capacity { .. } => r#"{"capacity": {"m5.large": 0}}"#.to_string(),
+            ProviderErrorKind::Quota => {
+                r#"{"error_next": {"code": "VcpuLimitExceeded", "status": 400}}"#.into()
+            }
+            // The provider tries a throttled RunInstances 4 times.
+            ProviderErrorKind::Throttled => {
+                r#"{"throttle_next": 4, "throttle_action": "RunInstances"}"#.into()
+            }
+            ProviderErrorKind::InvalidConfig => {
+                r#"{"error_next": {"code": "InvalidAMIID.NotFound", "status": 400}}"#.into()
+            }
+            ProviderErrorKind::Auth => {
+                r#"{"error_next": {"code": "UnauthorizedOperation", "status": 403}}"#.into()
+            }
+            ProviderErrorKind::Transient => {
+                r#"{"error_next": {"code": "InternalError", "status": 500}}"#.into()
+            }
+            // A launch has nothing to be "not found" (an unknown AMI or subnet is a
+            // config error).
+            ProviderErrorKind::NotFound => return None,
+        };
+        self.0.faults(&fault);
+        Some(LaunchRequest {
+            request_id: request_id.into(),
+            node_type: "cpu".into(),
+            count: 1,
+            launch_config_hash: String::new(),
+        })
+    }
+    async fn limit_capacity(&self, _node_type: &str, n: u64) -> bool {
+        self.0
+            .faults(&format!(r#"{{"capacity": {{"m5.large": {n}}}}}"#));
+        true
+    }
+    async fn unlimit_capacity(&self, _node_type: &str) {
+        self.0.faults(r#"{"uncap": ["m5.large"]}"#);
+    }
+}
+
+fn print(name: &str, r: &Report) {
+    println!("{name}: passed {:?}", r.passed);
+    for (check, why) in &r.skipped {
+        println!("{name}: skipped {check}: {why}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_provider_conforms_on_moto() {
+    let moto = Arc::new(MotoEc2::start());
+    let head = make_head(&moto, "conf").await;
+    // Workers are terminated, not cached, for the suite: a cached worker would be
+    // restarted instead of a new one launched, which the suite does not expect.
+    let cfg = config("conf", ", cache_stopped_nodes: false", &worker_config());
+    let provider = Arc::new(AwsProvider::new(moto.client(), &cfg).unwrap());
+    let subject = Subject {
+        provider: provider.clone(),
+        node_type: "cpu".into(),
+        head_id: Some(head),
+        settle: Duration::from_secs(5),
+        provoke: Box::new(MotoProvoke(moto.clone())),
+    };
+    let report = run_all(&subject).await;
+    print("aws", &report);
+    assert_eq!(
+        report
+            .skipped
+            .iter()
+            .map(|s| s.0.as_str())
+            .collect::<Vec<_>>(),
+        ["error_kind_not_found"]
+    );
+    // The head, the suite's launches of 2, 7 and 3 (its replay finds its instances by
+    // their tag), and the six errors (the throttled one tried 4 times): one RunInstances
+    // per request, never one per instance.
+    assert_eq!(moto.calls("RunInstances"), 1 + 3 + 5 + 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_workers_are_stopped_then_restarted() {
+    let moto = MotoEc2::start();
+    let cfg = config("cache", "", &worker_config());
+    let p = AwsProvider::new(moto.client(), &cfg).unwrap();
+    let req = |id: &str, n| LaunchRequest {
+        request_id: id.into(),
+        node_type: "cpu".into(),
+        count: n,
+        launch_config_hash: cfg.node_type("cpu").unwrap().launch_config_hash.clone(),
+    };
+    let first = p.launch(&req("lr-1", 2)).await.unwrap();
+    let mut ids: Vec<String> = first
+        .instances
+        .iter()
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    ids.sort();
+    assert_eq!(ids.len(), 2);
+    p.terminate(&ids, "t-1").await.unwrap();
+    assert_eq!(moto.calls("StopInstances"), 1);
+    assert_eq!(
+        moto.calls("TerminateInstances"),
+        0,
+        "cached, not terminated"
+    );
+    // Stopped instances are not listed.
+    let listed = p.list().await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .filter(|c| ids.contains(&c.cloud_instance_id))
+            .all(|c| c.state == CloudInstanceState::Stopping),
+        "{listed:?}"
+    );
+    // A new request takes the stopped workers back (plus one new instance).
+    let second = p.launch(&req("lr-2", 3)).await.unwrap();
+    assert!(second.shortfall.is_none());
+    let mut again: Vec<String> = second
+        .instances
+        .iter()
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    again.sort();
+    assert_eq!(again.len(), 3);
+    assert!(
+        ids.iter().all(|i| again.contains(i)),
+        "{ids:?} not in {again:?}"
+    );
+    assert_eq!(moto.calls("StartInstances"), 1);
+    assert_eq!(
+        moto.calls("RunInstances"),
+        2,
+        "one for lr-1, one for lr-2's third"
+    );
+    // They carry the new request id, so a replay of lr-2 makes nothing.
+    let listed = p.list().await.unwrap();
+    for id in &ids {
+        let c = listed.iter().find(|c| &c.cloud_instance_id == id).unwrap();
+        assert_eq!(c.request_id.as_deref(), Some("lr-2"));
+    }
+    let replay = p.launch(&req("lr-2", 3)).await.unwrap();
+    assert_eq!(replay.instances.len(), 3);
+    assert_eq!(moto.calls("RunInstances"), 2);
+    assert_eq!(moto.calls("StartInstances"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_error_moves_to_the_next_subnet() {
+    let moto = MotoEc2::start();
+    let subnets = moto.default_subnets().await;
+    assert!(subnets.len() >= 2, "{subnets:?}");
+    let worker = format!(
+        "{{InstanceType: m5.large, ImageId: {AMI}, SubnetIds: [{}, {}]}}",
+        subnets[0], subnets[1]
+    );
+    let cfg = config("subnets", ", cache_stopped_nodes: false", &worker);
+    let p = AwsProvider::new(moto.client(), &cfg).unwrap();
+    moto.faults(r#"{"error_next": {"code": "InsufficientInstanceCapacity", "status": 500}}"#);
+    let o = p
+        .launch(&LaunchRequest {
+            request_id: "lr-s".into(),
+            node_type: "cpu".into(),
+            count: 2,
+            launch_config_hash: String::new(),
+        })
+        .await
+        .unwrap();
+    assert!(o.shortfall.is_none(), "{:?}", o.shortfall);
+    assert_eq!(o.instances.len(), 2);
+    assert_eq!(
+        moto.calls("RunInstances"),
+        2,
+        "one refused, one in the next subnet"
+    );
+    let out = moto
+        .client()
+        .describe_instances()
+        .set_instance_ids(Some(
+            o.instances
+                .iter()
+                .map(|c| c.cloud_instance_id.clone())
+                .collect(),
+        ))
+        .send()
+        .await
+        .unwrap();
+    for r in out.reservations() {
+        for i in r.instances() {
+            assert_eq!(i.subnet_id(), Some(subnets[1].as_str()));
+        }
+    }
+    // Every subnet out of capacity: a capacity error of the type, no zone, and nothing made.
+    moto.faults(r#"{"capacity": {"m5.large": 0}}"#);
+    let e = p
+        .launch(&LaunchRequest {
+            request_id: "lr-t".into(),
+            node_type: "cpu".into(),
+            count: 1,
+            launch_config_hash: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.kind,
+        ProviderErrorKind::Capacity {
+            node_type: "cpu".into(),
+            zone: None
+        },
+        "{e}"
+    );
+    assert_eq!(moto.calls("RunInstances"), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_run_instances_with_the_same_token_makes_nothing_twice() {
+    // The provider's own check (instances tagged with the request) hides the token; here
+    // the token itself is exercised: the same RunInstances sent twice, as after a lost
+    // answer, gives the same instances (EC2's idempotency, which the switch adds to moto).
+    let moto = MotoEc2::start();
+    let send = || async {
+        moto.client()
+            .run_instances()
+            .image_id(AMI)
+            .instance_type("m5.large".into())
+            .min_count(1)
+            .max_count(2)
+            .client_token(rayscale_core::provider::idempotency_token("lr-x/0/2", 0))
+            .send()
+            .await
+            .unwrap()
+    };
+    let a = send().await;
+    let b = send().await;
+    let ids = |o: &aws_sdk_ec2::operation::run_instances::RunInstancesOutput| {
+        o.instances()
+            .iter()
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&a).len(), 2, "MaxCount honoured");
+    assert_eq!(ids(&a), ids(&b));
+    assert_eq!(moto.stats()["instances_launched"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_node_config_fails_at_load_naming_its_path() {
+    let moto = MotoEc2::start();
+    let cfg = config(
+        "bad",
+        "",
+        &format!(
+            "{{InstanceType: m5.large, ImageId: {AMI}, ElasticGpuSpecification: [{{Type: eg1.medium}}]}}"
+        ),
+    );
+    let e = AwsProvider::new(moto.client(), &cfg)
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        e.split(':').next(),
+        Some("available_node_types.cpu.node_config.ElasticGpuSpecification"),
+        "{e}"
+    );
+    // And a reconfigure to it keeps the last good config.
+    let good = config("bad", "", &worker_config());
+    let p = AwsProvider::new(moto.client(), &good).unwrap();
+    assert!(p.reconfigure(&cfg).await.is_err());
+    let o = p
+        .launch(&LaunchRequest {
+            request_id: "lr-g".into(),
+            node_type: "cpu".into(),
+            count: 1,
+            launch_config_hash: String::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(o.instances.len(), 1);
+}
