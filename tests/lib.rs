@@ -3,8 +3,10 @@
 //! the expander tests and benchmarks (`expander_server`), a fake Ray GCS on loopback gRPC
 //! for sizes no machine can start (`fake_gcs_server`), the thread both serve on
 //! (`serving`), a real Ray head node for the live tests (`ray_head`), and the clouds'
-//! emulators and fakes (`fakes`: moto's EC2 behind a fault switch).
+//! emulators and fakes (`fakes`: moto's EC2 behind a fault switch), and the boot
+//! simulator that plays a cloud's data plane with local processes (`boot_sim`).
 
+pub mod boot_sim;
 pub mod conformance;
 pub mod expander_server;
 pub mod fake_gcs_server;
@@ -35,4 +37,50 @@ pub fn workspace_bin(name: &str) -> PathBuf {
         }
     );
     bin
+}
+
+/// Running processes (zombies excluded) whose environment holds `kv` (`NAME=value`): how
+/// tests find what a node started, since Ray's daemons rename themselves.
+pub fn processes_with_env(kv: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|buf| buf.split(|b| *b == 0).any(|e| e == kv.as_bytes()))
+                .unwrap_or(false)
+        })
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| {
+                    !s.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Polls `f` every half second until it holds or `timeout` passes; its last answer.
+pub fn wait_until(timeout: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    f()
+}
+
+/// Installs the process's TLS crypto provider (ring, as the binary does): this crate
+/// links the AWS SDK's aws-lc-rs beside tonic's ring, so rustls cannot pick one itself.
+/// Every test that speaks TLS calls it first; later calls do nothing.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }

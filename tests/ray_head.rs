@@ -280,6 +280,34 @@ impl RayHead {
         self.running
     }
 
+    /// Alive worker nodes (neither the head nor dead) by cloud instance id; empty when
+    /// the GCS does not answer within 3 s.
+    pub fn alive_workers(&self) -> Vec<String> {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return Vec::new();
+        };
+        rt.block_on(async {
+            let c = self.client(ClientOptions {
+                deadline: Duration::from_secs(3),
+                max_attempts: 1,
+                ..Default::default()
+            });
+            match c.get_cluster_resource_state(0).await {
+                Ok(s) => s
+                    .node_states
+                    .iter()
+                    .filter(|n| !is_head_node(n))
+                    .filter(|n| n.status != pb::NodeStatus::Dead as i32)
+                    .map(|n| n.instance_id.clone())
+                    .collect(),
+                Err(_) => Vec::new(),
+            }
+        })
+    }
+
     /// A GCS client of this head with `options`. Must be called inside a tokio runtime.
     pub fn client(&self, options: ClientOptions) -> GcsClient {
         GcsClient::new(&self.addr(), options).expect("GCS client of a RayHead")

@@ -58,6 +58,7 @@ async fn local_provider(
         &ProviderEnv {
             gcs_address: gcs.to_string(),
             ray_binary: Some(ray.to_path_buf()),
+            head_ip: None,
         },
     )
     .await
@@ -341,6 +342,10 @@ pub struct RunArgs {
     /// The `ray` binary (local_processes provider; default: found on PATH).
     #[arg(long)]
     ray: Option<PathBuf>,
+    /// The head's address as cloud workers reach it (default: the --gcs host, unless
+    /// that is a loopback address).
+    #[arg(long)]
+    head_ip: Option<String>,
     /// Reconcile at least every this many seconds.
     #[arg(long, default_value_t = 5.0)]
     interval: f64,
@@ -356,6 +361,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
         &ProviderEnv {
             gcs_address: args.gcs.clone(),
             ray_binary: args.ray.clone(),
+            head_ip: args.head_ip.clone(),
         },
     )
     .await?;

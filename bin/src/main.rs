@@ -42,6 +42,8 @@ enum Command {
     RequestResources(cluster::RequestArgs),
     /// Write a `plan` scenario (JSON) of the live cluster, to replay a decision offline.
     Snapshot(cluster::SnapshotArgs),
+    /// Print the script a new worker of a node type runs at boot (its cloud's user data).
+    BootScript(providers::BootScriptArgs),
 }
 
 /// Runs an async command on a fresh runtime; errors become one line and exit status 1.
@@ -77,6 +79,10 @@ where
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init();
+    // One TLS crypto provider for the process (tonic's ring): with a cloud SDK's aws-lc
+    // linked too, rustls cannot pick one itself, and TLS to a gRPC expander would panic.
+    // An error means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
         Command::Plan(args) => plan::run(&args),
         Command::Up(args) => run_async("up", local::up(args)),
@@ -89,5 +95,18 @@ fn main() -> ExitCode {
         Command::Snapshot(args) => {
             run_async("snapshot", async move { cluster::snapshot(&args).await })
         }
+        Command::BootScript(args) => match providers::boot_script(&args) {
+            Ok(s) => {
+                print!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!(
+                    "rayscale boot-script: {}",
+                    format!("{e:#}").replace('\n', " ")
+                );
+                ExitCode::FAILURE
+            }
+        },
     }
 }

@@ -15,6 +15,88 @@ pub struct ProviderEnv {
     pub gcs_address: String,
     /// The `ray` binary (the local-process provider; found on `PATH` when `None`).
     pub ray_binary: Option<PathBuf>,
+    /// The head's address as cloud workers reach it (`--head-ip`; else the GCS host).
+    pub head_ip: Option<String>,
+}
+
+impl ProviderEnv {
+    /// The head's address for cloud workers' boot scripts: `--head-ip`, else the GCS
+    /// address's host unless it is a loopback address (which no cloud worker reaches).
+    pub fn head_ip_for_workers(&self, provider_type: &str) -> Result<String> {
+        if let Some(ip) = &self.head_ip {
+            return Ok(ip.clone());
+        }
+        let host = self
+            .gcs_address
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
+            .unwrap_or(&self.gcs_address);
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if loopback || host.is_empty() {
+            bail!(
+                "provider.type {provider_type:?}: workers must reach the head, and the GCS \
+                 address {:?} is this host's loopback: pass --head-ip (the head's private IP)",
+                self.gcs_address
+            );
+        }
+        Ok(host.to_string())
+    }
+}
+
+/// Arguments of `rayscale boot-script`.
+#[derive(clap::Args)]
+pub struct BootScriptArgs {
+    /// The cluster config.
+    config: PathBuf,
+    /// The worker node type.
+    node_type: String,
+    /// The head's address the workers join (`RAY_HEAD_IP`).
+    #[arg(long, default_value = "HEAD_IP")]
+    head_ip: String,
+}
+
+/// `rayscale boot-script`: the user data a worker of the type gets, exactly.
+pub fn boot_script(args: &BootScriptArgs) -> Result<String> {
+    let text = std::fs::read_to_string(&args.config)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
+    let config = ClusterConfig::from_yaml_str(&text, &args.config.display().to_string())?;
+    if config.head_node_type.as_deref() == Some(args.node_type.as_str()) {
+        bail!(
+            "{}: the head's boot is the launcher's; name a worker type",
+            args.node_type
+        );
+    }
+    let id_command = instance_id_command(&config.provider_type)?;
+    let script = rayscale_core::provider::boot::render_worker(
+        &config,
+        &rayscale_core::provider::boot::BootTarget {
+            node_type: &args.node_type,
+            head_ip: &args.head_ip,
+            instance_id_command: id_command,
+        },
+    )?;
+    Ok(script)
+}
+
+/// How an instance of `provider_type` learns its id at boot (the provider crate's).
+fn instance_id_command(provider_type: &str) -> Result<&'static str> {
+    match provider_type {
+        #[cfg(feature = "aws")]
+        "aws" => Ok(rayscale_provider_aws::mapping::INSTANCE_ID_COMMAND),
+        t if TYPES
+            .iter()
+            .any(|(n, s)| *n == t && matches!(s, Served::Feature(_, false))) =>
+        {
+            bail!("provider.type {t:?}: this rayscale was built without the {t} provider")
+        }
+        t => bail!(
+            "provider.type {t:?}: rayscale renders boot scripts for cloud providers (aws); \
+             {t} starts Ray itself"
+        ),
+    }
 }
 
 /// Where each `provider.type` of Ray's cluster YAML is served in rayscale.
@@ -51,7 +133,7 @@ pub async fn build(
     let t = config.provider_type.as_str();
     match TYPES.iter().find(|(name, _)| *name == t) {
         Some((_, Served::Always)) => {}
-        Some((_, Served::Feature(_, true))) => return build_featured(config).await,
+        Some((_, Served::Feature(_, true))) => return build_featured(config, env).await,
         Some((_, Served::Feature(feature, false))) => bail!(
             "provider.type {t:?}: this rayscale was built without the {t} provider (rebuild \
              with `cargo build --release -p rayscale --features {feature}`); available in \
@@ -89,12 +171,19 @@ pub async fn build(
 }
 
 /// The providers behind cargo features that this build has.
-async fn build_featured(config: &ClusterConfig) -> Result<Arc<dyn CloudInstanceProvider>> {
+async fn build_featured(
+    config: &ClusterConfig,
+    env: &ProviderEnv,
+) -> Result<Arc<dyn CloudInstanceProvider>> {
     match config.provider_type.as_str() {
         #[cfg(feature = "aws")]
-        "aws" => Ok(Arc::new(
-            rayscale_provider_aws::AwsProvider::from_environment(config).await?,
-        )),
+        "aws" => {
+            let head_ip = env.head_ip_for_workers("aws")?;
+            Ok(Arc::new(
+                rayscale_provider_aws::AwsProvider::from_environment(config, Some(&head_ip))
+                    .await?,
+            ))
+        }
         t => bail!("provider.type {t:?} is not compiled into this build"),
     }
 }
@@ -141,7 +230,29 @@ mod tests {
         ProviderEnv {
             gcs_address: "127.0.0.1:1".into(),
             ray_binary: Some("/bin/sh".into()),
+            head_ip: None,
         }
+    }
+
+    #[test]
+    fn workers_join_a_head_address_they_can_reach() {
+        let mut e = env();
+        let err = e
+            .head_ip_for_workers("aws")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("--head-ip") && !err.contains('\n'), "{err}");
+        e.gcs_address = "10.0.3.4:6379".into();
+        assert_eq!(
+            e.head_ip_for_workers("aws").ok().as_deref(),
+            Some("10.0.3.4")
+        );
+        e.head_ip = Some("127.0.0.1".into());
+        assert_eq!(
+            e.head_ip_for_workers("aws").ok().as_deref(),
+            Some("127.0.0.1")
+        );
     }
 
     #[tokio::test]
@@ -154,8 +265,13 @@ mod tests {
             Ok("local_processes")
         );
         // Built with the aws feature, the head's empty node_config is refused (no
-        // InstanceType); without it, the error says how to build it in.
-        let e = build(&config("aws"), &env())
+        // InstanceType; before any client is made); without it, the error says how to
+        // build it in.
+        let with_head_ip = ProviderEnv {
+            head_ip: Some("10.0.0.1".into()),
+            ..env()
+        };
+        let e = build(&config("aws"), &with_head_ip)
             .await
             .err()
             .map(|e| e.to_string())

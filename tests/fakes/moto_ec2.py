@@ -32,7 +32,10 @@ import sys
 import threading
 import urllib.parse
 
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+# AWS's managed IAM policies (Ray's bootstrap attaches AmazonEC2FullAccess to its role).
+os.environ.setdefault("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app  # noqa: E402
 from werkzeug.serving import make_server
 
 

@@ -117,7 +117,7 @@ async fn aws_provider_conforms_on_moto() {
     // Workers are terminated, not cached, for the suite: a cached worker would be
     // restarted instead of a new one launched, which the suite does not expect.
     let cfg = config("conf", ", cache_stopped_nodes: false", &worker_config());
-    let provider = Arc::new(AwsProvider::new(moto.client(), &cfg).unwrap());
+    let provider = Arc::new(AwsProvider::new(moto.client(), &cfg, None).unwrap());
     let subject = Subject {
         provider: provider.clone(),
         node_type: "cpu".into(),
@@ -145,7 +145,7 @@ async fn aws_provider_conforms_on_moto() {
 async fn cached_workers_are_stopped_then_restarted() {
     let moto = MotoEc2::start();
     let cfg = config("cache", "", &worker_config());
-    let p = AwsProvider::new(moto.client(), &cfg).unwrap();
+    let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();
     let req = |id: &str, n| LaunchRequest {
         request_id: id.into(),
         node_type: "cpu".into(),
@@ -218,7 +218,7 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
         subnets[0], subnets[1]
     );
     let cfg = config("subnets", ", cache_stopped_nodes: false", &worker);
-    let p = AwsProvider::new(moto.client(), &cfg).unwrap();
+    let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();
     moto.faults(r#"{"error_next": {"code": "InsufficientInstanceCapacity", "status": 500}}"#);
     let o = p
         .launch(&LaunchRequest {
@@ -316,7 +316,7 @@ async fn a_bad_node_config_fails_at_load_naming_its_path() {
             "{{InstanceType: m5.large, ImageId: {AMI}, ElasticGpuSpecification: [{{Type: eg1.medium}}]}}"
         ),
     );
-    let e = AwsProvider::new(moto.client(), &cfg)
+    let e = AwsProvider::new(moto.client(), &cfg, None)
         .err()
         .unwrap()
         .to_string();
@@ -327,7 +327,7 @@ async fn a_bad_node_config_fails_at_load_naming_its_path() {
     );
     // And a reconfigure to it keeps the last good config.
     let good = config("bad", "", &worker_config());
-    let p = AwsProvider::new(moto.client(), &good).unwrap();
+    let p = AwsProvider::new(moto.client(), &good, None).unwrap();
     assert!(p.reconfigure(&cfg).await.is_err());
     let o = p
         .launch(&LaunchRequest {
@@ -339,4 +339,284 @@ async fn a_bad_node_config_fails_at_load_naming_its_path() {
         .await
         .unwrap();
     assert_eq!(o.instances.len(), 1);
+}
+
+/// A RunInstances request in boto3's parameter shape (the fields rayscale sets).
+fn boto_shape(i: &aws_sdk_ec2::operation::run_instances::RunInstancesInput) -> serde_json::Value {
+    use serde_json::{Map, Value, json};
+    let mut m = Map::new();
+    let mut put = |k: &str, v: Option<Value>| {
+        if let Some(v) = v {
+            m.insert(k.to_string(), v);
+        }
+    };
+    let s = |v: Option<&str>| v.map(|x| Value::String(x.to_string()));
+    put("ImageId", s(i.image_id.as_deref()));
+    put(
+        "InstanceType",
+        i.instance_type.as_ref().map(|t| json!(t.as_str())),
+    );
+    put("KeyName", s(i.key_name.as_deref()));
+    put("MinCount", i.min_count.map(|n| json!(n)));
+    put("MaxCount", i.max_count.map(|n| json!(n)));
+    put("SubnetId", s(i.subnet_id.as_deref()));
+    put(
+        "SecurityGroupIds",
+        i.security_group_ids.as_ref().map(|g| json!(g)),
+    );
+    put("EbsOptimized", i.ebs_optimized.map(|b| json!(b)));
+    put("UserData", s(i.user_data.as_deref()));
+    put("ClientToken", s(i.client_token.as_deref()));
+    put(
+        "IamInstanceProfile",
+        i.iam_instance_profile.as_ref().map(|p| {
+            let mut o = Map::new();
+            if let Some(a) = p.arn() {
+                o.insert("Arn".into(), json!(a));
+            }
+            if let Some(n) = p.name() {
+                o.insert("Name".into(), json!(n));
+            }
+            Value::Object(o)
+        }),
+    );
+    put(
+        "BlockDeviceMappings",
+        i.block_device_mappings.as_ref().map(|b| {
+            Value::Array(
+                b.iter()
+                    .map(|d| {
+                        let mut o = Map::new();
+                        if let Some(n) = d.device_name() {
+                            o.insert("DeviceName".into(), json!(n));
+                        }
+                        if let Some(e) = d.ebs() {
+                            let mut eo = Map::new();
+                            if let Some(v) = e.volume_size() {
+                                eo.insert("VolumeSize".into(), json!(v));
+                            }
+                            if let Some(v) = e.volume_type() {
+                                eo.insert("VolumeType".into(), json!(v.as_str()));
+                            }
+                            if let Some(v) = e.delete_on_termination() {
+                                eo.insert("DeleteOnTermination".into(), json!(v));
+                            }
+                            o.insert("Ebs".into(), Value::Object(eo));
+                        }
+                        Value::Object(o)
+                    })
+                    .collect(),
+            )
+        }),
+    );
+    put(
+        "InstanceMarketOptions",
+        i.instance_market_options.as_ref().map(|mo| {
+            let mut o = Map::new();
+            if let Some(t) = mo.market_type() {
+                o.insert("MarketType".into(), json!(t.as_str()));
+            }
+            if let Some(so) = mo.spot_options() {
+                let mut s = Map::new();
+                if let Some(p) = so.max_price() {
+                    s.insert("MaxPrice".into(), json!(p));
+                }
+                o.insert("SpotOptions".into(), Value::Object(s));
+            }
+            Value::Object(o)
+        }),
+    );
+    put(
+        "Placement",
+        i.placement.as_ref().map(|p| {
+            let mut o = Map::new();
+            if let Some(z) = p.availability_zone() {
+                o.insert("AvailabilityZone".into(), json!(z));
+            }
+            Value::Object(o)
+        }),
+    );
+    put(
+        "MetadataOptions",
+        i.metadata_options.as_ref().map(|mo| {
+            let mut o = Map::new();
+            if let Some(t) = mo.http_tokens() {
+                o.insert("HttpTokens".into(), json!(t.as_str()));
+            }
+            if let Some(h) = mo.http_put_response_hop_limit() {
+                o.insert("HttpPutResponseHopLimit".into(), json!(h));
+            }
+            Value::Object(o)
+        }),
+    );
+    put(
+        "CapacityReservationSpecification",
+        i.capacity_reservation_specification.as_ref().map(|c| {
+            let mut o = Map::new();
+            if let Some(p) = c.capacity_reservation_preference() {
+                o.insert("CapacityReservationPreference".into(), json!(p.as_str()));
+            }
+            Value::Object(o)
+        }),
+    );
+    put(
+        "TagSpecifications",
+        i.tag_specifications.as_ref().map(|specs| {
+            Value::Array(
+                specs
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "ResourceType": s.resource_type().map(|r| r.as_str()).unwrap_or(""),
+                            "Tags": s.tags().iter().map(|t| json!({
+                                "Key": t.key().unwrap_or(""),
+                                "Value": t.value().unwrap_or(""),
+                            })).collect::<Vec<_>>(),
+                        })
+                    })
+                    .collect(),
+            )
+        }),
+    );
+    Value::Object(m)
+}
+
+/// Drops what differs by design: the token (Ray sends none; botocore adds a random one),
+/// and the launch config hash (Ray's is SHA-256 over node_config and auth, rayscale's
+/// SHA-1 over node_config).
+fn normalized(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("ClientToken");
+    }
+    for spec in v["TagSpecifications"].as_array_mut().into_iter().flatten() {
+        for t in spec["Tags"].as_array_mut().into_iter().flatten() {
+            if t["Key"] == "ray-launch-config" {
+                t["Value"] = "<hash>".into();
+            }
+        }
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_launches_match_rays_own_aws_provider() {
+    let (python, _) = rayscale_tests::ray_head::ray_from_env();
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let script = dir.join("../scripts/ray_aws_capture.py");
+    let wheel = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import os, ray.autoscaler as a; print(os.path.join(os.path.dirname(a.__file__), 'aws', 'defaults.yaml'))",
+        ])
+        .output()
+        .unwrap();
+    let defaults = String::from_utf8_lossy(&wheel.stdout).trim().to_string();
+    let moto = MotoEc2::start();
+    let mut compared = 0;
+    for yaml in [
+        std::path::PathBuf::from(defaults),
+        dir.join("fixtures/aws/golden.yaml"),
+    ] {
+        moto.reset();
+        let out = std::env::temp_dir().join(format!(
+            "rayscale-capture-{}-{compared}.json",
+            std::process::id()
+        ));
+        let status = std::process::Command::new(&python)
+            .arg(&script)
+            .args(["--endpoint", &moto.endpoint(), "--out"])
+            .arg(&out)
+            .arg("--config")
+            .arg(&yaml)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "Ray's capture failed on {}",
+            yaml.display()
+        );
+        let cap: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&out);
+        // The same YAML, with each worker type's node_config as Ray bootstrapped it (what
+        // a rayscale user writes: rayscale does not bootstrap).
+        let text = std::fs::read_to_string(&yaml).unwrap();
+        let base = ClusterConfig::from_yaml_str(&text, "golden").unwrap();
+        let mut raw = base.raw.clone();
+        for (t, nc) in cap["bootstrapped"].as_object().unwrap() {
+            raw["available_node_types"][t]["node_config"] = nc.clone();
+        }
+        let config = ClusterConfig::from_value(&raw, "golden").unwrap();
+        let aws = rayscale_provider_aws::AwsConfig::from_cluster(&config).unwrap();
+        for (t, theirs) in cap["calls"].as_object().unwrap() {
+            let input = rayscale_provider_aws::mapping::run_instances_input(
+                &aws,
+                t,
+                rayscale_core::provider::NodeKind::Worker,
+                Some(&format!("capture-{t}")),
+                2,
+                // rayscale's first attempt: the first subnet, as Ray's.
+                &rayscale_provider_aws::mapping::Placement {
+                    subnet: aws.node_types[t].subnets().first().map(String::as_str),
+                    zone: None,
+                },
+                None,
+                "token",
+            )
+            .unwrap();
+            assert_eq!(
+                normalized(boto_shape(&input)),
+                normalized(theirs.clone()),
+                "{}: type {t}",
+                yaml.display()
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 3, "defaults.yaml's worker and golden.yaml's two");
+}
+
+#[test]
+fn boot_script_prints_what_a_worker_runs() {
+    let bin = rayscale_tests::workspace_bin("rayscale");
+    let yaml =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/aws/golden.yaml");
+    let out = std::process::Command::new(&bin)
+        .arg("boot-script")
+        .arg(&yaml)
+        .args(["cpu", "--head-ip", "10.1.2.3"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("#!/bin/bash"), "{text}");
+    assert!(text.contains("export RAY_HEAD_IP='10.1.2.3'"), "{text}");
+    assert!(
+        text.contains("latest/meta-data/instance-id"),
+        "IMDSv2: {text}"
+    );
+    assert!(
+        text.contains(r#"RAY_OVERRIDE_RESOURCES='{"CPU":8}'"#),
+        "{text}"
+    );
+    // The head is the launcher's; an unknown type is a one-line error.
+    for t in ["head", "nope"] {
+        let out = std::process::Command::new(&bin)
+            .arg("boot-script")
+            .arg(&yaml)
+            .arg(t)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.lines().count() == 1,
+            "{t}: {err}"
+        );
+    }
 }

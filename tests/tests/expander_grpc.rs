@@ -179,6 +179,7 @@ fn nonsense_empty_and_error_answers_fall_through() {
 }
 
 fn tls_identity() -> Tls {
+    rayscale_tests::install_crypto_provider();
     let cert = std::fs::read(fixtures().join("server.pem")).expect("server.pem");
     let key = std::fs::read(fixtures().join("server.key")).expect("server.key");
     Some((cert, key))

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rayscale_gcs_client::client::ClientOptions;
-use rayscale_tests::ray_head::{RayHead, RayHeadOptions, is_head_node};
+use rayscale_tests::ray_head::{RayHead, RayHeadOptions};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -123,46 +123,12 @@ impl Drop for Loop {
     }
 }
 
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < timeout {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    f()
-}
+use rayscale_tests::wait_until;
 
 /// Process ids whose environment says they belong to `cluster` (worker `ray start`
 /// processes and everything they started).
 fn cluster_processes(cluster: &str) -> Vec<u32> {
-    let needle = format!("RAYSCALE_CLUSTER={cluster}");
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
-        .filter(|pid| {
-            let mut buf = Vec::new();
-            std::fs::File::open(format!("/proc/{pid}/environ"))
-                .and_then(|mut f| f.read_to_end(&mut buf))
-                .map(|_| buf.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
-                .unwrap_or(false)
-        })
-        .filter(|pid| {
-            // Zombies are not running processes (and are reaped by their parent).
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| {
-                    !s.rsplit(')')
-                        .next()
-                        .unwrap_or("")
-                        .trim_start()
-                        .starts_with('Z')
-                })
-                .unwrap_or(false)
-        })
-        .collect()
+    rayscale_tests::processes_with_env(&format!("RAYSCALE_CLUSTER={cluster}"))
 }
 
 /// Kills every process of `cluster` (test cleanup).
@@ -179,27 +145,7 @@ fn kill_cluster(cluster: &str) {
 
 /// Alive worker nodes in the GCS, by cloud instance id.
 fn alive_workers(head: &RayHead) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let c = head.client(ClientOptions {
-            deadline: Duration::from_secs(3),
-            max_attempts: 1,
-            ..Default::default()
-        });
-        match c.get_cluster_resource_state(0).await {
-            Ok(s) => s
-                .node_states
-                .iter()
-                .filter(|n| !is_head_node(n))
-                .filter(|n| n.status != 2) // DEAD
-                .map(|n| n.instance_id.clone())
-                .collect(),
-            Err(_) => Vec::new(),
-        }
-    })
+    head.alive_workers()
 }
 
 fn python() -> PathBuf {

@@ -428,6 +428,50 @@ known_enums!(
     ec2::ResourceType
 );
 
+/// The shell command that prints the instance's id from EC2's instance metadata service
+/// (IMDSv2: a session token first, then `meta-data/instance-id`), retried while the
+/// service comes up. `RAYSCALE_METADATA_URL` replaces the service's address (the boot
+/// simulator's stand-in).
+pub const INSTANCE_ID_COMMAND: &str = concat!(
+    "M=\"${RAYSCALE_METADATA_URL:-http://169.254.169.254}\"; ",
+    "T=$(curl -sf --retry 20 --retry-connrefused --retry-delay 1 -X PUT \"$M/latest/api/token\" ",
+    "-H 'X-aws-ec2-metadata-token-ttl-seconds: 300'); ",
+    "curl -sf --retry 20 --retry-connrefused --retry-delay 1 -H \"X-aws-ec2-metadata-token: $T\" ",
+    "\"$M/latest/meta-data/instance-id\""
+);
+
+/// The boundary of the MIME document that carries a user's `UserData` and the boot script.
+pub const MIME_BOUNDARY: &str = "==RAYSCALE_BOUNDARY==";
+
+/// The instance's `UserData`: the user's own, the boot script, or both. Both go as a
+/// MIME multi-part document (cloud-init's format), the user's part first, so it runs
+/// first; its type follows its first line (`#cloud-config`, else a shell script).
+pub fn user_data(user: Option<&str>, boot: Option<&str>) -> Option<String> {
+    match (user, boot) {
+        (None, None) => None,
+        (Some(u), None) => Some(u.to_string()),
+        (None, Some(b)) => Some(b.to_string()),
+        (Some(u), Some(b)) => {
+            let kind = if u.trim_start().starts_with("#cloud-config") {
+                "text/cloud-config"
+            } else {
+                "text/x-shellscript"
+            };
+            let part = |ctype: &str, name: &str, body: &str| {
+                format!(
+                    "--{MIME_BOUNDARY}\nContent-Type: {ctype}; charset=\"utf-8\"\n\
+                     MIME-Version: 1.0\nContent-Disposition: attachment; filename=\"{name}\"\n\n{body}\n"
+                )
+            };
+            Some(format!(
+                "Content-Type: multipart/mixed; boundary=\"{MIME_BOUNDARY}\"\nMIME-Version: 1.0\n\n{}{}--{MIME_BOUNDARY}--\n",
+                part(kind, "user-data", u),
+                part("text/x-shellscript", "rayscale-boot.sh", b)
+            ))
+        }
+    }
+}
+
 /// The EC2 instance as core sees it, or `None` for one that is not a Ray node of a known
 /// kind (no `ray-node-type` tag, or `unmanaged`): such instances are never touched.
 pub fn cloud_instance(i: &ec2::Instance) -> Option<CloudInstance> {
@@ -604,6 +648,26 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn user_data_runs_the_users_part_first() {
+        assert_eq!(user_data(None, None), None);
+        assert_eq!(
+            user_data(Some("#!/bin/sh\necho u"), None).as_deref(),
+            Some("#!/bin/sh\necho u")
+        );
+        let both = user_data(
+            Some("#cloud-config\npackages: [htop]"),
+            Some("#!/bin/bash\necho b"),
+        )
+        .unwrap_or_default();
+        let u = both.find("packages: [htop]").unwrap_or(usize::MAX);
+        let b = both.find("echo b").unwrap_or(0);
+        assert!(u < b, "{both}");
+        assert!(both.contains("Content-Type: text/cloud-config"));
+        assert!(both.contains("Content-Type: text/x-shellscript"));
+        assert!(both.trim_end().ends_with(&format!("--{MIME_BOUNDARY}--")));
     }
 
     #[test]

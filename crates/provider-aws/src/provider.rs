@@ -11,6 +11,7 @@ use std::time::Duration;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types as ec2;
 use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::boot::{BootTarget, render_worker};
 use rayscale_core::provider::{
     CloudInstance, CloudInstanceProvider, LaunchOutcome, LaunchRequest, NodeKind, ProviderError,
     ProviderErrorKind, ProviderOp, idempotency_token, tags,
@@ -71,30 +72,50 @@ impl CallCounts {
 /// Ray worker nodes (and the head) as EC2 instances.
 pub struct AwsProvider {
     client: Client,
-    config: RwLock<Arc<AwsConfig>>,
+    state: RwLock<Arc<State>>,
+    /// The head's address for workers' boot scripts; `None`: workers get only the
+    /// user's `UserData` (tests of the API alone).
+    head_ip: Option<String>,
     calls: CallCounts,
+}
+
+/// What one config load gives: the AWS view and each worker type's boot script.
+struct State {
+    cfg: AwsConfig,
+    boot: BTreeMap<String, String>,
 }
 
 impl AwsProvider {
     /// A provider for `config` on `client`. Every node type's `node_config` is mapped
-    /// once here, so a bad one fails at load, naming its path.
-    pub fn new(client: Client, config: &ClusterConfig) -> Result<Self, AwsError> {
-        let cfg = load(config)?;
+    /// once here, so a bad one fails at load, naming its path. With `head_ip`, every
+    /// worker boots with rayscale's boot script (joining the head at `head_ip`); without,
+    /// workers get only the user's `UserData`.
+    pub fn new(
+        client: Client,
+        config: &ClusterConfig,
+        head_ip: Option<&str>,
+    ) -> Result<Self, AwsError> {
+        let state = load(config, head_ip)?;
         Ok(AwsProvider {
             client,
-            config: RwLock::new(Arc::new(cfg)),
+            state: RwLock::new(Arc::new(state)),
+            head_ip: head_ip.map(str::to_string),
             calls: CallCounts::default(),
         })
     }
 
     /// A provider whose client comes from the standard AWS chain (`provider.region`
-    /// overriding the region).
-    pub async fn from_environment(config: &ClusterConfig) -> Result<Self, AwsError> {
-        let cfg = load(config)?;
-        let client = crate::client::from_environment(cfg.region.as_deref()).await;
+    /// overriding the region); see [`new`](Self::new) for `head_ip`.
+    pub async fn from_environment(
+        config: &ClusterConfig,
+        head_ip: Option<&str>,
+    ) -> Result<Self, AwsError> {
+        let state = load(config, head_ip)?;
+        let client = crate::client::from_environment(state.cfg.region.as_deref()).await;
         Ok(AwsProvider {
             client,
-            config: RwLock::new(Arc::new(cfg)),
+            state: RwLock::new(Arc::new(state)),
+            head_ip: head_ip.map(str::to_string),
             calls: CallCounts::default(),
         })
     }
@@ -104,8 +125,8 @@ impl AwsProvider {
         &self.calls
     }
 
-    fn cfg(&self) -> Arc<AwsConfig> {
-        match self.config.read() {
+    fn state(&self) -> Arc<State> {
+        match self.state.read() {
             Ok(c) => c.clone(),
             Err(p) => p.into_inner().clone(),
         }
@@ -252,7 +273,8 @@ impl AwsProvider {
     }
 
     async fn launch_inner(&self, req: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
-        let cfg = self.cfg();
+        let state = self.state();
+        let cfg = &state.cfg;
         let t = req.node_type.as_str();
         let launch_op = |count: u64| ProviderOp::Launch {
             request_id: req.request_id.clone(),
@@ -271,7 +293,7 @@ impl AwsProvider {
         // 1. What this request already made (a replay after a crash, a retry).
         let ours = self
             .describe(
-                &cfg,
+                cfg,
                 &["pending", "running", "stopping", "stopped"],
                 vec![
                     filter(
@@ -303,7 +325,7 @@ impl AwsProvider {
             let hash = cfg.launch_hashes.get(t).cloned().unwrap_or_default();
             let stopped = self
                 .describe(
-                    &cfg,
+                    cfg,
                     &["stopped"],
                     vec![
                         filter(
@@ -327,7 +349,7 @@ impl AwsProvider {
         reuse.truncate(usize::try_from(remaining).unwrap_or(usize::MAX));
         let mut shortfall: Option<AwsError> = None;
         for chunk in reuse.chunks(MAX_IDS_PER_CALL) {
-            match self.restart(&cfg, chunk, &req.request_id, t).await {
+            match self.restart(cfg, chunk, &req.request_id, t).await {
                 Ok(()) => {
                     remaining -= chunk.len() as u64;
                     made.extend(chunk.iter().map(|id| {
@@ -378,19 +400,22 @@ impl AwsProvider {
                     zone: None,
                 }]
             };
-            let user_data = nc.user_data.as_deref();
+            let user_data = mapping::user_data(
+                nc.user_data.as_deref(),
+                state.boot.get(t).map(String::as_str),
+            );
             for (n, at) in attempts.iter().enumerate() {
                 // The token names the request, the attempt and how many it asks for: EC2
                 // refuses one token with other parameters, and keeps it for a day.
                 let token = idempotency_token(&format!("{}/{n}/{remaining}", req.request_id), 0);
                 let input = mapping::run_instances_input(
-                    &cfg,
+                    cfg,
                     t,
                     kind,
                     Some(&req.request_id),
                     remaining,
                     at,
-                    user_data,
+                    user_data.as_deref(),
                     &token,
                 )
                 .map_err(|e| e.into_provider(launch_op(req.count)))?;
@@ -453,7 +478,8 @@ impl AwsProvider {
         if ids.is_empty() {
             return Ok(());
         }
-        let cfg = self.cfg();
+        let state = self.state();
+        let cfg = &state.cfg;
         let first = ProviderOp::Terminate {
             cloud_instance_id: ids[0].clone(),
         };
@@ -463,7 +489,7 @@ impl AwsProvider {
         for chunk in ids.chunks(200) {
             let found = self
                 .describe(
-                    &cfg,
+                    cfg,
                     &["pending", "running", "stopping", "stopped"],
                     vec![filter("instance-id", chunk.iter().map(String::as_str))],
                 )
@@ -564,8 +590,24 @@ fn op_for(chunk: &[String]) -> ProviderOp {
     }
 }
 
-fn load(config: &ClusterConfig) -> Result<AwsConfig, AwsError> {
+fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, AwsError> {
     let cfg = AwsConfig::from_cluster(config)?;
+    let mut boot = BTreeMap::new();
+    if let Some(ip) = head_ip {
+        for t in cfg.node_types.keys() {
+            if cfg.head_node_type.as_deref() == Some(t.as_str()) {
+                continue;
+            }
+            let target = BootTarget {
+                node_type: t,
+                head_ip: ip,
+                instance_id_command: mapping::INSTANCE_ID_COMMAND,
+            };
+            let script = render_worker(config, &target)
+                .map_err(|e| AwsError::config("boot script", e.to_string()))?;
+            boot.insert(t.clone(), script);
+        }
+    }
     // Map each type once, so a value EC2's model does not know fails now.
     for t in cfg.node_types.keys() {
         mapping::run_instances_input(
@@ -582,7 +624,7 @@ fn load(config: &ClusterConfig) -> Result<AwsConfig, AwsError> {
             "check",
         )?;
     }
-    Ok(cfg)
+    Ok(State { cfg, boot })
 }
 
 fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> ec2::Filter {
@@ -603,9 +645,9 @@ impl CloudInstanceProvider for AwsProvider {
     }
 
     async fn list(&self) -> Result<Vec<CloudInstance>, ProviderError> {
-        let cfg = self.cfg();
+        let state = self.state();
         let all = self
-            .describe(&cfg, &["pending", "running", "stopping"], Vec::new())
+            .describe(&state.cfg, &["pending", "running", "stopping"], Vec::new())
             .await
             .map_err(|e| e.into_provider(ProviderOp::List))?;
         Ok(all.iter().filter_map(mapping::cloud_instance).collect())
@@ -628,10 +670,11 @@ impl CloudInstanceProvider for AwsProvider {
     }
 
     async fn reconfigure(&self, config: &ClusterConfig) -> Result<(), ProviderError> {
-        let cfg = load(config).map_err(|e| e.into_provider(ProviderOp::Other))?;
-        match self.config.write() {
-            Ok(mut c) => *c = Arc::new(cfg),
-            Err(p) => *p.into_inner() = Arc::new(cfg),
+        let state = load(config, self.head_ip.as_deref())
+            .map_err(|e| e.into_provider(ProviderOp::Other))?;
+        match self.state.write() {
+            Ok(mut c) => *c = Arc::new(state),
+            Err(p) => *p.into_inner() = Arc::new(state),
         }
         Ok(())
     }

@@ -28,6 +28,7 @@
 //!   `poll_errors`, once each.
 //! - **No global state, no runtime of its own.** A provider holds its client and config.
 
+pub mod boot;
 mod error;
 pub mod tags;
 

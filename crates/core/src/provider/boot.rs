@@ -1,0 +1,415 @@
+//! The boot script: what a new node runs at first boot to join the cluster, rendered by
+//! one function for every cloud (EC2 `UserData`, GCE `startup-script`, Azure
+//! `customData`). Each cloud decides only where the script goes and how the instance
+//! learns its own id ([`BootTarget::instance_id_command`]).
+//!
+//! Ray starts a worker over SSH from the head (its NodeUpdater); rayscale starts it at
+//! boot instead, with the same YAML keys and the same environment Ray's updater sets:
+//!
+//! 1. `initialization_commands` (the node type's own, else the cluster's), on the host;
+//! 2. `setup_commands` then `worker_setup_commands` (the node type's own, else the
+//!    cluster's), as Ray's `merge_setup_commands` joins them;
+//! 3. `worker_start_ray_commands`;
+//!
+//! each step's commands as `auth.ssh_user` (when that user exists; else as the user the
+//! script runs as), under `set -e`, with `RAY_HEAD_IP`, `RAY_CLOUD_INSTANCE_ID`,
+//! `RAY_NODE_TYPE_NAME`, and the type's resources and labels as `RAY_OVERRIDE_RESOURCES`
+//! / `RAY_OVERRIDE_LABELS` (Ray's `ray_installer.py` and `updater.py`). With a `docker:`
+//! block, steps 2 and 3 run inside the container, started as Ray's `DockerCommandRunner`
+//! starts it (`docker run -d --net=host ... <image> bash`), and step 1 on the host.
+//!
+//! Where the YAML has no `worker_start_ray_commands`, Ray's AWS defaults apply
+//! (`ray stop`, then `ray start --address=$RAY_HEAD_IP:6379 --object-manager-port=8076`
+//! under `ulimit -n 65536`). No default setup command is added: Ray's default installs a
+//! nightly wheel, and an image with Ray in it is what production clusters use.
+
+use serde_json::Value;
+
+use crate::CoreError;
+use crate::config::ClusterConfig;
+
+/// Where a boot script will run and how it finds out who it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BootTarget<'a> {
+    /// The node type (a key of `available_node_types`).
+    pub node_type: &'a str,
+    /// The head's address as workers reach it (`RAY_HEAD_IP`).
+    pub head_ip: &'a str,
+    /// A shell command that prints the instance's cloud id (the cloud's metadata
+    /// service); it may read `RAYSCALE_METADATA_URL` (a stand-in's address in tests).
+    pub instance_id_command: &'a str,
+}
+
+/// Ray's default worker start commands (its AWS `defaults.yaml`), when the YAML has none.
+pub const DEFAULT_WORKER_START: &[&str] = &[
+    "ray stop",
+    "ulimit -n 65536; ray start --address=$RAY_HEAD_IP:6379 --object-manager-port=8076",
+];
+
+/// The marker ending each embedded file in the script (never inside a command: checked).
+const EOF_MARK: &str = "RAYSCALE_BOOT_EOF";
+
+/// The boot script of a worker of `target.node_type`, a bash script.
+pub fn render_worker(config: &ClusterConfig, target: &BootTarget<'_>) -> Result<String, CoreError> {
+    let t = config.node_type(target.node_type).ok_or_else(|| {
+        CoreError::invalid(
+            "available_node_types",
+            format!("no node type {:?}", target.node_type),
+        )
+    })?;
+    let raw = &config.raw;
+    let type_raw = raw
+        .get("available_node_types")
+        .and_then(|n| n.get(target.node_type));
+    let type_path = format!("available_node_types.{}", target.node_type);
+    // A key of the node type overrides the cluster's (Ray's per-type lookups).
+    let pick = |key: &str| -> Result<Vec<String>, CoreError> {
+        match type_raw.and_then(|v| v.get(key)) {
+            Some(v) => commands(v, &format!("{type_path}.{key}")),
+            None => commands(raw.get(key).unwrap_or(&Value::Null), key),
+        }
+    };
+    let init = pick("initialization_commands")?;
+    let mut setup = commands(
+        raw.get("setup_commands").unwrap_or(&Value::Null),
+        "setup_commands",
+    )?;
+    setup.extend(pick("worker_setup_commands")?);
+    let mut start = commands(
+        raw.get("worker_start_ray_commands").unwrap_or(&Value::Null),
+        "worker_start_ray_commands",
+    )?;
+    if raw.get("worker_start_ray_commands").is_none() {
+        start = DEFAULT_WORKER_START.iter().map(|s| s.to_string()).collect();
+    }
+    let user = raw
+        .get("auth")
+        .and_then(|a| a.get("ssh_user"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let docker = docker_settings(raw.get("docker"), type_raw.and_then(|v| v.get("docker")))?;
+    for (what, cmds) in [
+        ("initialization", &init),
+        ("setup", &setup),
+        ("start", &start),
+    ] {
+        if cmds.iter().any(|c| c.contains(EOF_MARK)) {
+            return Err(CoreError::invalid(
+                format!("{what} commands"),
+                format!("a command contains {EOF_MARK}, which the boot script reserves"),
+            ));
+        }
+    }
+    let resources: serde_json::Map<String, Value> = t
+        .resources
+        .iter()
+        .map(|(k, v)| {
+            let f = crate::model::resources::to_f64(v);
+            // Whole amounts as integers, as Ray's YAML writes them.
+            let n = if f.fract() == 0.0 && f.abs() < 1e15 {
+                Value::from(f as i64)
+            } else {
+                Value::from(f)
+            };
+            (k.to_string(), n)
+        })
+        .collect();
+    let labels: serde_json::Map<String, Value> = t
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+
+    let mut s = String::new();
+    s.push_str("#!/bin/bash\n");
+    s.push_str(&format!(
+        "# rayscale boot script: cluster {}, node type {} (worker).\n",
+        one_line(&config.cluster_name),
+        one_line(target.node_type)
+    ));
+    s.push_str("# Print it with `rayscale boot-script CLUSTER.yaml TYPE`.\n");
+    s.push_str("set -euo pipefail\n");
+    s.push_str("BOOT_DIR=\"${RAYSCALE_BOOT_DIR:-/var/lib/rayscale}\"\n");
+    s.push_str("mkdir -p \"$BOOT_DIR\"\n");
+    s.push_str("exec >>\"$BOOT_DIR/boot.log\" 2>&1\n");
+    s.push_str(&format!(
+        "RAY_CLOUD_INSTANCE_ID=\"$({})\"\n",
+        target.instance_id_command
+    ));
+    s.push_str("[ -n \"$RAY_CLOUD_INSTANCE_ID\" ] || { echo 'rayscale: no instance id from the metadata service' >&2; exit 1; }\n");
+    // The environment every step sees (Ray's updater sets the same).
+    s.push_str(&format!("cat >\"$BOOT_DIR/env.sh\" <<'{EOF_MARK}'\n"));
+    for (k, v) in [
+        ("RAY_HEAD_IP", target.head_ip.to_string()),
+        ("RAY_NODE_TYPE_NAME", target.node_type.to_string()),
+        (
+            "RAY_OVERRIDE_RESOURCES",
+            Value::Object(resources).to_string(),
+        ),
+    ] {
+        s.push_str(&format!("export {k}={}\n", quote(&v)));
+    }
+    if !labels.is_empty() {
+        s.push_str(&format!(
+            "export RAY_OVERRIDE_LABELS={}\n",
+            quote(&Value::Object(labels).to_string())
+        ));
+    }
+    s.push_str(&format!("{EOF_MARK}\n"));
+    s.push_str("printf 'export RAY_CLOUD_INSTANCE_ID=%q\\n' \"$RAY_CLOUD_INSTANCE_ID\" >>\"$BOOT_DIR/env.sh\"\n");
+    // Each step as a file, run as the SSH user when it exists.
+    let step = |s: &mut String, name: &str, cmds: &[String], in_docker: bool| {
+        s.push_str(&format!("cat >\"$BOOT_DIR/{name}.sh\" <<'{EOF_MARK}'\n"));
+        s.push_str("set -e\n");
+        for c in cmds {
+            s.push_str(c);
+            s.push('\n');
+        }
+        s.push_str(&format!("{EOF_MARK}\n"));
+        if in_docker {
+            s.push_str(&format!(
+                "docker exec -i \"$CONTAINER\" bash -l -c \"$(cat \"$BOOT_DIR/env.sh\" \"$BOOT_DIR/{name}.sh\")\"\n"
+            ));
+        } else {
+            s.push_str(&format!("run_as_user \"$BOOT_DIR/{name}.sh\"\n"));
+        }
+    };
+    s.push_str(&format!(
+        "SSH_USER={}\n",
+        quote(user.as_deref().unwrap_or(""))
+    ));
+    s.push_str(concat!(
+        "run_as_user() {\n",
+        "  if [ -n \"$SSH_USER\" ] && [ \"$(id -un)\" != \"$SSH_USER\" ] && id \"$SSH_USER\" >/dev/null 2>&1; then\n",
+        "    chmod 755 \"$BOOT_DIR\"; chmod 644 \"$BOOT_DIR\"/*.sh\n",
+        "    sudo -u \"$SSH_USER\" -H bash -l -c \". '$BOOT_DIR/env.sh'; . '$1'\"\n",
+        "  else\n",
+        "    bash -c \". '$BOOT_DIR/env.sh'; . '$1'\"\n",
+        "  fi\n",
+        "}\n",
+    ));
+    if !init.is_empty() {
+        step(&mut s, "initialization", &init, false);
+    }
+    if let Some(d) = &docker {
+        s.push_str(&format!("CONTAINER={}\n", quote(&d.container)));
+        if d.pull {
+            s.push_str(&format!("docker pull {}\n", quote(&d.image)));
+        }
+        s.push_str(&format!(
+            "docker run --rm --name \"$CONTAINER\" -d -it -e LC_ALL=C.UTF-8 -e LANG=C.UTF-8 --net=host {} {} bash\n",
+            d.run_options.join(" "),
+            quote(&d.image)
+        ));
+    }
+    if !setup.is_empty() {
+        step(&mut s, "setup", &setup, docker.is_some());
+    }
+    step(&mut s, "start", &start, docker.is_some());
+    s.push_str("echo \"rayscale: node $RAY_CLOUD_INSTANCE_ID started\"\n");
+    Ok(s)
+}
+
+/// A `docker:` block, with the node type's overrides applied.
+#[derive(Debug, Clone, PartialEq)]
+struct Docker {
+    image: String,
+    container: String,
+    pull: bool,
+    run_options: Vec<String>,
+}
+
+fn docker_settings(
+    top: Option<&Value>,
+    per_type: Option<&Value>,
+) -> Result<Option<Docker>, CoreError> {
+    let get = |key: &str| {
+        per_type
+            .and_then(|d| d.get(key))
+            .or_else(|| top.and_then(|d| d.get(key)))
+    };
+    let str_of = |key: &str| get(key).and_then(Value::as_str).map(str::to_string);
+    let image = str_of("worker_image").or_else(|| str_of("image"));
+    let Some(image) = image.filter(|i| !i.is_empty()) else {
+        return Ok(None);
+    };
+    let container = str_of("container_name").unwrap_or_else(|| "ray_container".to_string());
+    if container.is_empty() {
+        return Err(CoreError::invalid(
+            "docker.container_name",
+            "must not be empty with an image",
+        ));
+    }
+    let mut run_options = Vec::new();
+    for key in ["run_options", "worker_run_options"] {
+        if let Some(v) = get(key) {
+            run_options.extend(commands(v, &format!("docker.{key}"))?);
+        }
+    }
+    Ok(Some(Docker {
+        image,
+        container,
+        pull: get("pull_before_run")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+        run_options,
+    }))
+}
+
+/// A list of shell commands at `path`.
+fn commands(v: &Value, path: &str) -> Result<Vec<String>, CoreError> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match c {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(CoreError::invalid(
+                    format!("{path}[{i}]"),
+                    format!("must be a string command, got {other}"),
+                )),
+            })
+            .collect(),
+        other => Err(CoreError::invalid(
+            path,
+            format!("must be a list of commands, got {other}"),
+        )),
+    }
+}
+
+/// `v` single-quoted for the shell.
+fn quote(v: &str) -> String {
+    format!("'{}'", v.replace('\'', "'\\''"))
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(extra: &str) -> ClusterConfig {
+        let yaml = format!(
+            "cluster_name: demo\nprovider: {{type: aws, region: us-west-2}}\nhead_node_type: h\n\
+             auth: {{ssh_user: ubuntu}}\n{extra}\
+             available_node_types:\n  h: {{resources: {{}}, node_config: {{}}}}\n  \
+             w: {{resources: {{CPU: 2, GPU: 1}}, labels: {{zone: a}}, node_config: {{}}}}\n"
+        );
+        ClusterConfig::from_yaml_str(&yaml, "t.yaml").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn target() -> BootTarget<'static> {
+        BootTarget {
+            node_type: "w",
+            head_ip: "10.0.0.1",
+            instance_id_command: "echo i-123",
+        }
+    }
+
+    #[test]
+    fn ray_keys_in_ray_order_with_ray_env() {
+        let c = cfg(
+            "initialization_commands: [echo init]\nsetup_commands: [echo common]\n\
+             worker_setup_commands: [echo worker]\nworker_start_ray_commands: [ray stop, 'ray start --address=$RAY_HEAD_IP:6379']\n",
+        );
+        let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+        let at = |needle: &str| {
+            s.find(needle)
+                .unwrap_or_else(|| panic!("{needle} missing:\n{s}"))
+        };
+        assert!(at("echo init") < at("echo common"));
+        assert!(at("echo common") < at("echo worker"));
+        assert!(at("echo worker") < at("ray start --address=$RAY_HEAD_IP:6379"));
+        assert!(s.contains("export RAY_HEAD_IP='10.0.0.1'"));
+        assert!(s.contains("export RAY_NODE_TYPE_NAME='w'"));
+        assert!(
+            s.contains(r#"export RAY_OVERRIDE_RESOURCES='{"CPU":2,"GPU":1}'"#),
+            "{s}"
+        );
+        assert!(
+            s.contains(r#"export RAY_OVERRIDE_LABELS='{"zone":"a"}'"#),
+            "{s}"
+        );
+        assert!(s.contains("RAY_CLOUD_INSTANCE_ID=\"$(echo i-123)\""));
+        assert!(s.contains("SSH_USER='ubuntu'"));
+        assert!(!s.contains("docker"), "no docker block, no docker");
+    }
+
+    #[test]
+    fn defaults_overrides_and_docker() {
+        let c = cfg("worker_setup_commands: [echo cluster-wide]\n\
+             docker: {image: 'rayproject/ray:2.60.0', container_name: rc, run_options: [--ulimit nofile=65536:65536]}\n");
+        let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.contains(DEFAULT_WORKER_START[1]), "Ray's default start");
+        assert!(s.contains("docker pull 'rayproject/ray:2.60.0'"));
+        assert!(s.contains("--net=host --ulimit nofile=65536:65536 'rayproject/ray:2.60.0' bash"));
+        assert!(s.contains("docker exec -i \"$CONTAINER\""));
+        // A node type's own commands replace the cluster's.
+        let c2 = ClusterConfig::from_yaml_str(
+            "cluster_name: d\nprovider: {type: aws}\nhead_node_type: h\n\
+             worker_setup_commands: [echo cluster-wide]\n\
+             available_node_types:\n  h: {resources: {}, node_config: {}}\n  \
+             w: {resources: {}, node_config: {}, worker_setup_commands: [echo mine]}\n",
+            "t.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let s2 = render_worker(&c2, &target()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            s2.contains("echo mine") && !s2.contains("echo cluster-wide"),
+            "{s2}"
+        );
+    }
+
+    #[test]
+    fn bad_commands_name_their_path() {
+        // Ray's schema refuses a command that is not a string when the config loads;
+        // the renderer names the path too, for a value built another way.
+        let e = commands(&serde_json::json!(["echo ok", 3]), "setup_commands")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("setup_commands[1]"), "{e}");
+        let c = cfg("");
+        let e = render_worker(
+            &c,
+            &BootTarget {
+                node_type: "nope",
+                ..target()
+            },
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn the_script_runs() {
+        // The rendered script, run by bash with a stand-in for `ray`: every step runs,
+        // in order, with the environment.
+        let dir = std::env::temp_dir().join(format!("rayscale-boot-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = cfg(
+            "initialization_commands: ['echo init >> $RAYSCALE_TRACE']\n\
+             setup_commands: ['echo setup $RAY_NODE_TYPE_NAME >> $RAYSCALE_TRACE']\n\
+             worker_start_ray_commands: ['echo start $RAY_CLOUD_INSTANCE_ID $RAY_HEAD_IP >> $RAYSCALE_TRACE']\n",
+        );
+        let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+        let trace = dir.join("trace");
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&s)
+            .env("RAYSCALE_BOOT_DIR", &dir)
+            .env("RAYSCALE_TRACE", &trace)
+            .output()
+            .unwrap_or_else(|e| panic!("bash: {e}"));
+        let log = std::fs::read_to_string(dir.join("boot.log")).unwrap_or_default();
+        assert!(out.status.success(), "{log}");
+        let got = std::fs::read_to_string(&trace).unwrap_or_default();
+        assert_eq!(got, "init\nsetup w\nstart i-123 10.0.0.1\n", "{log}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,445 @@
+//! [`BootSimulator`]: a cloud's data plane on one machine. It watches the cloud's API (an
+//! emulator or fake, through a [`DataPlane`]) for running instances and turns each into
+//! local processes running the instance's boot payload (EC2 user data, a GCE startup
+//! script, ...), with a stand-in for the instance metadata service that tells each its
+//! own id; when an instance stops running in the API, its processes are killed. With it a
+//! whole scale-up and scale-down runs against a real Ray cluster on one machine.
+//!
+//! The metadata stand-in serves EC2's IMDSv2 paths under a per-instance prefix
+//! (`PUT /<id>/latest/api/token`, `GET /<id>/latest/meta-data/instance-id`); each
+//! instance's processes get `RAYSCALE_METADATA_URL=http://127.0.0.1:<port>/<id>`, which
+//! rayscale's boot scripts read in place of `http://169.254.169.254`.
+//!
+//! A MIME multi-part payload (cloud-init's format, as rayscale sends a user's `UserData`
+//! beside its boot script) runs its shell-script parts in order; other parts
+//! (`#cloud-config`) are skipped, as a machine without cloud-init would.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The cloud's API as the simulator reads it.
+#[async_trait::async_trait]
+pub trait DataPlane: Send + Sync {
+    /// Running instances of the cluster and their boot payloads (plain text).
+    async fn running(&self) -> Result<Vec<(String, String)>, String>;
+}
+
+/// What the simulator did, for tests to read.
+#[derive(Debug, Default)]
+struct Sim {
+    live: BTreeMap<String, Child>,
+    ever: Vec<String>,
+    killed: Vec<String>,
+}
+
+/// The data plane of a cloud, on this machine. Dropping it kills every process it started.
+pub struct BootSimulator {
+    stop: Arc<AtomicBool>,
+    sim: Arc<Mutex<Sim>>,
+    dir: PathBuf,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl BootSimulator {
+    /// Starts watching `plane`; each instance runs with `env` added to this process's
+    /// environment, under `dir/<id>/` (its payload parts, `sim.log`, and the boot dir).
+    pub fn start(plane: Arc<dyn DataPlane>, env: Vec<(String, String)>, dir: PathBuf) -> Self {
+        std::fs::create_dir_all(&dir).expect("simulator dir");
+        let stop = Arc::new(AtomicBool::new(false));
+        let sim = Arc::new(Mutex::new(Sim::default()));
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("metadata stand-in binds");
+        let port = listener.local_addr().expect("address").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let mut threads = Vec::new();
+        {
+            let stop = stop.clone();
+            threads.push(std::thread::spawn(move || metadata_server(listener, stop)));
+        }
+        {
+            let (stop, sim, dir) = (stop.clone(), sim.clone(), dir.clone());
+            threads.push(std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                while !stop.load(Ordering::Relaxed) {
+                    match rt.block_on(plane.running()) {
+                        Ok(running) => step(&sim, &running, &env, &dir, port),
+                        Err(e) => eprintln!("boot simulator: reading the cloud: {e}"),
+                    }
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            }));
+        }
+        BootSimulator {
+            stop,
+            sim,
+            dir,
+            threads,
+        }
+    }
+
+    /// Instances whose processes run now.
+    pub fn live(&self) -> Vec<String> {
+        self.lock().live.keys().cloned().collect()
+    }
+
+    /// Every instance ever booted, in boot order.
+    pub fn ever_booted(&self) -> Vec<String> {
+        self.lock().ever.clone()
+    }
+
+    /// Instances whose processes were killed because the cloud stopped running them.
+    pub fn killed(&self) -> Vec<String> {
+        self.lock().killed.clone()
+    }
+
+    /// The boot log of an instance (its payload's output, and the boot script's log).
+    pub fn log(&self, id: &str) -> String {
+        let d = self.dir.join(id);
+        let mut s = std::fs::read_to_string(d.join("sim.log")).unwrap_or_default();
+        s.push_str(&std::fs::read_to_string(d.join("boot/boot.log")).unwrap_or_default());
+        s
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sim> {
+        match self.sim.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+}
+
+impl Drop for BootSimulator {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let mut sim = self.lock();
+        let ids: Vec<String> = sim.live.keys().cloned().collect();
+        for id in ids {
+            if let Some(child) = sim.live.remove(&id) {
+                kill_instance(&id, child);
+            }
+        }
+    }
+}
+
+fn step(
+    sim: &Mutex<Sim>,
+    running: &[(String, String)],
+    env: &[(String, String)],
+    dir: &std::path::Path,
+    port: u16,
+) {
+    let mut s = match sim.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    let now: BTreeMap<&str, &str> = running
+        .iter()
+        .map(|(i, p)| (i.as_str(), p.as_str()))
+        .collect();
+    // Gone from the API (stopped, terminated): its processes go too.
+    let gone: Vec<String> = s
+        .live
+        .keys()
+        .filter(|id| !now.contains_key(id.as_str()))
+        .cloned()
+        .collect();
+    for id in gone {
+        if let Some(child) = s.live.remove(&id) {
+            kill_instance(&id, child);
+            s.killed.push(id);
+        }
+    }
+    // Also reap boots that ended (a failed boot leaves the instance without Ray, as on
+    // a cloud).
+    for (id, payload) in now {
+        if s.live.contains_key(id) {
+            continue;
+        }
+        match boot(id, payload, env, dir, port) {
+            Ok(child) => {
+                s.live.insert(id.to_string(), child);
+                s.ever.push(id.to_string());
+            }
+            Err(e) => eprintln!("boot simulator: booting {id}: {e}"),
+        }
+    }
+}
+
+/// The shell-script parts of a payload, in order.
+pub fn shell_parts(payload: &str) -> Vec<String> {
+    let first = payload.lines().next().unwrap_or("");
+    if !first
+        .to_ascii_lowercase()
+        .starts_with("content-type: multipart/")
+    {
+        return if payload.trim_start().starts_with("#cloud-config") {
+            Vec::new()
+        } else {
+            vec![payload.to_string()]
+        };
+    }
+    let Some(b) = first.split("boundary=").nth(1) else {
+        return Vec::new();
+    };
+    let boundary = format!("--{}", b.trim().trim_matches('"'));
+    let mut out = Vec::new();
+    for part in payload.split(&boundary).skip(1) {
+        if part.starts_with("--") {
+            break;
+        }
+        let Some((headers, body)) = part.trim_start_matches(['\r', '\n']).split_once("\n\n") else {
+            continue;
+        };
+        if headers
+            .to_ascii_lowercase()
+            .contains("content-type: text/x-shellscript")
+        {
+            out.push(body.trim_end_matches('\n').to_string() + "\n");
+        }
+    }
+    out
+}
+
+fn boot(
+    id: &str,
+    payload: &str,
+    env: &[(String, String)],
+    dir: &std::path::Path,
+    port: u16,
+) -> std::io::Result<Child> {
+    let d = dir.join(id);
+    std::fs::create_dir_all(d.join("boot"))?;
+    let parts = shell_parts(payload);
+    let mut files = Vec::new();
+    for (n, p) in parts.iter().enumerate() {
+        let f = d.join(format!("part-{n}.sh"));
+        std::fs::write(&f, p)?;
+        files.push(f);
+    }
+    let log = std::fs::File::create(d.join("sim.log"))?;
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg("for f in \"$@\"; do bash \"$f\" || exit $?; done")
+        .arg("boot")
+        .args(&files)
+        .env(
+            "RAYSCALE_METADATA_URL",
+            format!("http://127.0.0.1:{port}/{id}"),
+        )
+        .env("RAYSCALE_BOOT_DIR", d.join("boot"))
+        .env("RAYSCALE_SIM_INSTANCE", id)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0);
+    cmd.spawn()
+}
+
+/// Kills an instance's processes: its process group, then anything else carrying its
+/// marker in the environment (Ray's own daemons), SIGTERM first, SIGKILL after 2 s.
+fn kill_instance(id: &str, mut child: Child) {
+    let pgid = child.id();
+    let marked = || marked_processes(id);
+    for sig in ["-TERM", "-KILL"] {
+        let _ = Command::new("kill")
+            .arg(sig)
+            .arg("--")
+            .arg(format!("-{pgid}"))
+            .stderr(Stdio::null())
+            .status();
+        let pids = marked();
+        if !pids.is_empty() {
+            let _ = Command::new("kill")
+                .arg(sig)
+                .args(pids.iter().map(u32::to_string))
+                .stderr(Stdio::null())
+                .status();
+        }
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_secs(2) && !marked().is_empty() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn marked_processes(id: &str) -> Vec<u32> {
+    crate::processes_with_env(&format!("RAYSCALE_SIM_INSTANCE={id}"))
+}
+
+/// EC2's IMDSv2 paths under `/<instance id>/`: a token for a PUT, the id for a GET.
+fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        let (mut s, _) = match listener.accept() {
+            Ok(c) => c,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut reader = BufReader::new(match s.try_clone() {
+            Ok(c) => c,
+            Err(_) => continue,
+        });
+        let mut line = String::new();
+        if reader.read_line(&mut line).is_err() {
+            continue;
+        }
+        // Skip the headers.
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h).map(|n| n == 0).unwrap_or(true) || h == "\r\n" || h == "\n"
+            {
+                break;
+            }
+        }
+        let mut it = line.split_whitespace();
+        let (method, path) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+        let mut segs = path.trim_start_matches('/').splitn(2, '/');
+        let (id, rest) = (segs.next().unwrap_or(""), segs.next().unwrap_or(""));
+        let (status, body) = match (method, rest) {
+            ("PUT", "latest/api/token") => ("200 OK", "rayscale-sim-token".to_string()),
+            ("GET", "latest/meta-data/instance-id") => ("200 OK", id.to_string()),
+            _ => ("404 Not Found", String::new()),
+        };
+        let _ = write!(
+            s,
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
+}
+
+/// EC2's data plane: running instances of a cluster (by its `ray-cluster-name` tag) and
+/// their `UserData`, read through the EC2 API (moto in tests).
+pub struct Ec2Plane {
+    /// The EC2 client.
+    pub client: aws_sdk_ec2::Client,
+    /// The cluster name.
+    pub cluster: String,
+    cache: Mutex<BTreeMap<String, String>>,
+}
+
+impl Ec2Plane {
+    /// The data plane of `cluster` behind `client`.
+    pub fn new(client: aws_sdk_ec2::Client, cluster: &str) -> Self {
+        Ec2Plane {
+            client,
+            cluster: cluster.to_string(),
+            cache: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl DataPlane for Ec2Plane {
+    async fn running(&self) -> Result<Vec<(String, String)>, String> {
+        use aws_sdk_ec2::types::Filter;
+        use base64::Engine as _;
+        let out = self
+            .client
+            .describe_instances()
+            .filters(
+                Filter::builder()
+                    .name("tag:ray-cluster-name")
+                    .values(&self.cluster)
+                    .build(),
+            )
+            .filters(
+                Filter::builder()
+                    .name("instance-state-name")
+                    .values("running")
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| format!("DescribeInstances: {e}"))?;
+        let ids: Vec<String> = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .filter(|i| {
+                // The head is not the simulator's: the test runs it.
+                !i.tags()
+                    .iter()
+                    .any(|t| t.key() == Some("ray-node-type") && t.value() == Some("head"))
+            })
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect();
+        let mut res = Vec::new();
+        for id in ids {
+            let cached = self
+                .cache
+                .lock()
+                .map(|c| c.get(&id).cloned())
+                .unwrap_or(None);
+            let payload = match cached {
+                Some(p) => p,
+                None => {
+                    let a = self
+                        .client
+                        .describe_instance_attribute()
+                        .instance_id(&id)
+                        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+                        .send()
+                        .await
+                        .map_err(|e| format!("DescribeInstanceAttribute {id}: {e}"))?;
+                    let b64 = a.user_data().and_then(|u| u.value()).unwrap_or("");
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(b64)
+                        .map_err(|e| format!("{id}: user data is not base64: {e}"))?;
+                    let p = String::from_utf8_lossy(&bytes).into_owned();
+                    if let Ok(mut c) = self.cache.lock() {
+                        c.insert(id.clone(), p.clone());
+                    }
+                    p
+                }
+            };
+            res.push((id, payload));
+        }
+        Ok(res)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mime_parts_in_order() {
+        let p = "Content-Type: multipart/mixed; boundary=\"==B==\"\nMIME-Version: 1.0\n\n\
+                 --==B==\nContent-Type: text/cloud-config\n\n#cloud-config\nx: 1\n\
+                 --==B==\nContent-Type: text/x-shellscript\n\necho one\n\
+                 --==B==\nContent-Type: text/x-shellscript\n\necho two\n--==B==--\n";
+        assert_eq!(shell_parts(p), ["echo one\n", "echo two\n"]);
+        assert_eq!(shell_parts("#!/bin/sh\necho x\n"), ["#!/bin/sh\necho x\n"]);
+        assert!(shell_parts("#cloud-config\n").is_empty());
+        // What the AWS provider sends for a user's script beside the boot script.
+        let both = rayscale_provider_aws::mapping::user_data(
+            Some("#!/bin/sh\necho user"),
+            Some("#!/bin/bash\necho boot"),
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            shell_parts(&both),
+            ["#!/bin/sh\necho user\n", "#!/bin/bash\necho boot\n"]
+        );
+    }
+}
