@@ -127,17 +127,10 @@ pub fn run_instances_input(
             Some(e) => Some(
                 ec2::EbsBlockDevice::builder()
                     .set_volume_size(e.volume_size)
-                    .set_volume_type(
-                        e.volume_type
-                            .as_deref()
-                            .map(|v| {
-                                known::<ec2::VolumeType>(
-                                    v,
-                                    &format!("{path}.BlockDeviceMappings[{i}].Ebs.VolumeType"),
-                                )
-                            })
-                            .transpose()?,
-                    )
+                    .set_volume_type(opt_known::<ec2::VolumeType>(
+                        e.volume_type.as_deref(),
+                        &format!("{path}.BlockDeviceMappings[{i}].Ebs.VolumeType"),
+                    )?)
                     .set_delete_on_termination(e.delete_on_termination)
                     .set_iops(e.iops)
                     .set_throughput(e.throughput)
@@ -163,40 +156,26 @@ pub fn run_instances_input(
             Some(s) => Some(
                 ec2::SpotMarketOptions::builder()
                     .set_max_price(s.max_price.clone())
-                    .set_spot_instance_type(
-                        s.spot_instance_type
-                            .as_deref()
-                            .map(|v| {
-                                known::<ec2::SpotInstanceType>(
-                                    v,
-                                    &format!("{p}.SpotOptions.SpotInstanceType"),
-                                )
-                            })
-                            .transpose()?,
-                    )
-                    .set_instance_interruption_behavior(
-                        s.instance_interruption_behavior
-                            .as_deref()
-                            .map(|v| {
-                                known::<ec2::InstanceInterruptionBehavior>(
-                                    v,
-                                    &format!("{p}.SpotOptions.InstanceInterruptionBehavior"),
-                                )
-                            })
-                            .transpose()?,
-                    )
+                    .set_spot_instance_type(opt_known::<ec2::SpotInstanceType>(
+                        s.spot_instance_type.as_deref(),
+                        &format!("{p}.SpotOptions.SpotInstanceType"),
+                    )?)
+                    .set_instance_interruption_behavior(opt_known::<
+                        ec2::InstanceInterruptionBehavior,
+                    >(
+                        s.instance_interruption_behavior.as_deref(),
+                        &format!("{p}.SpotOptions.InstanceInterruptionBehavior"),
+                    )?)
                     .build(),
             ),
             None => None,
         };
         b = b.instance_market_options(
             ec2::InstanceMarketOptionsRequest::builder()
-                .set_market_type(
-                    m.market_type
-                        .as_deref()
-                        .map(|v| known::<ec2::MarketType>(v, &format!("{p}.MarketType")))
-                        .transpose()?,
-                )
+                .set_market_type(opt_known::<ec2::MarketType>(
+                    m.market_type.as_deref(),
+                    &format!("{p}.MarketType"),
+                )?)
                 .set_spot_options(spot)
                 .build(),
         );
@@ -212,12 +191,10 @@ pub fn run_instances_input(
                 .set_availability_zone(user_zone.or_else(|| at.zone.map(str::to_string)))
                 .set_group_name(p.group_name)
                 .set_group_id(p.group_id)
-                .set_tenancy(
-                    p.tenancy
-                        .as_deref()
-                        .map(|v| known::<ec2::Tenancy>(v, &format!("{path}.Placement.Tenancy")))
-                        .transpose()?,
-                )
+                .set_tenancy(opt_known::<ec2::Tenancy>(
+                    p.tenancy.as_deref(),
+                    &format!("{path}.Placement.Tenancy"),
+                )?)
                 .set_partition_number(p.partition_number)
                 .set_host_id(p.host_id)
                 .set_affinity(p.affinity)
@@ -249,46 +226,23 @@ pub fn run_instances_input(
         let p = format!("{path}.MetadataOptions");
         b = b.metadata_options(
             ec2::InstanceMetadataOptionsRequest::builder()
-                .set_http_tokens(
-                    m.http_tokens
-                        .as_deref()
-                        .map(|v| known::<ec2::HttpTokensState>(v, &format!("{p}.HttpTokens")))
-                        .transpose()?,
-                )
+                .set_http_tokens(opt_known::<ec2::HttpTokensState>(
+                    m.http_tokens.as_deref(),
+                    &format!("{p}.HttpTokens"),
+                )?)
                 .set_http_put_response_hop_limit(m.http_put_response_hop_limit)
-                .set_http_endpoint(
-                    m.http_endpoint
-                        .as_deref()
-                        .map(|v| {
-                            known::<ec2::InstanceMetadataEndpointState>(
-                                v,
-                                &format!("{p}.HttpEndpoint"),
-                            )
-                        })
-                        .transpose()?,
-                )
-                .set_http_protocol_ipv6(
-                    m.http_protocol_ipv6
-                        .as_deref()
-                        .map(|v| {
-                            known::<ec2::InstanceMetadataProtocolState>(
-                                v,
-                                &format!("{p}.HttpProtocolIpv6"),
-                            )
-                        })
-                        .transpose()?,
-                )
-                .set_instance_metadata_tags(
-                    m.instance_metadata_tags
-                        .as_deref()
-                        .map(|v| {
-                            known::<ec2::InstanceMetadataTagsState>(
-                                v,
-                                &format!("{p}.InstanceMetadataTags"),
-                            )
-                        })
-                        .transpose()?,
-                )
+                .set_http_endpoint(opt_known::<ec2::InstanceMetadataEndpointState>(
+                    m.http_endpoint.as_deref(),
+                    &format!("{p}.HttpEndpoint"),
+                )?)
+                .set_http_protocol_ipv6(opt_known::<ec2::InstanceMetadataProtocolState>(
+                    m.http_protocol_ipv6.as_deref(),
+                    &format!("{p}.HttpProtocolIpv6"),
+                )?)
+                .set_instance_metadata_tags(opt_known::<ec2::InstanceMetadataTagsState>(
+                    m.instance_metadata_tags.as_deref(),
+                    &format!("{p}.InstanceMetadataTags"),
+                )?)
                 .build(),
         );
     }
@@ -300,15 +254,10 @@ pub fn run_instances_input(
         b = b.capacity_reservation_specification(
             ec2::CapacityReservationSpecification::builder()
                 .set_capacity_reservation_preference(
-                    c.capacity_reservation_preference
-                        .as_deref()
-                        .map(|v| {
-                            known::<ec2::CapacityReservationPreference>(
-                                v,
-                                &format!("{p}.CapacityReservationPreference"),
-                            )
-                        })
-                        .transpose()?,
+                    opt_known::<ec2::CapacityReservationPreference>(
+                        c.capacity_reservation_preference.as_deref(),
+                        &format!("{p}.CapacityReservationPreference"),
+                    )?,
                 )
                 .set_capacity_reservation_target(c.capacity_reservation_target.as_ref().map(|t| {
                     ec2::CapacityReservationTarget::builder()
@@ -397,6 +346,14 @@ fn known<T: for<'a> From<&'a str> + Known>(v: &str, path: &str) -> Result<T, Aws
             format!("{v:?} is not one of {}", T::names().join(", ")),
         ))
     }
+}
+
+/// [`known`] for an optional value.
+fn opt_known<T: for<'a> From<&'a str> + Known>(
+    v: Option<&str>,
+    path: &str,
+) -> Result<Option<T>, AwsError> {
+    v.map(|v| known(v, path)).transpose()
 }
 
 /// An SDK enum's known values.

@@ -176,14 +176,10 @@ impl AwsProvider {
         node_type: &str,
         zone: Option<&str>,
     ) -> Result<Vec<ec2::Instance>, AwsError> {
-        let mut delay = Duration::from_millis(250);
-        let mut tries = 0;
-        loop {
-            tries += 1;
+        retry_throttled(|| async {
             self.calls.run.fetch_add(1, Ordering::Relaxed);
             let i = input.clone();
-            let sent = self
-                .client
+            self.client
                 .run_instances()
                 .set_block_device_mappings(i.block_device_mappings)
                 .set_image_id(i.image_id)
@@ -207,29 +203,17 @@ impl AwsProvider {
                 .customize()
                 .config_override(no_retries())
                 .send()
-                .await;
-            match sent {
-                Ok(out) => {
-                    return Ok(out.instances().to_vec());
-                }
-                Err(e) => {
-                    let e = sdk_error("RunInstances", e, node_type, zone);
-                    if e.kind() == ProviderErrorKind::Throttled && tries < THROTTLE_TRIES {
-                        tokio::time::sleep(delay).await;
-                        delay *= 2;
-                        continue;
-                    }
-                    return Err(e);
-                }
-            }
-        }
+                .await
+                .map(|out| out.instances().to_vec())
+                .map_err(|e| sdk_error("RunInstances", e, node_type, zone))
+        })
+        .await
     }
 
     /// Restarts `ids` (stopped workers being reused), tagging them with the request
     /// first, so a replay counts them.
     async fn restart(
         &self,
-        cfg: &AwsConfig,
         ids: &[String],
         request_id: &str,
         node_type: &str,
@@ -243,33 +227,19 @@ impl AwsProvider {
             .send()
             .await
             .map_err(|e| sdk_error("CreateTags", e, node_type, None))?;
-        let _ = cfg;
-        let mut delay = Duration::from_millis(250);
-        let mut tries = 0;
-        loop {
-            tries += 1;
+        retry_throttled(|| async {
             self.calls.start.fetch_add(1, Ordering::Relaxed);
-            match self
-                .client
+            self.client
                 .start_instances()
                 .set_instance_ids(Some(ids.to_vec()))
                 .customize()
                 .config_override(no_retries())
                 .send()
                 .await
-            {
-                Ok(_) => return Ok(()),
-                Err(e) => {
-                    let e = sdk_error("StartInstances", e, node_type, None);
-                    if e.kind() == ProviderErrorKind::Throttled && tries < THROTTLE_TRIES {
-                        tokio::time::sleep(delay).await;
-                        delay *= 2;
-                        continue;
-                    }
-                    return Err(e);
-                }
-            }
-        }
+                .map(|_| ())
+                .map_err(|e| sdk_error("StartInstances", e, node_type, None))
+        })
+        .await
     }
 
     async fn launch_inner(&self, req: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
@@ -349,7 +319,7 @@ impl AwsProvider {
         reuse.truncate(usize::try_from(remaining).unwrap_or(usize::MAX));
         let mut shortfall: Option<AwsError> = None;
         for chunk in reuse.chunks(MAX_IDS_PER_CALL) {
-            match self.restart(cfg, chunk, &req.request_id, t).await {
+            match self.restart(chunk, &req.request_id, t).await {
                 Ok(()) => {
                     remaining -= chunk.len() as u64;
                     made.extend(chunk.iter().map(|id| {
@@ -581,6 +551,27 @@ impl AwsProvider {
             }
         }
         Ok(())
+    }
+}
+
+/// `call`, tried again with doubling backoff (from 250 ms) while EC2 throttles, at most
+/// [`THROTTLE_TRIES`] times in all: for the calls whose SDK retries are off.
+async fn retry_throttled<T, F, Fut>(mut call: F) -> Result<T, AwsError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, AwsError>>,
+{
+    let mut delay = Duration::from_millis(250);
+    let mut tries = 1;
+    loop {
+        match call().await {
+            Err(e) if e.kind() == ProviderErrorKind::Throttled && tries < THROTTLE_TRIES => {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                tries += 1;
+            }
+            r => return r,
+        }
     }
 }
 
