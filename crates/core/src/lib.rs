@@ -25,6 +25,7 @@ pub mod driver;
 pub mod error;
 pub mod expander;
 pub mod instance;
+pub mod launcher;
 pub mod model;
 pub mod provider;
 pub mod reconciler;

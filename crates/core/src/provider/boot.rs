@@ -22,13 +22,32 @@
 //! (`ray stop`, then `ray start --address=$RAY_HEAD_IP:6379 --object-manager-port=8076`
 //! under `ulimit -n 65536`). No default setup command is added: Ray's default installs a
 //! nightly wheel, and an image with Ray in it is what production clusters use.
+//!
+//! # The head ([`render_head`])
+//! The launcher's head runs the same steps with the head's keys (`head_setup_commands`,
+//! `head_start_ray_commands`, Ray's defaults when absent), learns its own private address
+//! from the metadata service (`RAY_HEAD_IP`), writes the cluster YAML where Ray's head
+//! keeps it (`~/ray_bootstrap_config.yaml`), and starts Ray's head as the head of an
+//! external autoscaler: `RAY_enable_autoscaler_v2=1` and `--no-monitor` added to every
+//! `ray start --head` that lacks it (Ray's own monitor would act on the cluster too).
+//! Then it starts `rayscale run` in the background, as the SSH user, on the host (with a
+//! `docker:` block too), logging to `~/rayscale.log`. The `rayscale` binary must be on
+//! the user's `PATH` by then (an image with it, or a `head_setup_commands` that installs
+//! it); `RAYSCALE_BIN` names another.
+//!
+//! # Every boot
+//! On clouds whose images run the script once per instance (cloud-init's `scripts-user`:
+//! EC2, Azure), a stopped and restarted node must run it again (a cached worker, Ray's
+//! `cache_stopped_nodes`). With [`BootTarget::per_boot`] the script installs itself in
+//! cloud-init's per-boot directory (`RAYSCALE_PER_BOOT_DIR`, by default
+//! `/var/lib/cloud/scripts/per-boot`), which cloud-init runs at every later boot.
 
 use serde_json::Value;
 
 use crate::CoreError;
 use crate::config::ClusterConfig;
 
-/// Where a boot script will run and how it finds out who it is.
+/// Where a worker's boot script will run and how it finds out who it is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BootTarget<'a> {
     /// The node type (a key of `available_node_types`).
@@ -38,6 +57,37 @@ pub struct BootTarget<'a> {
     /// A shell command that prints the instance's cloud id (the cloud's metadata
     /// service); it may read `RAYSCALE_METADATA_URL` (a stand-in's address in tests).
     pub instance_id_command: &'a str,
+    /// Whether the cloud runs the script once per instance (cloud-init's user scripts),
+    /// so the script installs itself to run at every later boot (see the module docs).
+    pub per_boot: bool,
+}
+
+/// Where the head's boot script will run (the launcher's head).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadBootTarget<'a> {
+    /// The head's node type.
+    pub node_type: &'a str,
+    /// A shell command that prints the instance's cloud id.
+    pub instance_id_command: &'a str,
+    /// A shell command that prints the instance's private address (what workers join).
+    pub private_ip_command: &'a str,
+    /// As [`BootTarget::per_boot`].
+    pub per_boot: bool,
+}
+
+/// Ray's default head start commands (its AWS `defaults.yaml`), when the YAML has none.
+pub const DEFAULT_HEAD_START: &[&str] = &[
+    "ray stop",
+    "ulimit -n 65536; ray start --head --port=6379 --object-manager-port=8076 --autoscaling-config=~/ray_bootstrap_config.yaml --dashboard-host=0.0.0.0",
+];
+
+/// The GCS port of `ray start --head` when its command names none (Ray's default).
+pub const DEFAULT_GCS_PORT: u16 = 6379;
+
+/// Which node a script boots.
+enum Role<'a> {
+    Worker { head_ip: &'a str },
+    Head { private_ip_command: &'a str },
 }
 
 /// Ray's default worker start commands (its AWS `defaults.yaml`), when the YAML has none.
@@ -48,20 +98,123 @@ pub const DEFAULT_WORKER_START: &[&str] = &[
 
 /// The marker ending each embedded file in the script (never inside a command: checked).
 const EOF_MARK: &str = "RAYSCALE_BOOT_EOF";
+/// The marker ending the head's cluster YAML, inside a step file (checked likewise).
+const CONFIG_MARK: &str = "RAYSCALE_CONFIG_EOF";
 
 /// The boot script of a worker of `target.node_type`, a bash script.
 pub fn render_worker(config: &ClusterConfig, target: &BootTarget<'_>) -> Result<String, CoreError> {
-    let t = config.node_type(target.node_type).ok_or_else(|| {
+    if config.head_node_type.as_deref() == Some(target.node_type) {
+        return Err(CoreError::invalid(
+            format!("available_node_types.{}", target.node_type),
+            "is the head's type; a worker boot script is for worker types",
+        ));
+    }
+    render(
+        config,
+        target.node_type,
+        target.instance_id_command,
+        target.per_boot,
+        Role::Worker {
+            head_ip: target.head_ip,
+        },
+    )
+}
+
+/// The boot script of the launcher's head (see the module docs), a bash script.
+pub fn render_head(
+    config: &ClusterConfig,
+    target: &HeadBootTarget<'_>,
+) -> Result<String, CoreError> {
+    if config.head_node_type.as_deref() != Some(target.node_type) {
+        return Err(CoreError::invalid(
+            "head_node_type",
+            format!("is {:?}, not {:?}", config.head_node_type, target.node_type),
+        ));
+    }
+    render(
+        config,
+        target.node_type,
+        target.instance_id_command,
+        target.per_boot,
+        Role::Head {
+            private_ip_command: target.private_ip_command,
+        },
+    )
+}
+
+/// `command` with `--no-monitor` added when it starts Ray's head without it.
+fn without_monitor(command: &str) -> String {
+    let starts_head =
+        command.contains("ray start") && command.split_whitespace().any(|w| w == "--head");
+    if starts_head && !command.contains("--no-monitor") {
+        // After the `--head` flag, so a trailing `&& ...` or `; ...` keeps its place.
+        command.replacen("--head", "--head --no-monitor", 1)
+    } else {
+        command.to_string()
+    }
+}
+
+/// The GCS port the head's start commands give `ray start --head` (`--port=N` or
+/// `--port N`), else Ray's default.
+pub fn head_gcs_port(start_commands: &[String]) -> Result<u16, CoreError> {
+    for c in start_commands {
+        if !(c.contains("ray start") && c.split_whitespace().any(|w| w == "--head")) {
+            continue;
+        }
+        let words: Vec<&str> = c.split_whitespace().collect();
+        for (i, w) in words.iter().enumerate() {
+            let v = if let Some(v) = w.strip_prefix("--port=") {
+                Some(v)
+            } else if *w == "--port" {
+                words.get(i + 1).copied()
+            } else {
+                None
+            };
+            if let Some(v) = v {
+                return v.trim_matches(['"', '\'', ';']).parse().map_err(|_| {
+                    CoreError::invalid(
+                        "head_start_ray_commands",
+                        format!("ray start --head --port {v:?}: not a port number"),
+                    )
+                });
+            }
+        }
+    }
+    Ok(DEFAULT_GCS_PORT)
+}
+
+fn render(
+    config: &ClusterConfig,
+    node_type: &str,
+    instance_id_command: &str,
+    per_boot: bool,
+    role: Role<'_>,
+) -> Result<String, CoreError> {
+    let t = config.node_type(node_type).ok_or_else(|| {
         CoreError::invalid(
             "available_node_types",
-            format!("no node type {:?}", target.node_type),
+            format!("no node type {node_type:?}"),
         )
     })?;
+    let is_head = matches!(role, Role::Head { .. });
+    let (setup_key, start_key, default_start) = if is_head {
+        (
+            "head_setup_commands",
+            "head_start_ray_commands",
+            DEFAULT_HEAD_START,
+        )
+    } else {
+        (
+            "worker_setup_commands",
+            "worker_start_ray_commands",
+            DEFAULT_WORKER_START,
+        )
+    };
     let raw = &config.raw;
     let type_raw = raw
         .get("available_node_types")
-        .and_then(|n| n.get(target.node_type));
-    let type_path = format!("available_node_types.{}", target.node_type);
+        .and_then(|n| n.get(node_type));
+    let type_path = format!("available_node_types.{node_type}");
     // A key of the node type overrides the cluster's (Ray's per-type lookups).
     let pick = |key: &str| -> Result<Vec<String>, CoreError> {
         match type_raw.and_then(|v| v.get(key)) {
@@ -74,14 +227,18 @@ pub fn render_worker(config: &ClusterConfig, target: &BootTarget<'_>) -> Result<
         raw.get("setup_commands").unwrap_or(&Value::Null),
         "setup_commands",
     )?;
-    setup.extend(pick("worker_setup_commands")?);
-    let mut start = commands(
-        raw.get("worker_start_ray_commands").unwrap_or(&Value::Null),
-        "worker_start_ray_commands",
-    )?;
-    if raw.get("worker_start_ray_commands").is_none() {
-        start = DEFAULT_WORKER_START.iter().map(|s| s.to_string()).collect();
+    setup.extend(pick(setup_key)?);
+    let mut start = commands(raw.get(start_key).unwrap_or(&Value::Null), start_key)?;
+    if raw.get(start_key).is_none() {
+        start = default_start.iter().map(|s| s.to_string()).collect();
     }
+    let gcs_port = head_gcs_port(&start)?;
+    if is_head {
+        start = start.iter().map(|c| without_monitor(c)).collect();
+    }
+    // The cluster YAML as the head's rayscale reads it (JSON is YAML).
+    let bootstrap = serde_json::to_string_pretty(raw)
+        .map_err(|e| CoreError::invalid("cluster config", format!("cannot be written out: {e}")))?;
     let user = raw
         .get("auth")
         .and_then(|a| a.get("ssh_user"))
@@ -99,6 +256,16 @@ pub fn render_worker(config: &ClusterConfig, target: &BootTarget<'_>) -> Result<
                 format!("a command contains {EOF_MARK}, which the boot script reserves"),
             ));
         }
+    }
+    if is_head
+        && let Some(m) = [EOF_MARK, CONFIG_MARK]
+            .into_iter()
+            .find(|m| bootstrap.contains(m))
+    {
+        return Err(CoreError::invalid(
+            "cluster config",
+            format!("contains {m}, which the boot script reserves"),
+        ));
     }
     let resources: serde_json::Map<String, Value> = t
         .resources
@@ -123,30 +290,53 @@ pub fn render_worker(config: &ClusterConfig, target: &BootTarget<'_>) -> Result<
     let mut s = String::new();
     s.push_str("#!/bin/bash\n");
     s.push_str(&format!(
-        "# rayscale boot script: cluster {}, node type {} (worker).\n",
+        "# rayscale boot script: cluster {}, node type {} ({}).\n",
         one_line(&config.cluster_name),
-        one_line(target.node_type)
+        one_line(node_type),
+        if is_head { "head" } else { "worker" }
     ));
     s.push_str("# Print it with `rayscale boot-script CLUSTER.yaml TYPE`.\n");
     s.push_str("set -euo pipefail\n");
     s.push_str("BOOT_DIR=\"${RAYSCALE_BOOT_DIR:-/var/lib/rayscale}\"\n");
     s.push_str("mkdir -p \"$BOOT_DIR\"\n");
     s.push_str("exec >>\"$BOOT_DIR/boot.log\" 2>&1\n");
+    if per_boot {
+        // cloud-init runs user data once per instance; this copy runs at every later boot.
+        s.push_str(concat!(
+            "PER_BOOT=\"${RAYSCALE_PER_BOOT_DIR:-/var/lib/cloud/scripts/per-boot}\"\n",
+            "if [ -f \"$0\" ] && ! [ \"$0\" -ef \"$PER_BOOT/rayscale-boot.sh\" ]; then\n",
+            "  mkdir -p \"$PER_BOOT\" && cp \"$0\" \"$PER_BOOT/rayscale-boot.sh\" && chmod 755 \"$PER_BOOT/rayscale-boot.sh\"\n",
+            "fi\n",
+        ));
+    }
     s.push_str(&format!(
-        "RAY_CLOUD_INSTANCE_ID=\"$({})\"\n",
-        target.instance_id_command
+        "RAY_CLOUD_INSTANCE_ID=\"$({instance_id_command})\"\n"
     ));
     s.push_str("[ -n \"$RAY_CLOUD_INSTANCE_ID\" ] || { echo 'rayscale: no instance id from the metadata service' >&2; exit 1; }\n");
+    let head_ip = match role {
+        Role::Worker { head_ip } => head_ip.to_string(),
+        Role::Head { private_ip_command } => {
+            s.push_str(&format!("RAY_HEAD_IP=\"$({private_ip_command})\"\n"));
+            s.push_str("[ -n \"$RAY_HEAD_IP\" ] || { echo 'rayscale: no private address from the metadata service' >&2; exit 1; }\n");
+            String::new()
+        }
+    };
     // The environment every step sees (Ray's updater sets the same).
     s.push_str(&format!("cat >\"$BOOT_DIR/env.sh\" <<'{EOF_MARK}'\n"));
-    for (k, v) in [
-        ("RAY_HEAD_IP", target.head_ip.to_string()),
-        ("RAY_NODE_TYPE_NAME", target.node_type.to_string()),
+    let mut env = vec![
+        ("RAY_NODE_TYPE_NAME", node_type.to_string()),
         (
             "RAY_OVERRIDE_RESOURCES",
             Value::Object(resources).to_string(),
         ),
-    ] {
+    ];
+    if is_head {
+        // The head of an external autoscaler (see the module docs).
+        env.push(("RAY_enable_autoscaler_v2", "1".to_string()));
+    } else {
+        env.insert(0, ("RAY_HEAD_IP", head_ip));
+    }
+    for (k, v) in env {
         s.push_str(&format!("export {k}={}\n", quote(&v)));
     }
     if !labels.is_empty() {
@@ -157,6 +347,9 @@ pub fn render_worker(config: &ClusterConfig, target: &BootTarget<'_>) -> Result<
     }
     s.push_str(&format!("{EOF_MARK}\n"));
     s.push_str("printf 'export RAY_CLOUD_INSTANCE_ID=%q\\n' \"$RAY_CLOUD_INSTANCE_ID\" >>\"$BOOT_DIR/env.sh\"\n");
+    if is_head {
+        s.push_str("printf 'export RAY_HEAD_IP=%q\\n' \"$RAY_HEAD_IP\" >>\"$BOOT_DIR/env.sh\"\n");
+    }
     // Each step as a file, run as the SSH user when it exists.
     let step = |s: &mut String, name: &str, cmds: &[String], in_docker: bool| {
         s.push_str(&format!("cat >\"$BOOT_DIR/{name}.sh\" <<'{EOF_MARK}'\n"));
@@ -205,7 +398,24 @@ pub fn render_worker(config: &ClusterConfig, target: &BootTarget<'_>) -> Result<
     if !setup.is_empty() {
         step(&mut s, "setup", &setup, docker.is_some());
     }
+    if is_head {
+        // Where Ray's head keeps the cluster YAML; rayscale reads it there.
+        let write = vec![format!(
+            "cat >~/ray_bootstrap_config.yaml <<'{CONFIG_MARK}'\n{bootstrap}\n{CONFIG_MARK}"
+        )];
+        step(&mut s, "config", &write, false);
+    }
     step(&mut s, "start", &start, docker.is_some());
+    if is_head {
+        let run = vec![
+            "RAYSCALE_BIN=\"${RAYSCALE_BIN:-rayscale}\"".to_string(),
+            "command -v \"$RAYSCALE_BIN\" >/dev/null || { echo \"rayscale: $RAYSCALE_BIN is not on PATH: install it in head_setup_commands\" >&2; exit 1; }".to_string(),
+            format!(
+                "nohup \"$RAYSCALE_BIN\" run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{gcs_port} --head-ip \"$RAY_HEAD_IP\" >>~/rayscale.log 2>&1 </dev/null &"
+            ),
+        ];
+        step(&mut s, "autoscaler", &run, false);
+    }
     s.push_str("echo \"rayscale: node $RAY_CLOUD_INSTANCE_ID started\"\n");
     Ok(s)
 }
@@ -306,6 +516,7 @@ mod tests {
             node_type: "w",
             head_ip: "10.0.0.1",
             instance_id_command: "echo i-123",
+            per_boot: false,
         }
     }
 
@@ -410,6 +621,180 @@ mod tests {
         assert!(out.status.success(), "{log}");
         let got = std::fs::read_to_string(&trace).unwrap_or_default();
         assert_eq!(got, "init\nsetup w\nstart i-123 10.0.0.1\n", "{log}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn wait_for(path: &std::path::Path, needle: &str) -> String {
+        for _ in 0..100 {
+            let got = std::fs::read_to_string(path).unwrap_or_default();
+            if got.contains(needle) {
+                return got;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_head_script_starts_rays_head_without_its_monitor_and_rayscale_beside_it() {
+        let dir = std::env::temp_dir().join(format!("rayscale-head-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let c = cfg("setup_commands: ['echo setup >> $RAYSCALE_TRACE']\n\
+             head_setup_commands: ['echo head-setup >> $RAYSCALE_TRACE']\n\
+             worker_setup_commands: ['echo worker-setup >> $RAYSCALE_TRACE']\n\
+             head_start_ray_commands: ['echo v2=$RAY_enable_autoscaler_v2 ray start --head --port=7000 >> $RAYSCALE_TRACE']\n");
+        let s = render_head(
+            &c,
+            &HeadBootTarget {
+                node_type: "h",
+                instance_id_command: "echo i-head",
+                private_ip_command: "echo 10.9.8.7",
+                per_boot: false,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let trace = dir.join("trace");
+        let stub = dir.join("rayscale-stub");
+        std::fs::write(
+            &stub,
+            "#!/bin/sh\necho \"rayscale $*\" >> \"$RAYSCALE_TRACE\"\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let _ = std::process::Command::new("chmod")
+            .arg("755")
+            .arg(&stub)
+            .status();
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&s)
+            .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
+            .env("RAYSCALE_TRACE", &trace)
+            .env("RAYSCALE_BIN", &stub)
+            .env("HOME", &dir)
+            .output()
+            .unwrap_or_else(|e| panic!("bash: {e}"));
+        let log = std::fs::read_to_string(dir.join("boot/boot.log")).unwrap_or_default();
+        assert!(out.status.success(), "{log}");
+        let got = wait_for(&trace, "rayscale run");
+        let home = dir.display();
+        assert_eq!(
+            got,
+            format!(
+                "setup\nhead-setup\nv2=1 ray start --head --no-monitor --port=7000\n\
+                 rayscale run --config {home}/ray_bootstrap_config.yaml --gcs 127.0.0.1:7000 \
+                 --head-ip 10.9.8.7\n"
+            ),
+            "{log}"
+        );
+        let written =
+            std::fs::read_to_string(dir.join("ray_bootstrap_config.yaml")).unwrap_or_default();
+        let back =
+            ClusterConfig::from_yaml_str(&written, "bootstrap").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            back.raw, c.raw,
+            "the head reads the cluster YAML it was given"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn head_defaults_port_and_role_checks() {
+        let c = cfg("");
+        let t = HeadBootTarget {
+            node_type: "h",
+            instance_id_command: "echo i",
+            private_ip_command: "echo 10.0.0.2",
+            per_boot: true,
+        };
+        let s = render_head(&c, &t).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            s.contains("ray start --head --no-monitor --port=6379 --object-manager-port=8076"),
+            "Ray's default head start, without Ray's monitor:\n{s}"
+        );
+        assert!(s.contains("--gcs 127.0.0.1:6379"));
+        assert_eq!(
+            head_gcs_port(&["ray start --head --port 7001 --block".into()]).ok(),
+            Some(7001)
+        );
+        assert_eq!(
+            head_gcs_port(&["ray start --address=x:1".into()]).ok(),
+            Some(6379)
+        );
+        let e = head_gcs_port(&["ray start --head --port=x".into()])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("head_start_ray_commands"), "{e}");
+        assert_eq!(
+            without_monitor("ray start --head --no-monitor"),
+            "ray start --head --no-monitor"
+        );
+        assert_eq!(without_monitor("ray stop"), "ray stop");
+        // Roles are not mixed up.
+        assert!(
+            render_worker(
+                &c,
+                &BootTarget {
+                    node_type: "h",
+                    ..target()
+                }
+            )
+            .is_err()
+        );
+        assert!(
+            render_head(
+                &c,
+                &HeadBootTarget {
+                    node_type: "w",
+                    ..t
+                }
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn a_per_boot_script_installs_itself_once() {
+        let dir =
+            std::env::temp_dir().join(format!("rayscale-perboot-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let c = cfg("worker_start_ray_commands: ['echo start >> $RAYSCALE_TRACE']\n");
+        let s = render_worker(
+            &c,
+            &BootTarget {
+                per_boot: true,
+                ..target()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let first = dir.join("user-data.sh");
+        std::fs::write(&first, &s).unwrap_or_else(|e| panic!("{e}"));
+        let per_boot = dir.join("per-boot");
+        let trace = dir.join("trace");
+        let run = |script: &std::path::Path| {
+            std::process::Command::new("bash")
+                .arg(script)
+                .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
+                .env("RAYSCALE_PER_BOOT_DIR", &per_boot)
+                .env("RAYSCALE_TRACE", &trace)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        };
+        assert!(run(&first));
+        let installed = per_boot.join("rayscale-boot.sh");
+        assert_eq!(
+            std::fs::read_to_string(&installed).ok().as_deref(),
+            Some(s.as_str())
+        );
+        // A later boot runs the installed copy, which leaves itself alone.
+        assert!(run(&installed));
+        assert_eq!(
+            std::fs::read_to_string(&trace).unwrap_or_default(),
+            "start\nstart\n"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

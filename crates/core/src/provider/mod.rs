@@ -26,6 +26,12 @@
 //!   known, zone), quota, throttled, invalid config, auth, not found, transient; and keep
 //!   their source. Errors of calls that were accepted and failed later come back from
 //!   `poll_errors`, once each.
+//! - **Heads only through the launcher's calls.** [`launch_head`](CloudInstanceProvider::launch_head) and
+//!   [`terminate_head`](CloudInstanceProvider::terminate_head)
+//!   (used by `rayscale up`/`down`, never by the reconciler) make and remove the head: an
+//!   instance of kind [`NodeKind::Head`] that boots Ray's head and `rayscale run`
+//!   ([`boot::render_head`]). A provider that cannot (the local processes, KubeRay, whose
+//!   head is the operator's) keeps the defaults, which refuse.
 //! - **No global state, no runtime of its own.** A provider holds its client and config.
 
 pub mod boot;
@@ -182,6 +188,34 @@ pub trait CloudInstanceProvider: Send + Sync {
     ) -> Result<(), ProviderError>;
     /// Errors of accepted calls that failed since the last poll, each once.
     async fn poll_errors(&self) -> Vec<ProviderError>;
+    /// Asks for the cluster's head: one instance of kind head of `request.node_type`,
+    /// booting Ray's head and the autoscaler (the launcher's call; idempotent by
+    /// `request_id` as [`launch`](Self::launch) is). By default: refused.
+    async fn launch_head(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+        Err(ProviderError::new(
+            ProviderOp::Launch {
+                request_id: request.request_id.clone(),
+                node_type: request.node_type.clone(),
+                count: request.count,
+            },
+            ProviderErrorKind::InvalidConfig,
+            format!(
+                "provider {} does not launch heads: start the head as it documents",
+                self.provider_type()
+            ),
+        ))
+    }
+    /// Removes the cluster's head (the launcher's `down`, after the workers); gone is
+    /// success. By default: refused.
+    async fn terminate_head(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        Err(ProviderError::new(
+            ProviderOp::Terminate {
+                cloud_instance_id: cloud_instance_id.to_string(),
+            },
+            ProviderErrorKind::InvalidConfig,
+            format!("provider {} does not terminate heads", self.provider_type()),
+        ))
+    }
     /// The cluster config changed (the loop re-reads it every iteration, as Ray does):
     /// launches from now on follow `config`. An error keeps the last config everywhere.
     /// Providers that read nothing of the config after construction keep the default.

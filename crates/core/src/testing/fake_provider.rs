@@ -22,6 +22,10 @@ pub enum FakeCall {
     Launch(LaunchRequest),
     /// `terminate`.
     Terminate(Vec<String>),
+    /// `launch_head`.
+    LaunchHead(LaunchRequest),
+    /// `terminate_head`.
+    TerminateHead(String),
 }
 
 #[derive(Debug, Default)]
@@ -211,6 +215,79 @@ impl FakeProvider {
         self.lock().pages_served
     }
 
+    /// A launch of `kind` (see [`CloudInstanceProvider::launch`]).
+    async fn make(
+        &self,
+        request: &LaunchRequest,
+        kind: NodeKind,
+    ) -> Result<LaunchOutcome, ProviderError> {
+        self.maybe_hang(FaultOn::Launch).await;
+        let mut st = self.lock();
+        let op = |count| ProviderOp::Launch {
+            request_id: request.request_id.clone(),
+            node_type: request.node_type.clone(),
+            count,
+        };
+        if request.request_id.is_empty() {
+            return Err(ProviderError::new(
+                op(request.count),
+                ProviderErrorKind::InvalidConfig,
+                "fake: empty request id",
+            ));
+        }
+        if let Some(fault) = Self::take_fault(&mut st, FaultOn::Launch) {
+            return Err(ProviderError::new(
+                op(request.count),
+                fault,
+                format!("fake: launch of {} failed", request.node_type),
+            ));
+        }
+        let done = st.made.get(&request.request_id).copied().unwrap_or(0);
+        let want = request.count.saturating_sub(done);
+        let room = st.capacity.get(&request.node_type).copied();
+        let n = room.map_or(want, |r| r.min(want));
+        let mut made = Vec::new();
+        for _ in 0..n {
+            let id = format!("fake-{}", st.next_id);
+            st.next_id += 1;
+            let mut c = CloudInstance::worker(
+                id.clone(),
+                request.node_type.clone(),
+                st.tag_request_ids.then_some(request.request_id.as_str()),
+            );
+            c.kind = kind;
+            c.launch_config_hash = Some(request.launch_config_hash.clone());
+            if st.boot_pending {
+                c.state = CloudInstanceState::Pending;
+            }
+            st.instances.insert(id, c.clone());
+            made.push(c);
+        }
+        if let Some(r) = st.capacity.get_mut(&request.node_type) {
+            *r -= n;
+        }
+        *st.made.entry(request.request_id.clone()).or_default() += n;
+        let short = want - n;
+        let shortfall = (short > 0).then(|| {
+            ProviderError::new(
+                op(short),
+                ProviderErrorKind::Capacity {
+                    node_type: request.node_type.clone(),
+                    zone: st.zone.clone(),
+                },
+                format!(
+                    "fake: no capacity for {} more of {}",
+                    short, request.node_type
+                ),
+            )
+        });
+        // Instances that fell short were never made: the request may make them later.
+        Ok(LaunchOutcome {
+            instances: made,
+            shortfall,
+        })
+    }
+
     fn take_fault(st: &mut State, on: FaultOn) -> Option<ProviderErrorKind> {
         let pos = st.faults.iter().position(|(o, _)| *o == on)?;
         st.faults.remove(pos).map(|(_, k)| k)
@@ -246,73 +323,46 @@ impl CloudInstanceProvider for FakeProvider {
 
     async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
         self.lock().calls.push(FakeCall::Launch(request.clone()));
-        self.maybe_hang(FaultOn::Launch).await;
-        let mut st = self.lock();
-        let op = |count| ProviderOp::Launch {
-            request_id: request.request_id.clone(),
-            node_type: request.node_type.clone(),
-            count,
-        };
-        if request.request_id.is_empty() {
-            return Err(ProviderError::new(
-                op(request.count),
-                ProviderErrorKind::InvalidConfig,
-                "fake: empty request id",
-            ));
-        }
-        if let Some(kind) = Self::take_fault(&mut st, FaultOn::Launch) {
-            return Err(ProviderError::new(
-                op(request.count),
-                kind,
-                format!("fake: launch of {} failed", request.node_type),
-            ));
-        }
-        let done = st.made.get(&request.request_id).copied().unwrap_or(0);
-        let want = request.count.saturating_sub(done);
-        let room = st.capacity.get(&request.node_type).copied();
-        let n = room.map_or(want, |r| r.min(want));
-        let mut made = Vec::new();
-        for _ in 0..n {
-            let id = format!("fake-{}", st.next_id);
-            st.next_id += 1;
-            let mut c = CloudInstance::worker(
-                id.clone(),
-                request.node_type.clone(),
-                st.tag_request_ids.then_some(request.request_id.as_str()),
-            );
-            c.kind = NodeKind::Worker;
-            c.launch_config_hash = Some(request.launch_config_hash.clone());
-            if st.boot_pending {
-                c.state = CloudInstanceState::Pending;
-            }
-            st.instances.insert(id, c.clone());
-            made.push(c);
-        }
-        if let Some(r) = st.capacity.get_mut(&request.node_type) {
-            *r -= n;
-        }
-        *st.made.entry(request.request_id.clone()).or_default() += n;
-        let short = want - n;
-        let shortfall = (short > 0).then(|| {
-            ProviderError::new(
-                op(short),
-                ProviderErrorKind::Capacity {
-                    node_type: request.node_type.clone(),
-                    zone: st.zone.clone(),
-                },
-                format!(
-                    "fake: no capacity for {} more of {}",
-                    short, request.node_type
-                ),
-            )
-        });
-        // Instances that fell short were never made: the request may make them later.
-        Ok(LaunchOutcome {
-            instances: made,
-            shortfall,
-        })
+        self.make(request, NodeKind::Worker).await
     }
 
+    /// Heads are made as workers are (one per request id), of kind head.
+    async fn launch_head(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+        self.lock()
+            .calls
+            .push(FakeCall::LaunchHead(request.clone()));
+        self.make(request, NodeKind::Head).await
+    }
+
+    async fn terminate_head(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        let mut st = self.lock();
+        st.calls
+            .push(FakeCall::TerminateHead(cloud_instance_id.to_string()));
+        if let Some(kind) = Self::take_fault(&mut st, FaultOn::Terminate) {
+            return Err(ProviderError::new(
+                ProviderOp::Terminate {
+                    cloud_instance_id: cloud_instance_id.to_string(),
+                },
+                kind,
+                "fake: terminate failed",
+            ));
+        }
+        if st
+            .instances
+            .get(cloud_instance_id)
+            .is_some_and(|i| !i.is_head())
+        {
+            return Err(ProviderError::new(
+                ProviderOp::Terminate {
+                    cloud_instance_id: cloud_instance_id.to_string(),
+                },
+                ProviderErrorKind::InvalidConfig,
+                format!("fake: {cloud_instance_id} is not the head"),
+            ));
+        }
+        st.instances.remove(cloud_instance_id);
+        Ok(())
+    }
     async fn terminate(
         &self,
         cloud_instance_ids: &[String],

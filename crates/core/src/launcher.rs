@@ -1,0 +1,385 @@
+//! The launcher: `rayscale up` and `rayscale down` for a cluster in a cloud, on the
+//! provider trait alone (so every cloud that implements
+//! [`launch_head`](CloudInstanceProvider::launch_head) and
+//! [`terminate_head`](CloudInstanceProvider::terminate_head) has it).
+//!
+//! - [`up`] finds the cluster's head, or launches one (its boot script starts Ray's head
+//!   and `rayscale run`: [`crate::provider::boot::render_head`]), and waits until the
+//!   cloud runs it and knows its address. Run again, it finds the same head.
+//! - [`down`] terminates the workers, then the head, then any worker the head's
+//!   autoscaler launched meanwhile, and waits until the cloud lists nothing.
+//!
+//! It waits on tokio's clock (paused in tests); it never talks to Ray: the head's Ray and
+//! its autoscaler are the head's own business, as in Ray's `ray up`.
+
+use std::time::Duration;
+
+use crate::CoreError;
+use crate::config::ClusterConfig;
+use crate::provider::{CloudInstance, CloudInstanceProvider, CloudInstanceState, LaunchRequest};
+
+/// How the launcher waits.
+#[derive(Debug, Clone, Copy)]
+pub struct LauncherSettings {
+    /// Between two looks at the cloud.
+    pub poll: Duration,
+    /// How long a new head may take to run with an address.
+    pub head_timeout: Duration,
+    /// How long `down` waits for instances to go.
+    pub down_timeout: Duration,
+}
+
+impl Default for LauncherSettings {
+    fn default() -> Self {
+        LauncherSettings {
+            poll: Duration::from_secs(5),
+            head_timeout: Duration::from_secs(600),
+            down_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What `up` found or made.
+#[derive(Debug, Clone)]
+pub struct UpReport {
+    /// The head, running, with its private address.
+    pub head: CloudInstance,
+    /// Whether this call launched it (else it was there).
+    pub launched: bool,
+}
+
+/// What `down` removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DownReport {
+    /// Workers asked to terminate (including those the head launched during `down`).
+    pub workers: Vec<String>,
+    /// Heads asked to terminate.
+    pub heads: Vec<String>,
+}
+
+fn provider_err(e: crate::provider::ProviderError) -> CoreError {
+    CoreError::Provider(e.to_string())
+}
+
+fn live_heads(all: &[CloudInstance]) -> Vec<&CloudInstance> {
+    all.iter()
+        .filter(|i| i.is_head() && i.state != CloudInstanceState::Stopping)
+        .collect()
+}
+
+/// Finds or launches the head of `config`'s cluster and waits until it runs with an
+/// address. `request_id` keys the launch (a fresh one per `up`: a cloud keeps launch
+/// tokens for a while, so a fixed one could bring back a head terminated by `down`).
+pub async fn up(
+    provider: &dyn CloudInstanceProvider,
+    config: &ClusterConfig,
+    request_id: &str,
+    settings: &LauncherSettings,
+) -> Result<UpReport, CoreError> {
+    let head_type = config
+        .head_node_type
+        .as_deref()
+        .ok_or_else(|| CoreError::invalid("head_node_type", "`rayscale up` needs one"))?;
+    let hash = config
+        .node_type(head_type)
+        .map(|t| t.launch_config_hash.clone())
+        .ok_or_else(|| {
+            CoreError::invalid(
+                "head_node_type",
+                format!("{head_type:?} is not in available_node_types"),
+            )
+        })?;
+    let all = provider.list().await.map_err(provider_err)?;
+    let heads = live_heads(&all);
+    if heads.len() > 1 {
+        let ids: Vec<&str> = heads.iter().map(|h| h.cloud_instance_id.as_str()).collect();
+        return Err(CoreError::Provider(format!(
+            "cluster {} has {} heads ({}): terminate all but one",
+            config.cluster_name,
+            ids.len(),
+            ids.join(", ")
+        )));
+    }
+    let launched = heads.is_empty();
+    if launched {
+        tracing::info!(
+            "launching the head ({head_type}) of cluster {}",
+            config.cluster_name
+        );
+        let outcome = provider
+            .launch_head(&LaunchRequest {
+                request_id: request_id.to_string(),
+                node_type: head_type.to_string(),
+                count: 1,
+                launch_config_hash: hash,
+            })
+            .await
+            .map_err(provider_err)?;
+        if let Some(e) = outcome.shortfall {
+            return Err(provider_err(e));
+        }
+    }
+    let waited = tokio::time::Instant::now();
+    loop {
+        let all = provider.list().await.map_err(provider_err)?;
+        let heads = live_heads(&all);
+        if let Some(h) = heads
+            .iter()
+            .find(|h| h.is_running() && h.private_ip.is_some())
+        {
+            return Ok(UpReport {
+                head: (*h).clone(),
+                launched,
+            });
+        }
+        if waited.elapsed() >= settings.head_timeout {
+            let what = heads
+                .first()
+                .map(|h| format!("head {} is {:?}", h.cloud_instance_id, h.state))
+                .unwrap_or_else(|| "no head is listed".to_string());
+            return Err(CoreError::Provider(format!(
+                "cluster {}: {what} after {} s",
+                config.cluster_name,
+                settings.head_timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(settings.poll).await;
+    }
+}
+
+/// Terminates every worker until none is listed (the head's autoscaler may launch more
+/// while this runs), adding what it asked for to `asked`.
+async fn sweep_workers(
+    provider: &dyn CloudInstanceProvider,
+    asked: &mut Vec<String>,
+    settings: &LauncherSettings,
+    started: tokio::time::Instant,
+    until_empty: bool,
+) -> Result<(), CoreError> {
+    loop {
+        let all = provider.list().await.map_err(provider_err)?;
+        let workers: Vec<&CloudInstance> = all.iter().filter(|i| !i.is_head()).collect();
+        let left = if until_empty {
+            all.len()
+        } else {
+            workers.len()
+        };
+        if left == 0 {
+            return Ok(());
+        }
+        let fresh: Vec<String> = workers
+            .iter()
+            .filter(|w| w.state != CloudInstanceState::Stopping)
+            .filter(|w| !asked.contains(&w.cloud_instance_id))
+            .map(|w| w.cloud_instance_id.clone())
+            .collect();
+        if !fresh.is_empty() {
+            tracing::info!("terminating {} workers", fresh.len());
+            provider
+                .terminate(&fresh, "rayscale-down")
+                .await
+                .map_err(provider_err)?;
+            asked.extend(fresh);
+        }
+        if started.elapsed() >= settings.down_timeout {
+            return Err(CoreError::Provider(format!(
+                "{left} instances are still listed after {} s: {}",
+                settings.down_timeout.as_secs(),
+                all.iter()
+                    .map(|i| i.cloud_instance_id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        tokio::time::sleep(settings.poll).await;
+    }
+}
+
+/// Terminates the workers, then the head, then what the head launched meanwhile; returns
+/// when the cloud lists none of the cluster's instances.
+pub async fn down(
+    provider: &dyn CloudInstanceProvider,
+    settings: &LauncherSettings,
+) -> Result<DownReport, CoreError> {
+    let started = tokio::time::Instant::now();
+    let mut report = DownReport::default();
+    sweep_workers(provider, &mut report.workers, settings, started, false).await?;
+    let all = provider.list().await.map_err(provider_err)?;
+    for h in live_heads(&all) {
+        tracing::info!("terminating the head {}", h.cloud_instance_id);
+        provider
+            .terminate_head(&h.cloud_instance_id)
+            .await
+            .map_err(provider_err)?;
+        report.heads.push(h.cloud_instance_id.clone());
+    }
+    sweep_workers(provider, &mut report.workers, settings, started, true).await?;
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{FakeCall, FakeProvider};
+
+    fn config() -> ClusterConfig {
+        ClusterConfig::from_yaml_str(
+            "cluster_name: c\nprovider: {type: fake}\nhead_node_type: h\n\
+             available_node_types:\n  h: {resources: {}, node_config: {}}\n  \
+             w: {resources: {CPU: 1}, node_config: {}}\n",
+            "t.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn settings() -> LauncherSettings {
+        LauncherSettings {
+            poll: Duration::from_secs(1),
+            head_timeout: Duration::from_secs(30),
+            down_timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn with_ips(p: &FakeProvider) {
+        for mut i in p.instances() {
+            i.private_ip = Some("10.0.0.9".into());
+            p.insert(i);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn up_launches_one_head_and_finds_it_again() {
+        let p = FakeProvider::new().booting_slowly();
+        let c = config();
+        // Pending and without an address: `up` waits, then gives up naming the head.
+        let e = up(&p, &c, "up-1", &settings())
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("head fake-0 is Pending after 30 s"), "{e}");
+        p.boot_all();
+        with_ips(&p);
+        let r = up(&p, &c, "up-2", &settings())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!r.launched, "the head of the first call is found");
+        assert_eq!(r.head.cloud_instance_id, "fake-0");
+        assert!(r.head.is_head());
+        let heads: Vec<FakeCall> = p
+            .calls()
+            .into_iter()
+            .filter(|c| matches!(c, FakeCall::LaunchHead(_)))
+            .collect();
+        assert_eq!(heads.len(), 1, "one head launch: {heads:?}");
+        if let Some(FakeCall::LaunchHead(r)) = heads.first() {
+            assert_eq!((r.node_type.as_str(), r.count), ("h", 1));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_heads_are_an_error_and_a_refused_head_is_reported() {
+        let c = config();
+        let p = FakeProvider::new();
+        p.insert(CloudInstance::worker("h1", "h", None).as_head());
+        p.insert(CloudInstance::worker("h2", "h", None).as_head());
+        let e = up(&p, &c, "r", &settings())
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("2 heads (h1, h2)"), "{e}");
+        let p = FakeProvider::new();
+        p.set_capacity("h", Some(0), Some("us-west-2a"));
+        let e = up(&p, &c, "r", &settings())
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("no capacity"), "{e}");
+        assert!(p.instances().is_empty());
+    }
+
+    /// A cloud whose head launches one more worker as it goes (the head's autoscaler
+    /// acting during `down`).
+    struct LateWorker(FakeProvider);
+
+    #[async_trait::async_trait]
+    impl CloudInstanceProvider for LateWorker {
+        fn provider_type(&self) -> &str {
+            "late"
+        }
+        async fn list(&self) -> Result<Vec<CloudInstance>, crate::provider::ProviderError> {
+            self.0.list().await
+        }
+        async fn launch(
+            &self,
+            r: &LaunchRequest,
+        ) -> Result<crate::provider::LaunchOutcome, crate::provider::ProviderError> {
+            self.0.launch(r).await
+        }
+        async fn terminate(
+            &self,
+            ids: &[String],
+            r: &str,
+        ) -> Result<(), crate::provider::ProviderError> {
+            self.0.terminate(ids, r).await
+        }
+        async fn poll_errors(&self) -> Vec<crate::provider::ProviderError> {
+            Vec::new()
+        }
+        async fn terminate_head(&self, id: &str) -> Result<(), crate::provider::ProviderError> {
+            self.0
+                .insert(CloudInstance::worker("late", "w", Some("r2")));
+            self.0.terminate_head(id).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn down_removes_workers_then_the_head_then_late_workers() {
+        let late = LateWorker(FakeProvider::new());
+        let p = &late.0;
+        p.insert(CloudInstance::worker("head", "h", None).as_head());
+        p.insert(CloudInstance::worker("w1", "w", Some("r1")));
+        p.insert(CloudInstance::worker("w2", "w", Some("r1")));
+        let r = down(&late, &settings())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.heads, ["head"]);
+        assert_eq!(r.workers, ["w1", "w2", "late"]);
+        assert!(p.instances().is_empty());
+        let order: Vec<String> = p
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                FakeCall::Terminate(ids) => Some(ids.join("+")),
+                FakeCall::TerminateHead(id) => Some(format!("head:{id}")),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            order,
+            ["w1+w2", "head:head", "late"],
+            "workers first, then the head, then what it launched"
+        );
+        // Nothing there: nothing asked.
+        let r = down(p, &settings()).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r, DownReport::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn down_reports_what_will_not_go() {
+        let p = FakeProvider::new();
+        // A worker the cloud keeps listing as stopping (a stuck termination).
+        p.insert(CloudInstance::worker("w1", "w", None).in_state(CloudInstanceState::Stopping));
+        let e = down(&p, &settings())
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("1 instances are still listed after 30 s: w1"),
+            "{e}"
+        );
+    }
+}
