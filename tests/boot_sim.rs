@@ -6,13 +6,17 @@
 //! whole scale-up and scale-down runs against a real Ray cluster on one machine.
 //!
 //! The metadata stand-in serves EC2's IMDSv2 paths under a per-instance prefix
-//! (`PUT /<id>/latest/api/token`, `GET /<id>/latest/meta-data/instance-id`); each
+//! (`PUT /<id>/latest/api/token`, `GET /<id>/latest/meta-data/instance-id`,
+//! `.../local-ipv4`, which is loopback: every node is on this machine); each
 //! instance's processes get `RAYSCALE_METADATA_URL=http://127.0.0.1:<port>/<id>`, which
 //! rayscale's boot scripts read in place of `http://169.254.169.254`.
 //!
-//! A MIME multi-part payload (cloud-init's format, as rayscale sends a user's `UserData`
-//! beside its boot script) runs its shell-script parts in order; other parts
-//! (`#cloud-config`) are skipped, as a machine without cloud-init would.
+//! Like cloud-init, the first boot of an instance runs its payload: a MIME multi-part
+//! payload (as rayscale sends a user's `UserData` beside its boot script) runs its
+//! shell-script parts in order; other parts (`#cloud-config`) are skipped. A later boot
+//! (a stopped instance started again) runs the scripts in the instance's per-boot
+//! directory (`RAYSCALE_PER_BOOT_DIR`, cloud-init's `scripts/per-boot`) instead. Each
+//! instance has its own `HOME` (`<dir>/<id>/home`).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -102,11 +106,13 @@ impl BootSimulator {
         self.lock().killed.clone()
     }
 
-    /// The boot log of an instance (its payload's output, and the boot script's log).
+    /// The boot log of an instance (its payload's output, the boot script's log, and a
+    /// head's rayscale log).
     pub fn log(&self, id: &str) -> String {
         let d = self.dir.join(id);
         let mut s = std::fs::read_to_string(d.join("sim.log")).unwrap_or_default();
         s.push_str(&std::fs::read_to_string(d.join("boot/boot.log")).unwrap_or_default());
+        s.push_str(&std::fs::read_to_string(d.join("home/rayscale.log")).unwrap_or_default());
         s
     }
 
@@ -162,13 +168,12 @@ fn step(
             s.killed.push(id);
         }
     }
-    // Also reap boots that ended (a failed boot leaves the instance without Ray, as on
-    // a cloud).
     for (id, payload) in now {
         if s.live.contains_key(id) {
             continue;
         }
-        match boot(id, payload, env, dir, port) {
+        let again = s.ever.iter().any(|e| e == id);
+        match boot(id, payload, env, dir, port, again) {
             Ok(child) => {
                 s.live.insert(id.to_string(), child);
                 s.ever.push(id.to_string());
@@ -219,17 +224,31 @@ fn boot(
     env: &[(String, String)],
     dir: &std::path::Path,
     port: u16,
+    again: bool,
 ) -> std::io::Result<Child> {
     let d = dir.join(id);
     std::fs::create_dir_all(d.join("boot"))?;
-    let parts = shell_parts(payload);
+    std::fs::create_dir_all(d.join("home"))?;
+    let per_boot = d.join("per-boot");
     let mut files = Vec::new();
-    for (n, p) in parts.iter().enumerate() {
-        let f = d.join(format!("part-{n}.sh"));
-        std::fs::write(&f, p)?;
-        files.push(f);
+    if again {
+        // cloud-init's per-boot scripts, in name order.
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&per_boot)
+            .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        found.sort();
+        files = found;
+    } else {
+        for (n, p) in shell_parts(payload).iter().enumerate() {
+            let f = d.join(format!("part-{n}.sh"));
+            std::fs::write(&f, p)?;
+            files.push(f);
+        }
     }
-    let log = std::fs::File::create(d.join("sim.log"))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(d.join("sim.log"))?;
     let mut cmd = Command::new("bash");
     cmd.arg("-c")
         .arg("for f in \"$@\"; do bash \"$f\" || exit $?; done")
@@ -240,6 +259,8 @@ fn boot(
             format!("http://127.0.0.1:{port}/{id}"),
         )
         .env("RAYSCALE_BOOT_DIR", d.join("boot"))
+        .env("RAYSCALE_PER_BOOT_DIR", &per_boot)
+        .env("HOME", d.join("home"))
         .env("RAYSCALE_SIM_INSTANCE", id)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
@@ -282,7 +303,8 @@ fn marked_processes(id: &str) -> Vec<u32> {
     crate::processes_with_env(&format!("RAYSCALE_SIM_INSTANCE={id}"))
 }
 
-/// EC2's IMDSv2 paths under `/<instance id>/`: a token for a PUT, the id for a GET.
+/// EC2's IMDSv2 paths under `/<instance id>/`: a token for a PUT, the id and the
+/// (loopback) private address for GETs.
 fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
         let (mut s, _) = match listener.accept() {
@@ -317,6 +339,7 @@ fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>) {
         let (status, body) = match (method, rest) {
             ("PUT", "latest/api/token") => ("200 OK", "rayscale-sim-token".to_string()),
             ("GET", "latest/meta-data/instance-id") => ("200 OK", id.to_string()),
+            ("GET", "latest/meta-data/local-ipv4") => ("200 OK", "127.0.0.1".to_string()),
             _ => ("404 Not Found", String::new()),
         };
         let _ = write!(
@@ -334,17 +357,26 @@ pub struct Ec2Plane {
     pub client: aws_sdk_ec2::Client,
     /// The cluster name.
     pub cluster: String,
+    /// Whether heads boot too (else the test runs the head).
+    heads: bool,
     cache: Mutex<BTreeMap<String, String>>,
 }
 
 impl Ec2Plane {
-    /// The data plane of `cluster` behind `client`.
+    /// The data plane of `cluster`'s workers behind `client`.
     pub fn new(client: aws_sdk_ec2::Client, cluster: &str) -> Self {
         Ec2Plane {
             client,
             cluster: cluster.to_string(),
+            heads: false,
             cache: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The head boots too (a launcher's head).
+    pub fn with_heads(mut self) -> Self {
+        self.heads = true;
+        self
     }
 }
 
@@ -376,10 +408,11 @@ impl DataPlane for Ec2Plane {
             .iter()
             .flat_map(|r| r.instances())
             .filter(|i| {
-                // The head is not the simulator's: the test runs it.
-                !i.tags()
-                    .iter()
-                    .any(|t| t.key() == Some("ray-node-type") && t.value() == Some("head"))
+                self.heads
+                    || !i
+                        .tags()
+                        .iter()
+                        .any(|t| t.key() == Some("ray-node-type") && t.value() == Some("head"))
             })
             .filter_map(|i| i.instance_id().map(str::to_string))
             .collect();

@@ -283,29 +283,7 @@ impl RayHead {
     /// Alive worker nodes (neither the head nor dead) by cloud instance id; empty when
     /// the GCS does not answer within 3 s.
     pub fn alive_workers(&self) -> Vec<String> {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        else {
-            return Vec::new();
-        };
-        rt.block_on(async {
-            let c = self.client(ClientOptions {
-                deadline: Duration::from_secs(3),
-                max_attempts: 1,
-                ..Default::default()
-            });
-            match c.get_cluster_resource_state(0).await {
-                Ok(s) => s
-                    .node_states
-                    .iter()
-                    .filter(|n| !is_head_node(n))
-                    .filter(|n| n.status != pb::NodeStatus::Dead as i32)
-                    .map(|n| n.instance_id.clone())
-                    .collect(),
-                Err(_) => Vec::new(),
-            }
-        })
+        alive_workers_at(&self.addr())
     }
 
     /// A GCS client of this head with `options`. Must be called inside a tokio runtime.
@@ -534,6 +512,39 @@ impl RayHead {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// Alive worker nodes (neither the head nor dead) of the GCS at `addr`, by cloud
+/// instance id; empty when it does not answer within 3 s.
+pub fn alive_workers_at(addr: &str) -> Vec<String> {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return Vec::new();
+    };
+    rt.block_on(async {
+        let Ok(c) = GcsClient::new(
+            addr,
+            ClientOptions {
+                deadline: Duration::from_secs(3),
+                max_attempts: 1,
+                ..Default::default()
+            },
+        ) else {
+            return Vec::new();
+        };
+        match c.get_cluster_resource_state(0).await {
+            Ok(s) => s
+                .node_states
+                .iter()
+                .filter(|n| !is_head_node(n))
+                .filter(|n| n.status != pb::NodeStatus::Dead as i32)
+                .map(|n| n.instance_id.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    })
 }
 
 /// Whether `n` is the head node (it has the `node:__internal_head__` resource).

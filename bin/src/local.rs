@@ -39,7 +39,7 @@ fn find_ray(flag: Option<&PathBuf>) -> Result<PathBuf> {
     crate::providers::find_ray_on_path()
 }
 
-/// `up` and `down` manage a cluster on this host: only `local_processes` fits.
+/// The local-process provider for `up` and `down` on this host.
 async fn local_provider(
     config: &ClusterConfig,
     gcs: &str,
@@ -140,14 +140,15 @@ async fn ctrl_c() {
 /// Arguments of `rayscale up`.
 #[derive(Args)]
 pub struct UpArgs {
-    /// The cluster config (provider type local_processes).
+    /// The cluster config.
     config: PathBuf,
-    /// GCS port of the head on 127.0.0.1.
+    /// local_processes: GCS port of the head on 127.0.0.1.
     #[arg(long, default_value_t = 6379)]
     port: u16,
     /// The `ray` binary (default: found on PATH).
     #[arg(long)]
     ray: Option<PathBuf>,
+    /// local_processes: the loop's expander flags (a cloud head's rayscale reads its YAML).
     #[command(flatten)]
     expander: ExpanderArgs,
 }
@@ -155,6 +156,9 @@ pub struct UpArgs {
 /// `rayscale up`.
 pub async fn up(args: UpArgs) -> Result<String> {
     let config = load_config(&args.config)?;
+    if config.provider_type != LOCAL {
+        return crate::launch::up(&config, &args.config).await;
+    }
     let ray = find_ray(args.ray.as_ref())?;
     let addr = format!("127.0.0.1:{}", args.port);
     let provider = local_provider(&config, &addr, &ray).await?;
@@ -241,7 +245,7 @@ async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()>
 pub struct DownArgs {
     /// The cluster config.
     config: PathBuf,
-    /// GCS port of the head on 127.0.0.1.
+    /// local_processes: GCS port of the head on 127.0.0.1.
     #[arg(long, default_value_t = 6379)]
     port: u16,
     /// The `ray` binary (default: found on PATH).
@@ -282,6 +286,9 @@ fn signal(pids: &[u32], sig: &str) {
 /// `rayscale down`.
 pub async fn down(args: DownArgs) -> Result<String> {
     let config = load_config(&args.config)?;
+    if config.provider_type != LOCAL {
+        return crate::launch::down(&config).await;
+    }
     let ray = find_ray(args.ray.as_ref())?;
     let addr = format!("127.0.0.1:{}", args.port);
     let provider = local_provider(&config, &addr, &ray).await?;

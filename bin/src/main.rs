@@ -3,6 +3,7 @@
 mod cluster;
 mod driver;
 mod expander;
+mod launch;
 mod local;
 mod logging;
 mod plan;
@@ -29,10 +30,11 @@ struct Cli {
 enum Command {
     /// Run one scheduling pass on a frozen snapshot and print the decision as JSON.
     Plan(plan::PlanArgs),
-    /// Start a local cluster (a Ray head on loopback if none runs) and autoscale it in the
-    /// foreground; Ctrl-C stops the loop.
+    /// Start a cluster. In a cloud: find or launch its head (which starts Ray and rayscale
+    /// at boot) and print its address. With local_processes: a Ray head on loopback if
+    /// none runs, autoscaled in the foreground until Ctrl-C.
     Up(local::UpArgs),
-    /// Terminate a local cluster's workers and its head.
+    /// Terminate a cluster's workers, then its head.
     Down(local::DownArgs),
     /// Run the autoscaling loop alone against a running cluster (like Ray's monitor.py).
     Run(local::RunArgs),

@@ -58,34 +58,55 @@ pub struct BootScriptArgs {
     head_ip: String,
 }
 
-/// `rayscale boot-script`: the user data a worker of the type gets, exactly.
+/// `rayscale boot-script`: the script a node of the type runs at boot (the head's for
+/// the head type), exactly as its cloud gets it.
 pub fn boot_script(args: &BootScriptArgs) -> Result<String> {
+    use rayscale_core::provider::boot;
     let text = std::fs::read_to_string(&args.config)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
     let config = ClusterConfig::from_yaml_str(&text, &args.config.display().to_string())?;
-    if config.head_node_type.as_deref() == Some(args.node_type.as_str()) {
-        bail!(
-            "{}: the head's boot is the launcher's; name a worker type",
-            args.node_type
-        );
-    }
-    let id_command = instance_id_command(&config.provider_type)?;
-    let script = rayscale_core::provider::boot::render_worker(
-        &config,
-        &rayscale_core::provider::boot::BootTarget {
-            node_type: &args.node_type,
-            head_ip: &args.head_ip,
-            instance_id_command: id_command,
-        },
-    )?;
+    let m = metadata_commands(&config.provider_type)?;
+    let script = if config.head_node_type.as_deref() == Some(args.node_type.as_str()) {
+        boot::render_head(
+            &config,
+            &boot::HeadBootTarget {
+                node_type: &args.node_type,
+                instance_id_command: m.instance_id,
+                private_ip_command: m.private_ip,
+                per_boot: m.per_boot,
+            },
+        )?
+    } else {
+        boot::render_worker(
+            &config,
+            &boot::BootTarget {
+                node_type: &args.node_type,
+                head_ip: &args.head_ip,
+                instance_id_command: m.instance_id,
+                per_boot: m.per_boot,
+            },
+        )?
+    };
     Ok(script)
 }
 
-/// How an instance of `provider_type` learns its id at boot (the provider crate's).
-fn instance_id_command(provider_type: &str) -> Result<&'static str> {
+/// How an instance of a cloud learns who it is at boot (the provider crate's commands).
+struct Metadata {
+    instance_id: &'static str,
+    private_ip: &'static str,
+    /// The cloud runs user data once per instance (cloud-init).
+    per_boot: bool,
+}
+
+/// The metadata commands of `provider_type`.
+fn metadata_commands(provider_type: &str) -> Result<Metadata> {
     match provider_type {
         #[cfg(feature = "aws")]
-        "aws" => Ok(rayscale_provider_aws::mapping::INSTANCE_ID_COMMAND),
+        "aws" => Ok(Metadata {
+            instance_id: rayscale_provider_aws::mapping::INSTANCE_ID_COMMAND,
+            private_ip: rayscale_provider_aws::mapping::PRIVATE_IP_COMMAND,
+            per_boot: true,
+        }),
         t if TYPES
             .iter()
             .any(|(n, s)| *n == t && matches!(s, Served::Feature(_, false))) =>
@@ -185,6 +206,33 @@ async fn build_featured(
             ))
         }
         t => bail!("provider.type {t:?} is not compiled into this build"),
+    }
+}
+
+/// The provider of a cloud cluster for the launcher (`up`, `down`) on this machine: it
+/// launches the head and removes the cluster; the head's own rayscale launches workers.
+pub async fn build_for_launcher(config: &ClusterConfig) -> Result<Arc<dyn CloudInstanceProvider>> {
+    let t = config.provider_type.as_str();
+    match TYPES.iter().find(|(name, _)| *name == t) {
+        #[cfg(feature = "aws")]
+        Some((_, Served::Feature(_, true))) if t == "aws" => Ok(Arc::new(
+            rayscale_provider_aws::AwsProvider::from_environment(config, None).await?,
+        )),
+        Some((_, Served::Feature(_, true) | Served::Always)) => bail!(
+            "provider.type {t:?}: rayscale does not launch its head; start the head as it              documents and run `rayscale run` there"
+        ),
+        // Not built in, planned or unknown: the same one-line errors as `run`.
+        _ => {
+            build(
+                config,
+                &ProviderEnv {
+                    gcs_address: String::new(),
+                    ray_binary: None,
+                    head_ip: None,
+                },
+            )
+            .await
+        }
     }
 }
 

@@ -397,6 +397,19 @@ pub const INSTANCE_ID_COMMAND: &str = concat!(
     "\"$M/latest/meta-data/instance-id\""
 );
 
+/// The shell command that prints the instance's private IPv4 address (IMDSv2
+/// `meta-data/local-ipv4`), as [`INSTANCE_ID_COMMAND`] does the id.
+pub const PRIVATE_IP_COMMAND: &str = concat!(
+    "M=\"${RAYSCALE_METADATA_URL:-http://169.254.169.254}\"; ",
+    "T=$(curl -sf --retry 20 --retry-connrefused --retry-delay 1 -X PUT \"$M/latest/api/token\" ",
+    "-H 'X-aws-ec2-metadata-token-ttl-seconds: 300'); ",
+    "curl -sf --retry 20 --retry-connrefused --retry-delay 1 -H \"X-aws-ec2-metadata-token: $T\" ",
+    "\"$M/latest/meta-data/local-ipv4\""
+);
+
+/// EC2's limit on `UserData`, before base64 (RunInstances reference).
+pub const MAX_USER_DATA: usize = 16 * 1024;
+
 /// The boundary of the MIME document that carries a user's `UserData` and the boot script.
 pub const MIME_BOUNDARY: &str = "==RAYSCALE_BOUNDARY==";
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types as ec2;
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::provider::boot::{BootTarget, render_worker};
+use rayscale_core::provider::boot::{BootTarget, HeadBootTarget, render_head, render_worker};
 use rayscale_core::provider::{
     CloudInstance, CloudInstanceProvider, LaunchOutcome, LaunchRequest, NodeKind, ProviderError,
     ProviderErrorKind, ProviderOp, idempotency_token, tags,
@@ -242,7 +242,11 @@ impl AwsProvider {
         .await
     }
 
-    async fn launch_inner(&self, req: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+    async fn launch_inner(
+        &self,
+        req: &LaunchRequest,
+        kind: NodeKind,
+    ) -> Result<LaunchOutcome, ProviderError> {
         let state = self.state();
         let cfg = &state.cfg;
         let t = req.node_type.as_str();
@@ -258,8 +262,18 @@ impl AwsProvider {
                 format!("launch {}: unknown node type {t:?}", req.request_id),
             ));
         };
-        // The reconciler launches workers only (the launcher's head comes later).
-        let kind = NodeKind::Worker;
+        let is_head_type = cfg.head_node_type.as_deref() == Some(t);
+        if is_head_type != (kind == NodeKind::Head) {
+            return Err(ProviderError::new(
+                launch_op(req.count),
+                ProviderErrorKind::InvalidConfig,
+                format!(
+                    "launch {}: {t:?} is {} the head's type (head_node_type)",
+                    req.request_id,
+                    if is_head_type { "" } else { "not" }
+                ),
+            ));
+        }
         // 1. What this request already made (a replay after a crash, a retry).
         let ours = self
             .describe(
@@ -288,20 +302,18 @@ impl AwsProvider {
             }
         }
         let mut remaining = req.count.saturating_sub(made.len() as u64);
-        // 2. Cached workers: stopped instances of this type and launch config, restarted
-        //    (ours from an interrupted restart first).
+        // 2. Cached nodes: stopped instances of this kind, type and launch config,
+        //    restarted (ours from an interrupted restart first); their boot script runs
+        //    again at boot (it installed itself to).
         let mut reuse: Vec<String> = stopped_ours;
-        if cfg.cache_stopped_nodes && kind == NodeKind::Worker && remaining > reuse.len() as u64 {
+        if cfg.cache_stopped_nodes && remaining > reuse.len() as u64 {
             let hash = cfg.launch_hashes.get(t).cloned().unwrap_or_default();
             let stopped = self
                 .describe(
                     cfg,
                     &["stopped"],
                     vec![
-                        filter(
-                            &format!("tag:{}", tags::NODE_KIND),
-                            [tags::NODE_KIND_WORKER],
-                        ),
+                        filter(&format!("tag:{}", tags::NODE_KIND), [kind.tag_value()]),
                         filter(&format!("tag:{}", tags::USER_NODE_TYPE), [t]),
                         filter(&format!("tag:{}", tags::LAUNCH_CONFIG), [hash.as_str()]),
                     ],
@@ -324,6 +336,7 @@ impl AwsProvider {
                     remaining -= chunk.len() as u64;
                     made.extend(chunk.iter().map(|id| {
                         let mut c = CloudInstance::worker(id.clone(), t, Some(&req.request_id));
+                        c.kind = kind;
                         c.state = rayscale_core::provider::CloudInstanceState::Pending;
                         c.launch_config_hash = cfg.launch_hashes.get(t).cloned();
                         c
@@ -444,7 +457,9 @@ impl AwsProvider {
         }
     }
 
-    async fn terminate_inner(&self, ids: &[String]) -> Result<(), ProviderError> {
+    /// Stops (cached, non-spot) or terminates `ids`: workers, or with `head` the head
+    /// alone. Ids not of the cluster, or gone, are left alone (gone is success).
+    async fn terminate_inner(&self, ids: &[String], head: bool) -> Result<(), ProviderError> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -471,16 +486,25 @@ impl AwsProvider {
                 }
             }
         }
+        let want = if head {
+            NodeKind::Head
+        } else {
+            NodeKind::Worker
+        };
         if let Some((id, _)) = known
             .iter()
-            .find(|(_, i)| mapping::cloud_instance(i).is_some_and(|c| c.kind == NodeKind::Head))
+            .find(|(_, i)| mapping::cloud_instance(i).is_none_or(|c| c.kind != want))
         {
             return Err(ProviderError::new(
                 ProviderOp::Terminate {
                     cloud_instance_id: id.clone(),
                 },
                 ProviderErrorKind::InvalidConfig,
-                format!("refusing to terminate {id}: it is the cluster's head"),
+                if head {
+                    format!("refusing to terminate {id} as the head: it is not the cluster's head")
+                } else {
+                    format!("refusing to terminate {id}: it is the cluster's head")
+                },
             ));
         }
         let mut stop = Vec::new();
@@ -584,23 +608,49 @@ fn op_for(chunk: &[String]) -> ProviderOp {
 fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, AwsError> {
     let cfg = AwsConfig::from_cluster(config)?;
     let mut boot = BTreeMap::new();
-    if let Some(ip) = head_ip {
-        for t in cfg.node_types.keys() {
-            if cfg.head_node_type.as_deref() == Some(t.as_str()) {
-                continue;
-            }
-            let target = BootTarget {
-                node_type: t,
-                head_ip: ip,
-                instance_id_command: mapping::INSTANCE_ID_COMMAND,
-            };
-            let script = render_worker(config, &target)
-                .map_err(|e| AwsError::config("boot script", e.to_string()))?;
-            boot.insert(t.clone(), script);
-        }
+    for t in cfg.node_types.keys() {
+        let script = if cfg.head_node_type.as_deref() == Some(t.as_str()) {
+            render_head(
+                config,
+                &HeadBootTarget {
+                    node_type: t,
+                    instance_id_command: mapping::INSTANCE_ID_COMMAND,
+                    private_ip_command: mapping::PRIVATE_IP_COMMAND,
+                    per_boot: true,
+                },
+            )
+        } else if let Some(ip) = head_ip {
+            render_worker(
+                config,
+                &BootTarget {
+                    node_type: t,
+                    head_ip: ip,
+                    instance_id_command: mapping::INSTANCE_ID_COMMAND,
+                    per_boot: true,
+                },
+            )
+        } else {
+            continue;
+        };
+        let script = script.map_err(|e| AwsError::config("boot script", e.to_string()))?;
+        boot.insert(t.clone(), script);
     }
     // Map each type once, so a value EC2's model does not know fails now.
-    for t in cfg.node_types.keys() {
+    for (t, nc) in &cfg.node_types {
+        let user_data =
+            mapping::user_data(nc.user_data.as_deref(), boot.get(t).map(String::as_str));
+        if let Some(u) = &user_data
+            && u.len() > mapping::MAX_USER_DATA
+        {
+            return Err(AwsError::config(
+                format!("available_node_types.{t}.node_config.UserData"),
+                format!(
+                    "with rayscale's boot script the user data is {} bytes; EC2 takes at most {}",
+                    u.len(),
+                    mapping::MAX_USER_DATA
+                ),
+            ));
+        }
         mapping::run_instances_input(
             &cfg,
             t,
@@ -645,7 +695,7 @@ impl CloudInstanceProvider for AwsProvider {
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
-        self.launch_inner(request).await
+        self.launch_inner(request, NodeKind::Worker).await
     }
 
     async fn terminate(
@@ -653,7 +703,16 @@ impl CloudInstanceProvider for AwsProvider {
         cloud_instance_ids: &[String],
         _request_id: &str,
     ) -> Result<(), ProviderError> {
-        self.terminate_inner(cloud_instance_ids).await
+        self.terminate_inner(cloud_instance_ids, false).await
+    }
+
+    async fn launch_head(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+        self.launch_inner(request, NodeKind::Head).await
+    }
+
+    async fn terminate_head(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        self.terminate_inner(&[cloud_instance_id.to_string()], true)
+            .await
     }
 
     async fn poll_errors(&self) -> Vec<ProviderError> {

@@ -183,6 +183,15 @@ pub fn head_gcs_port(start_commands: &[String]) -> Result<u16, CoreError> {
     Ok(DEFAULT_GCS_PORT)
 }
 
+/// The GCS port of the head `config` describes (its `head_start_ray_commands`, else
+/// Ray's default), for telling users where to connect.
+pub fn head_port(config: &ClusterConfig) -> Result<u16, CoreError> {
+    match config.raw.get("head_start_ray_commands") {
+        Some(v) => head_gcs_port(&commands(v, "head_start_ray_commands")?),
+        None => Ok(DEFAULT_GCS_PORT),
+    }
+}
+
 fn render(
     config: &ClusterConfig,
     node_type: &str,
