@@ -39,6 +39,9 @@ pub struct Subject {
     pub node_type: String,
     /// The head the cloud lists, if it has one.
     pub head_id: Option<String>,
+    /// The head node type the launcher's calls can launch, or `None` for a provider
+    /// that does not launch heads (it must refuse both launcher calls).
+    pub head_type: Option<String>,
     /// How long a made instance may take to show in `list`.
     pub settle: Duration,
     /// What it can be made to do.
@@ -152,6 +155,7 @@ pub async fn run_all(s: &Subject) -> Report {
     list_is_complete(s, &mut r).await;
     terminate_of_a_gone_instance_succeeds(s, &mut r).await;
     the_head_is_never_a_worker(s, &mut r).await;
+    heads_only_through_the_launcher(s, &mut r).await;
     partial_fill_is_reported(s, &mut r).await;
     error_kinds(s, &mut r).await;
     clean(s).await;
@@ -263,6 +267,86 @@ async fn the_head_is_never_a_worker(s: &Subject, r: &mut Report) {
     assert_eq!(e.kind, ProviderErrorKind::InvalidConfig, "{e}");
     assert!(list(s).await.iter().any(|c| &c.cloud_instance_id == head));
     r.pass("the_head_is_never_a_worker");
+}
+
+/// `launch_head` makes one head (of kind head, once per request id), `terminate` refuses
+/// it, `terminate_head` removes it and succeeds again once it is gone; a provider that
+/// launches no heads refuses both calls as invalid config.
+async fn heads_only_through_the_launcher(s: &Subject, r: &mut Report) {
+    let Some(head_type) = &s.head_type else {
+        let req = request(s, "conf-no-head", 1);
+        let e = s
+            .provider
+            .launch_head(&req)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("launch_head must be refused by this provider"));
+        assert_eq!(e.kind, ProviderErrorKind::InvalidConfig, "{e}");
+        let e = s
+            .provider
+            .terminate_head("conf-no-head")
+            .await
+            .expect_err("terminate_head must be refused by this provider");
+        assert_eq!(e.kind, ProviderErrorKind::InvalidConfig, "{e}");
+        r.pass("heads_only_through_the_launcher (refused)");
+        return;
+    };
+    let req = LaunchRequest {
+        node_type: head_type.clone(),
+        ..request(s, "conf-head-launch", 1)
+    };
+    let old: BTreeSet<String> = list(s)
+        .await
+        .iter()
+        .filter(|c| c.is_head())
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    let new_heads = || async {
+        list(s)
+            .await
+            .into_iter()
+            .filter(|c| c.is_head() && !old.contains(&c.cloud_instance_id))
+            .collect::<Vec<_>>()
+    };
+    match s.provider.launch_head(&req).await {
+        Ok(o) => assert!(o.shortfall.is_none(), "{:?}", o.shortfall),
+        Err(e) => panic!("launch_head failed: {e}"),
+    }
+    let t0 = Instant::now();
+    while new_heads().await.is_empty() && t0.elapsed() < s.settle {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Sent again: no second head.
+    if let Err(e) = s.provider.launch_head(&req).await {
+        panic!("launch_head sent again failed: {e}");
+    }
+    let made = new_heads().await;
+    assert_eq!(made.len(), 1, "one head per request id: {made:?}");
+    let h = made[0].clone();
+    assert_eq!(h.kind, NodeKind::Head);
+    assert_eq!(h.node_type, *head_type);
+    let id = h.cloud_instance_id.clone();
+    let e = s
+        .provider
+        .terminate(std::slice::from_ref(&id), "conf-head")
+        .await
+        .expect_err("terminate must refuse a head");
+    assert_eq!(e.kind, ProviderErrorKind::InvalidConfig, "{e}");
+    if let Err(e) = s.provider.terminate_head(&id).await {
+        panic!("terminate_head {id} failed: {e}");
+    }
+    let t0 = Instant::now();
+    while !new_heads().await.is_empty() {
+        assert!(
+            t0.elapsed() < s.settle + Duration::from_secs(20),
+            "head {id} still listed after terminate_head"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Err(e) = s.provider.terminate_head(&id).await {
+        panic!("terminate_head of a gone head must succeed: {e}");
+    }
+    r.pass("heads_only_through_the_launcher");
 }
 
 /// A launch the cloud fills only in part reports how many fell short, as a capacity error

@@ -122,6 +122,7 @@ async fn aws_provider_conforms_on_moto() {
         provider: provider.clone(),
         node_type: "cpu".into(),
         head_id: Some(head),
+        head_type: Some("head".into()),
         settle: Duration::from_secs(5),
         provoke: Box::new(MotoProvoke(moto.clone())),
     };
@@ -136,9 +137,9 @@ async fn aws_provider_conforms_on_moto() {
         ["error_kind_not_found"]
     );
     // The head, the suite's launches of 2, 7 and 3 (its replay finds its instances by
-    // their tag), and the six errors (the throttled one tried 4 times): one RunInstances
-    // per request, never one per instance.
-    assert_eq!(moto.calls("RunInstances"), 1 + 3 + 5 + 4);
+    // their tag), its launcher's head (sent twice, made once), and the six errors (the
+    // throttled one tried 4 times): one RunInstances per request, never one per instance.
+    assert_eq!(moto.calls("RunInstances"), 1 + 3 + 1 + 5 + 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -579,7 +580,7 @@ async fn first_launches_match_rays_own_aws_provider() {
 }
 
 #[test]
-fn boot_script_prints_what_a_worker_runs() {
+fn boot_script_prints_what_a_node_runs() {
     let bin = rayscale_tests::workspace_bin("rayscale");
     let yaml =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/aws/golden.yaml");
@@ -605,18 +606,32 @@ fn boot_script_prints_what_a_worker_runs() {
         text.contains(r#"RAY_OVERRIDE_RESOURCES='{"CPU":8}'"#),
         "{text}"
     );
-    // The head is the launcher's; an unknown type is a one-line error.
-    for t in ["head", "nope"] {
-        let out = std::process::Command::new(&bin)
-            .arg("boot-script")
-            .arg(&yaml)
-            .arg(t)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && err.lines().count() == 1,
-            "{t}: {err}"
-        );
-    }
+    // The head's: Ray's head without Ray's monitor, rayscale beside it, its own address.
+    let out = std::process::Command::new(&bin)
+        .arg("boot-script")
+        .arg(&yaml)
+        .arg("head")
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(head.contains("ray start --head --no-monitor"), "{head}");
+    assert!(
+        head.contains("\"$RAYSCALE_BIN\" run --config ~/ray_bootstrap_config.yaml"),
+        "{head}"
+    );
+    assert!(head.contains("latest/meta-data/local-ipv4"), "{head}");
+    // An unknown type is a one-line error.
+    let out = std::process::Command::new(&bin)
+        .arg("boot-script")
+        .arg(&yaml)
+        .arg("nope")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.lines().count() == 1, "{err}");
 }

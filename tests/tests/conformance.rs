@@ -55,6 +55,7 @@ async fn fake_provider_conforms() {
         provider: fake.clone(),
         node_type: "cpu".into(),
         head_id: Some("head".into()),
+        head_type: Some("head".into()),
         settle: Duration::from_secs(1),
         provoke: Box::new(FakeProvoke(fake.clone())),
     };
@@ -113,6 +114,7 @@ available_node_types:
         provider: Arc::new(LocalProcessProvider::new(cfg).unwrap()),
         node_type: "cpu".into(),
         head_id: None,
+        head_type: None,
         settle: Duration::from_secs(5),
         provoke: Box::new(LocalProvoke),
     };
