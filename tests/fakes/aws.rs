@@ -74,7 +74,8 @@ impl MotoEc2 {
     }
 
     /// Sets faults: `{"capacity": {"m5.large": 0}, "uncap": [..], "throttle_next": 2,
-    /// "error_next": {"code": "VcpuLimitExceeded", "status": 400}}`.
+    /// "error_next": {"code": "VcpuLimitExceeded", "status": 400}, "linger": [..],
+    /// "release": [..]}` (see `moto_ec2.py`).
     pub fn faults(&self, json: &str) {
         self.post("/_rayscale/faults", json);
     }
@@ -83,6 +84,13 @@ impl MotoEc2 {
     pub fn stats(&self) -> serde_json::Value {
         let body = self.request("GET", "/_rayscale/stats", "");
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("stats {body:?}: {e}"))
+    }
+
+    /// How many RunInstances calls named `instance_type`.
+    pub fn runs_of(&self, instance_type: &str) -> u64 {
+        self.stats()["run_by_type"][instance_type]
+            .as_u64()
+            .unwrap_or(0)
     }
 
     /// How many calls of `action` the server saw.

@@ -13,12 +13,17 @@ WSGI layer in front of it does, each cited against EC2's documented behaviour:
   `InsufficientInstanceCapacity` (HTTP 500), as EC2 does.
 - Throttling: the next N calls answer `RequestLimitExceeded` (HTTP 503).
 - Any error for the next RunInstances (code, status, message).
+- A lingering `pending` (EC2 "Instance lifecycle": an instance may stay `pending` while
+  EC2 provisions it): instances launched of a listed type are answered as `pending`
+  (code 0) by DescribeInstances until the type is released; moto runs them at once.
 
 Control (JSON over HTTP on the same port, never forwarded to moto):
   POST /_rayscale/faults  {"capacity": {"m5.large": 2}, "uncap": ["m5.large"],
                            "throttle_next": 1, "throttle_action": "RunInstances",
-                           "error_next": {"code": ..., "status": ...}}
-  GET  /_rayscale/stats   {"calls": {"RunInstances": 3, ...}, "instances_launched": n}
+                           "error_next": {"code": ..., "status": ...},
+                           "linger": ["m5.large"], "release": ["m5.large"]}
+  GET  /_rayscale/stats   {"calls": {"RunInstances": 3, ...}, "instances_launched": n,
+                           "run_by_type": {"m5.large": 2, ...}}
   POST /moto-api/reset    moto's reset; the switch's state is reset too.
 
 Prints `PORT <n>` on stdout once it listens; stops on SIGTERM or when stdin closes.
@@ -27,6 +32,7 @@ Prints `PORT <n>` on stdout once it listens; stops on SIGTERM or when stdin clos
 import io
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -52,6 +58,25 @@ class Faults:
         self.tokens = {}  # ClientToken -> (status, headers, body)
         self.calls = {}
         self.launched = 0
+        self.run_by_type = {}  # instance type -> RunInstances calls naming it
+        self.linger_types = set()  # types whose new instances stay pending
+        self.lingering = {}  # instance id -> its type, answered as pending
+
+
+INSTANCE_ID = re.compile(rb"<instanceId>(i-[0-9a-f]+)</instanceId>")
+
+
+def as_pending(body, ids):
+    """DescribeInstances XML with the instances `ids` in state pending (code 0)."""
+    for i in ids:
+        body = re.sub(
+            rb"(<instanceId>" + re.escape(i.encode()) + rb"</instanceId>.*?<instanceState>\s*<code>)16(</code>\s*<name>)running(</name>)",
+            rb"\g<1>0\g<2>pending\g<3>",
+            body,
+            count=1,
+            flags=re.DOTALL,
+        )
+    return body
 
 
 def error_body(code, message):
@@ -77,7 +102,9 @@ def make_app():
         path = environ.get("PATH_INFO", "")
         if path == "/_rayscale/stats":
             with faults.lock:
-                body = json.dumps({"calls": faults.calls, "instances_launched": faults.launched})
+                body = json.dumps(
+                    {"calls": faults.calls, "instances_launched": faults.launched, "run_by_type": faults.run_by_type}
+                )
             return respond(start_response, 200, body.encode(), "application/json")
         size = int(environ.get("CONTENT_LENGTH") or 0)
         req = json.loads(environ["wsgi.input"].read(size) or b"{}")
@@ -91,6 +118,10 @@ def make_app():
                 faults.throttle_action = req.get("throttle_action")
             if "error_next" in req:
                 faults.error_next = req["error_next"]
+            faults.linger_types.update(req.get("linger") or [])
+            for t in req.get("release") or []:
+                faults.linger_types.discard(t)
+                faults.lingering = {i: it for i, it in faults.lingering.items() if it != t}
         return respond(start_response, 200, b"{}", "application/json")
 
     def app(environ, start_response):
@@ -120,6 +151,7 @@ def make_app():
                     e, faults.error_next = faults.error_next, None
                     return respond(start_response, int(e.get("status", 400)), error_body(e["code"], e.get("message", e["code"])))
                 itype = (form.get("InstanceType") or [""])[0]
+                faults.run_by_type[itype] = faults.run_by_type.get(itype, 0) + 1
                 want_max = int((form.get("MaxCount") or ["1"])[0])
                 want_min = int((form.get("MinCount") or ["1"])[0])
                 left = faults.capacity.get(itype)
@@ -151,7 +183,27 @@ def make_app():
             if token and captured.get("status") == 200:
                 with faults.lock:
                     faults.tokens[token] = (200, body)
+            # (RunInstances answers `pending` anyway: only DescribeInstances is rewritten.)
+            if captured.get("status") == 200 and itype in faults.linger_types:
+                with faults.lock:
+                    for i in INSTANCE_ID.findall(body):
+                        faults.lingering[i.decode()] = itype
             return [body]
+        if action == "DescribeInstances":
+            with faults.lock:
+                ids = list(faults.lingering)
+            if ids:
+                environ["wsgi.input"] = io.BytesIO(raw)
+                environ["CONTENT_LENGTH"] = str(len(raw))
+                captured = {}
+
+                def capture_headers(status, headers, exc_info=None):
+                    captured["status"] = status
+                    captured["headers"] = [(k, v) for k, v in headers if k.lower() != "content-length"]
+
+                body = as_pending(b"".join(moto(environ, capture_headers)), ids)
+                start_response(captured["status"], captured["headers"] + [("Content-Length", str(len(body)))])
+                return [body]
         environ["wsgi.input"] = io.BytesIO(raw)
         environ["CONTENT_LENGTH"] = str(len(raw))
         return moto(environ, start_response)
