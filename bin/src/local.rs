@@ -350,7 +350,8 @@ pub struct RunArgs {
     #[arg(long)]
     ray: Option<PathBuf>,
     /// The head's address as cloud workers reach it (default: the --gcs host, unless
-    /// that is a loopback address).
+    /// that is a loopback address); `auto`: this machine's private address, from the
+    /// cloud's instance metadata service (run on the head).
     #[arg(long)]
     head_ip: Option<String>,
     /// Reconcile at least every this many seconds.
@@ -363,12 +364,18 @@ pub struct RunArgs {
 /// `rayscale run`.
 pub async fn run(args: RunArgs) -> Result<String> {
     let config = load_config(&args.config)?;
+    let head_ip = match args.head_ip.as_deref() {
+        Some("auto") => {
+            Some(crate::providers::private_ip_from_metadata(&config.provider_type).await?)
+        }
+        other => other.map(str::to_string),
+    };
     let provider = crate::providers::build(
         &config,
         &ProviderEnv {
             gcs_address: args.gcs.clone(),
             ray_binary: args.ray.clone(),
-            head_ip: args.head_ip.clone(),
+            head_ip,
         },
     )
     .await?;

@@ -90,6 +90,32 @@ pub fn boot_script(args: &BootScriptArgs) -> Result<String> {
     Ok(script)
 }
 
+/// This machine's private address as the cloud's metadata service tells it (`run
+/// --head-ip auto` on a head started by `ray up`).
+pub async fn private_ip_from_metadata(provider_type: &str) -> Result<String> {
+    let m = metadata_commands(provider_type)?;
+    let out = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(m.private_ip)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| anyhow::anyhow!("--head-ip auto: cannot run sh: {e}"))?;
+    let ip = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || ip.parse::<std::net::IpAddr>().is_err() {
+        bail!(
+            "--head-ip auto: the {provider_type} metadata service gave no address ({}{}); pass --head-ip IP",
+            out.status,
+            if ip.is_empty() {
+                String::new()
+            } else {
+                format!(", got {:?}", ip.chars().take(40).collect::<String>())
+            }
+        );
+    }
+    Ok(ip)
+}
+
 /// How an instance of a cloud learns who it is at boot (the provider crate's commands).
 struct Metadata {
     instance_id: &'static str,

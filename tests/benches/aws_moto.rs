@@ -5,7 +5,8 @@
 //! and pages, not with instances.
 //!
 //! Run: `cargo bench -p rayscale-tests --bench aws_moto` (`-- 10000` lists a 10,000
-//! instance cluster too; moto launches about 70 instances a second, so that takes minutes).
+//! instance cluster too; moto launches about 70 instances a second, so that takes minutes;
+//! `-- 10000 list-only` skips the launch table).
 //! Needs `RAYSCALE_PYTHON` (a venv with moto[server], as scripts/setup-python.sh makes).
 
 use std::time::Instant;
@@ -62,11 +63,12 @@ fn calls(p: &AwsProvider) -> String {
         .join(", ")
 }
 
-async fn run(list_size: Option<u64>) -> Result<(), String> {
+async fn run(list_size: Option<u64>, list_only: bool) -> Result<(), String> {
     let cfg = config();
     println!("| launch 1,000 workers of 3 types | time | EC2 calls |");
     println!("|---|---|---|");
-    for per_request in [10, 50, 334] {
+    let sizes: &[u64] = if list_only { &[] } else { &[10, 50, 334] };
+    for &per_request in sizes {
         let moto = MotoEc2::start();
         let p = AwsProvider::new(moto.client(), &cfg, None).map_err(|e| e.to_string())?;
         let t0 = Instant::now();
@@ -88,7 +90,13 @@ async fn run(list_size: Option<u64>) -> Result<(), String> {
     if let Some(n) = list_size {
         let moto = MotoEc2::start();
         let p = AwsProvider::new(moto.client(), &cfg, None).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
         launch_all(&p, n, 1000).await?;
+        println!(
+            "| launch {n} in requests of 1000 | {:.1} s | {} |",
+            t0.elapsed().as_secs_f64(),
+            calls(&p)
+        );
         let t0 = Instant::now();
         let before = p.calls().snapshot()[0].1;
         let listed = p.list().await.map_err(|e| e.to_string())?.len();
@@ -103,6 +111,7 @@ async fn run(list_size: Option<u64>) -> Result<(), String> {
 
 fn main() {
     let list_size = std::env::args().skip(1).find_map(|a| a.parse::<u64>().ok());
+    let list_only = std::env::args().any(|a| a == "list-only");
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -111,7 +120,7 @@ fn main() {
         Ok(rt) => rt,
         Err(e) => panic!("runtime: {e}"),
     };
-    if let Err(e) = rt.block_on(run(list_size)) {
+    if let Err(e) = rt.block_on(run(list_size, list_only)) {
         eprintln!("aws_moto: {e}");
         std::process::exit(1);
     }

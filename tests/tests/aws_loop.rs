@@ -93,14 +93,12 @@ async fn a_capacity_error_moves_the_demand_to_another_type_until_its_window_ends
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let first_alt = seen.iter().position(|r| r.1 == 1).unwrap_or_else(|| {
-        panic!("alt never asked for: {seen:?}")
-    });
+    let first_alt = seen
+        .iter()
+        .position(|r| r.1 == 1)
+        .unwrap_or_else(|| panic!("alt never asked for: {seen:?}"));
     let first_big = seen.iter().position(|r| r.0 == 1).unwrap();
-    assert_eq!(
-        seen[first_alt].0, 1,
-        "big asked once before alt: {seen:?}"
-    );
+    assert_eq!(seen[first_alt].0, 1, "big asked once before alt: {seen:?}");
     assert!(
         first_alt > first_big && first_alt - first_big <= 2,
         "the demand moves to alt within the next iterations: {seen:?}"
@@ -161,7 +159,11 @@ async fn an_instance_ec2_keeps_pending_is_listed_pending_until_it_runs() {
         states(&l, "alt"),
         [CloudInstanceState::Running, CloudInstanceState::Running]
     );
-    assert!(l.iter().filter(|i| i.node_type == "big").all(|i| !i.is_running()));
+    assert!(
+        l.iter()
+            .filter(|i| i.node_type == "big")
+            .all(|i| !i.is_running())
+    );
     // EC2 finishes provisioning: running.
     moto.faults(r#"{"release": ["m5.2xlarge"]}"#);
     let l = provider.list().await.unwrap();
