@@ -2,3 +2,4 @@
 //! follows.
 
 pub mod aws;
+pub mod ec2_pages;

@@ -210,6 +210,60 @@ async fn cached_workers_are_stopped_then_restarted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_head_is_stopped_by_down_and_started_by_the_next_up() {
+    let moto = MotoEc2::start();
+    let cfg = config("cachehead", "", &worker_config());
+    let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();
+    let req = |id: &str| LaunchRequest {
+        request_id: id.into(),
+        node_type: "head".into(),
+        count: 1,
+        launch_config_hash: cfg.node_type("head").unwrap().launch_config_hash.clone(),
+    };
+    // A worker type is not a head, and the head's type is not a worker.
+    let e = p
+        .launch_head(&LaunchRequest {
+            node_type: "cpu".into(),
+            ..req("x")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::InvalidConfig, "{e}");
+    let e = p.launch(&req("y")).await.unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::InvalidConfig, "{e}");
+    let made = p.launch_head(&req("up-1")).await.unwrap();
+    let id = made.instances[0].cloud_instance_id.clone();
+    assert!(made.instances[0].is_head());
+    p.terminate_head(&id).await.unwrap();
+    assert_eq!(moto.calls("StopInstances"), 1, "cached: stopped");
+    assert_eq!(moto.calls("TerminateInstances"), 0);
+    let again = p.launch_head(&req("up-2")).await.unwrap();
+    assert_eq!(again.instances.len(), 1);
+    assert_eq!(
+        again.instances[0].cloud_instance_id, id,
+        "the same head, started"
+    );
+    assert!(again.instances[0].is_head());
+    assert_eq!(moto.calls("StartInstances"), 1);
+    assert_eq!(moto.calls("RunInstances"), 1);
+    // No worker is ever taken for a head, nor a head for a worker.
+    let w = p
+        .launch(&LaunchRequest {
+            node_type: "cpu".into(),
+            launch_config_hash: cfg.node_type("cpu").unwrap().launch_config_hash.clone(),
+            ..req("w-1")
+        })
+        .await
+        .unwrap();
+    assert_ne!(w.instances[0].cloud_instance_id, id);
+    assert!(
+        p.terminate_head(&w.instances[0].cloud_instance_id)
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capacity_error_moves_to_the_next_subnet() {
     let moto = MotoEc2::start();
     let subnets = moto.default_subnets().await;

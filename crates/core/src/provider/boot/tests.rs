@@ -1,0 +1,299 @@
+//! The boot scripts' tests: what they say, and that bash runs them.
+
+use super::*;
+
+fn cfg(extra: &str) -> ClusterConfig {
+    let yaml = format!(
+        "cluster_name: demo\nprovider: {{type: aws, region: us-west-2}}\nhead_node_type: h\n\
+         auth: {{ssh_user: ubuntu}}\n{extra}\
+         available_node_types:\n  h: {{resources: {{}}, node_config: {{}}}}\n  \
+         w: {{resources: {{CPU: 2, GPU: 1}}, labels: {{zone: a}}, node_config: {{}}}}\n"
+    );
+    ClusterConfig::from_yaml_str(&yaml, "t.yaml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn target() -> BootTarget<'static> {
+    BootTarget {
+        node_type: "w",
+        head_ip: "10.0.0.1",
+        instance_id_command: "echo i-123",
+        per_boot: false,
+    }
+}
+
+#[test]
+fn ray_keys_in_ray_order_with_ray_env() {
+    let c = cfg(
+        "initialization_commands: [echo init]\nsetup_commands: [echo common]\n\
+         worker_setup_commands: [echo worker]\nworker_start_ray_commands: [ray stop, 'ray start --address=$RAY_HEAD_IP:6379']\n",
+    );
+    let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+    let at = |needle: &str| {
+        s.find(needle)
+            .unwrap_or_else(|| panic!("{needle} missing:\n{s}"))
+    };
+    assert!(at("echo init") < at("echo common"));
+    assert!(at("echo common") < at("echo worker"));
+    assert!(at("echo worker") < at("ray start --address=$RAY_HEAD_IP:6379"));
+    assert!(s.contains("export RAY_HEAD_IP='10.0.0.1'"));
+    assert!(s.contains("export RAY_NODE_TYPE_NAME='w'"));
+    assert!(
+        s.contains(r#"export RAY_OVERRIDE_RESOURCES='{"CPU":2,"GPU":1}'"#),
+        "{s}"
+    );
+    assert!(
+        s.contains(r#"export RAY_OVERRIDE_LABELS='{"zone":"a"}'"#),
+        "{s}"
+    );
+    assert!(s.contains("RAY_CLOUD_INSTANCE_ID=\"$(echo i-123)\""));
+    assert!(s.contains("SSH_USER='ubuntu'"));
+    assert!(!s.contains("docker"), "no docker block, no docker");
+}
+
+#[test]
+fn defaults_overrides_and_docker() {
+    let c = cfg("worker_setup_commands: [echo cluster-wide]\n\
+         docker: {image: 'rayproject/ray:2.60.0', container_name: rc, run_options: [--ulimit nofile=65536:65536]}\n");
+    let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.contains(DEFAULT_WORKER_START[1]), "Ray's default start");
+    assert!(s.contains("docker pull 'rayproject/ray:2.60.0'"));
+    assert!(s.contains("--net=host --ulimit nofile=65536:65536 'rayproject/ray:2.60.0' bash"));
+    assert!(s.contains("docker exec -i \"$CONTAINER\""));
+    // A node type's own commands replace the cluster's.
+    let c2 = ClusterConfig::from_yaml_str(
+        "cluster_name: d\nprovider: {type: aws}\nhead_node_type: h\n\
+         worker_setup_commands: [echo cluster-wide]\n\
+         available_node_types:\n  h: {resources: {}, node_config: {}}\n  \
+         w: {resources: {}, node_config: {}, worker_setup_commands: [echo mine]}\n",
+        "t.yaml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let s2 = render_worker(&c2, &target()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        s2.contains("echo mine") && !s2.contains("echo cluster-wide"),
+        "{s2}"
+    );
+}
+
+#[test]
+fn bad_commands_name_their_path() {
+    // Ray's schema refuses a command that is not a string when the config loads;
+    // the renderer names the path too, for a value built another way.
+    let e = commands(&serde_json::json!(["echo ok", 3]), "setup_commands")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("setup_commands[1]"), "{e}");
+    let c = cfg("");
+    let e = render_worker(
+        &c,
+        &BootTarget {
+            node_type: "nope",
+            ..target()
+        },
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(e.contains("nope"), "{e}");
+}
+
+#[test]
+fn the_script_runs() {
+    // The rendered script, run by bash with a stand-in for `ray`: every step runs,
+    // in order, with the environment.
+    let dir = std::env::temp_dir().join(format!("rayscale-boot-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let c = cfg(
+        "initialization_commands: ['echo init >> $RAYSCALE_TRACE']\n\
+         setup_commands: ['echo setup $RAY_NODE_TYPE_NAME >> $RAYSCALE_TRACE']\n\
+         worker_start_ray_commands: ['echo start $RAY_CLOUD_INSTANCE_ID $RAY_HEAD_IP >> $RAYSCALE_TRACE']\n",
+    );
+    let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+    let trace = dir.join("trace");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&s)
+        .env("RAYSCALE_BOOT_DIR", &dir)
+        .env("RAYSCALE_TRACE", &trace)
+        .output()
+        .unwrap_or_else(|e| panic!("bash: {e}"));
+    let log = std::fs::read_to_string(dir.join("boot.log")).unwrap_or_default();
+    assert!(out.status.success(), "{log}");
+    let got = std::fs::read_to_string(&trace).unwrap_or_default();
+    assert_eq!(got, "init\nsetup w\nstart i-123 10.0.0.1\n", "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn wait_for(path: &std::path::Path, needle: &str) -> String {
+    for _ in 0..100 {
+        let got = std::fs::read_to_string(path).unwrap_or_default();
+        if got.contains(needle) {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[test]
+fn the_head_script_starts_rays_head_without_its_monitor_and_rayscale_beside_it() {
+    let dir = std::env::temp_dir().join(format!("rayscale-head-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let c = cfg("setup_commands: ['echo setup >> $RAYSCALE_TRACE']\n\
+         head_setup_commands: ['echo head-setup >> $RAYSCALE_TRACE']\n\
+         worker_setup_commands: ['echo worker-setup >> $RAYSCALE_TRACE']\n\
+         head_start_ray_commands: ['echo v2=$RAY_enable_autoscaler_v2 ray start --head --port=7000 >> $RAYSCALE_TRACE']\n");
+    let s = render_head(
+        &c,
+        &HeadBootTarget {
+            node_type: "h",
+            instance_id_command: "echo i-head",
+            private_ip_command: "echo 10.9.8.7",
+            per_boot: false,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let trace = dir.join("trace");
+    let stub = dir.join("rayscale-stub");
+    std::fs::write(
+        &stub,
+        "#!/bin/sh\necho \"rayscale $*\" >> \"$RAYSCALE_TRACE\"\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::process::Command::new("chmod")
+        .arg("755")
+        .arg(&stub)
+        .status();
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&s)
+        .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
+        .env("RAYSCALE_TRACE", &trace)
+        .env("RAYSCALE_BIN", &stub)
+        .env("HOME", &dir)
+        .output()
+        .unwrap_or_else(|e| panic!("bash: {e}"));
+    let log = std::fs::read_to_string(dir.join("boot/boot.log")).unwrap_or_default();
+    assert!(out.status.success(), "{log}");
+    let got = wait_for(&trace, "rayscale run");
+    let home = dir.display();
+    assert_eq!(
+        got,
+        format!(
+            "setup\nhead-setup\nv2=1 ray start --head --no-monitor --port=7000\n\
+             rayscale run --config {home}/ray_bootstrap_config.yaml --gcs 127.0.0.1:7000 \
+             --head-ip 10.9.8.7\n"
+        ),
+        "{log}"
+    );
+    let written =
+        std::fs::read_to_string(dir.join("ray_bootstrap_config.yaml")).unwrap_or_default();
+    let back =
+        ClusterConfig::from_yaml_str(&written, "bootstrap").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        back.raw, c.raw,
+        "the head reads the cluster YAML it was given"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn head_defaults_port_and_role_checks() {
+    let c = cfg("");
+    let t = HeadBootTarget {
+        node_type: "h",
+        instance_id_command: "echo i",
+        private_ip_command: "echo 10.0.0.2",
+        per_boot: true,
+    };
+    let s = render_head(&c, &t).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        s.contains("ray start --head --no-monitor --port=6379 --object-manager-port=8076"),
+        "Ray's default head start, without Ray's monitor:\n{s}"
+    );
+    assert!(s.contains("--gcs 127.0.0.1:6379"));
+    assert_eq!(
+        head_gcs_port(&["ray start --head --port 7001 --block".into()]).ok(),
+        Some(7001)
+    );
+    assert_eq!(
+        head_gcs_port(&["ray start --address=x:1".into()]).ok(),
+        Some(6379)
+    );
+    let e = head_gcs_port(&["ray start --head --port=x".into()])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("head_start_ray_commands"), "{e}");
+    assert_eq!(
+        without_monitor("ray start --head --no-monitor"),
+        "ray start --head --no-monitor"
+    );
+    assert_eq!(without_monitor("ray stop"), "ray stop");
+    // Roles are not mixed up.
+    assert!(
+        render_worker(
+            &c,
+            &BootTarget {
+                node_type: "h",
+                ..target()
+            }
+        )
+        .is_err()
+    );
+    assert!(
+        render_head(
+            &c,
+            &HeadBootTarget {
+                node_type: "w",
+                ..t
+            }
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn a_per_boot_script_installs_itself_once() {
+    let dir = std::env::temp_dir().join(format!("rayscale-perboot-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let c = cfg("worker_start_ray_commands: ['echo start >> $RAYSCALE_TRACE']\n");
+    let s = render_worker(
+        &c,
+        &BootTarget {
+            per_boot: true,
+            ..target()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let first = dir.join("user-data.sh");
+    std::fs::write(&first, &s).unwrap_or_else(|e| panic!("{e}"));
+    let per_boot = dir.join("per-boot");
+    let trace = dir.join("trace");
+    let run = |script: &std::path::Path| {
+        std::process::Command::new("bash")
+            .arg(script)
+            .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
+            .env("RAYSCALE_PER_BOOT_DIR", &per_boot)
+            .env("RAYSCALE_TRACE", &trace)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    assert!(run(&first));
+    let installed = per_boot.join("rayscale-boot.sh");
+    assert_eq!(
+        std::fs::read_to_string(&installed).ok().as_deref(),
+        Some(s.as_str())
+    );
+    // A later boot runs the installed copy, which leaves itself alone.
+    assert!(run(&installed));
+    assert_eq!(
+        std::fs::read_to_string(&trace).unwrap_or_default(),
+        "start\nstart\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
