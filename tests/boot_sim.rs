@@ -49,6 +49,7 @@ pub struct BootSimulator {
     stop: Arc<AtomicBool>,
     sim: Arc<Mutex<Sim>>,
     dir: PathBuf,
+    port: u16,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -87,8 +88,16 @@ impl BootSimulator {
             stop,
             sim,
             dir,
+            port,
             threads,
         }
+    }
+
+    /// The metadata stand-in's address for instance `id` (what `RAYSCALE_METADATA_URL`
+    /// is set to for the instances it boots; for a node it does not boot, as `ray up`'s
+    /// head).
+    pub fn metadata_url(&self, id: &str) -> String {
+        format!("http://127.0.0.1:{}/{id}", self.port)
     }
 
     /// Instances whose processes run now.

@@ -5,6 +5,14 @@
 //! monitor and `rayscale run` beside it, which launches workers for the demand; theirs
 //! join the head with their EC2 instance ids. The tasks finish, the idle workers are
 //! terminated in EC2, and `rayscale down` terminates the head.
+//!
+//! And the other way in: Ray's own `ray up` (its AWS bootstrap against moto, its node
+//! updater over a fake `ssh` that runs the head's commands on this machine,
+//! `tests/fakes/ray_up/`) with Ray's monitor replaced by `rayscale run` in
+//! `head_start_ray_commands`, as the README shows; then `ray down`.
+//!
+//! The two tests take turns (each runs a Ray cluster; together they would starve a
+//! 2-core machine).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -15,6 +23,67 @@ use rayscale_tests::boot_sim::{BootSimulator, Ec2Plane};
 use rayscale_tests::fakes::aws::{MotoEc2, REGION};
 use rayscale_tests::ray_head::{alive_workers_at, free_ports};
 use rayscale_tests::wait_until;
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Waits for a child process up to `timeout` (killed after it): its exit success and
+/// output.
+fn finish(mut child: std::process::Child, timeout: Duration) -> (bool, String) {
+    let pid = child.id();
+    let done = wait_until(timeout, || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true)
+    });
+    if !done {
+        let _ = child.kill();
+    }
+    let out = std::mem::replace(&mut child, Command::new("true").spawn().expect("true"))
+        .wait_with_output()
+        .expect("output");
+    let _ = child.wait();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// Runs the test workload (4 tasks of 2 CPUs for 4 s) against `gcs`: ok and its output.
+fn workload(python: &Path, gcs: &str) -> (bool, String) {
+    let w = Command::new(python)
+        .arg(root().join("tests/live/workload.py"))
+        .arg(gcs)
+        .args(["tasks", "4", "2", "4"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("workload");
+    let (ok, text) = finish(w, Duration::from_secs(240));
+    (ok && text.contains("done 4"), text)
+}
+
+/// Whether a GCS answers at `gcs` (`rayscale status`).
+fn gcs_answers(gcs: &str) -> bool {
+    Command::new(rayscale_tests::workspace_bin("rayscale"))
+        .args(["status", "--gcs", gcs])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -89,6 +158,7 @@ fn aws_env(moto: &MotoEc2) -> Vec<(String, String)> {
 
 #[test]
 fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
+    let _turn = serial();
     let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
     let moto = Arc::new(MotoEc2::start());
     let port = free_ports(1)[0];
@@ -161,53 +231,10 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     assert!(ok && again.contains("already running"), "{again}");
     assert_eq!(moto.calls("RunInstances"), 1, "one head, launched once");
     // The head boots Ray's head and rayscale.
-    let up = wait_until(Duration::from_secs(90), || {
-        Command::new(rayscale_tests::workspace_bin("rayscale"))
-            .args(["status", "--gcs", &gcs])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
+    let up = wait_until(Duration::from_secs(90), || gcs_answers(&gcs));
     assert!(up, "the head's GCS does not answer at {gcs}\n{}", diag());
-
-    // Demand: 4 tasks of 2 CPUs for 4 s; the head has no CPU.
-    let w = Command::new(&python)
-        .arg(root().join("tests/live/workload.py"))
-        .arg(&gcs)
-        .args(["tasks", "4", "2", "4"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("workload");
-    // A workload that never finishes fails the test, never hangs it.
-    let pid = w.id();
-    let finished = wait_until(Duration::from_secs(240), || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(true)
-    });
-    if !finished {
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .arg(pid.to_string())
-            .status();
-    }
-    let out = w.wait_with_output().expect("workload output");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && text.contains("done 4"),
-        "workload: {text}\n{}",
-        diag()
-    );
+    let (ok, text) = workload(&python, &gcs);
+    assert!(ok, "workload: {text}\n{}", diag());
     let booted = sim.ever_booted();
     let workers: Vec<String> = booted.iter().filter(|i| **i != head_id).cloned().collect();
     assert!(moto.calls("RunInstances") >= 2, "{}", diag());
@@ -259,5 +286,205 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
         let _ = std::fs::remove_dir_all(format!("/tmp/rsw-{id}"));
         let _ = std::fs::remove_dir_all(format!("/tmp/rsh-{id}"));
     }
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// Processes of the fake head of `ray up` (marked in their environment); killed on drop.
+struct FakeHead(String);
+
+impl FakeHead {
+    fn pids(&self) -> Vec<u32> {
+        rayscale_tests::processes_with_env(&format!("RAYSCALE_SIM_INSTANCE={}", self.0))
+    }
+}
+
+impl Drop for FakeHead {
+    fn drop(&mut self) {
+        for sig in ["-TERM", "-KILL"] {
+            let pids = self.pids();
+            if pids.is_empty() {
+                return;
+            }
+            let _ = Command::new("kill")
+                .arg(sig)
+                .args(pids.iter().map(u32::to_string))
+                .status();
+            wait_until(Duration::from_secs(3), || self.pids().is_empty());
+        }
+    }
+}
+
+#[test]
+fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
+    let _turn = serial();
+    let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
+    let venv_bin = python.parent().expect("venv bin").to_path_buf();
+    let rayscale_bin = rayscale_tests::workspace_bin("rayscale");
+    let moto = Arc::new(MotoEc2::start());
+    let port = free_ports(1)[0];
+    let gcs = format!("127.0.0.1:{port}");
+    let pid = std::process::id();
+    let cluster = format!("rayup{pid}");
+    let scratch = std::env::temp_dir().join(format!("rayscale-rayup-{pid}"));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (home, head_home, tmp) = (
+        scratch.join("home"),
+        scratch.join("head"),
+        scratch.join("tmp"),
+    );
+    for d in [&home, &head_home, &tmp] {
+        std::fs::create_dir_all(d).expect("scratch");
+    }
+    let head = FakeHead(format!("rayup-head-{pid}"));
+    // Ray's bootstrap makes its IAM role unless it exists, then sleeps 30 s "for
+    // propagation": made first, as an account that ran `ray up` before has it.
+    let iam = Command::new(&python)
+        .arg("-c")
+        .arg(concat!(
+            "import boto3, json\n",
+            "iam = boto3.client('iam')\n",
+            "doc = {'Statement': [{'Effect': 'Allow', 'Principal': {'Service': 'ec2.amazonaws.com'}, 'Action': 'sts:AssumeRole'}]}\n",
+            "iam.create_role(RoleName='ray-autoscaler-v1', AssumeRolePolicyDocument=json.dumps(doc))\n",
+            "iam.attach_role_policy(RoleName='ray-autoscaler-v1', PolicyArn='arn:aws:iam::aws:policy/AmazonEC2FullAccess')\n",
+            "iam.create_instance_profile(InstanceProfileName='ray-autoscaler-v1')\n",
+            "iam.add_role_to_instance_profile(InstanceProfileName='ray-autoscaler-v1', RoleName='ray-autoscaler-v1')\n",
+        ))
+        .envs(aws_env(&moto))
+        .env("AWS_DEFAULT_REGION", REGION)
+        .output()
+        .expect("python");
+    assert!(
+        iam.status.success(),
+        "{}",
+        String::from_utf8_lossy(&iam.stderr)
+    );
+    let sim = BootSimulator::start(
+        Arc::new(Ec2Plane::new(moto.client(), &cluster)),
+        vec![(
+            "PATH".into(),
+            format!(
+                "{}:{}",
+                venv_bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )],
+        scratch.join("sim"),
+    );
+    // The fake head's login environment (Ray's commands source ~/.bashrc): Ray and
+    // rayscale on PATH, AWS pointed at moto, the metadata stand-in, the head's marker.
+    let mut bashrc = format!(
+        "export PATH={}:{}:/usr/local/bin:/usr/bin:/bin\n\
+         export RAYSCALE_METADATA_URL={}\nexport RAYSCALE_SIM_INSTANCE={}\n\
+         export RUST_LOG=info\n",
+        rayscale_bin.parent().expect("bin dir").display(),
+        venv_bin.display(),
+        sim.metadata_url("head"),
+        head.0,
+    );
+    for (k, v) in aws_env(&moto) {
+        bashrc.push_str(&format!("export {k}={v}\n"));
+    }
+    std::fs::write(head_home.join(".bashrc"), bashrc).expect(".bashrc");
+    let config = scratch.join("cluster.yaml");
+    // The README's head_start_ray_commands, with what one machine needs (a loopback
+    // address, a temp dir of its own, a free port, a short interval).
+    std::fs::write(
+        &config,
+        format!(
+            "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 0.2\n\
+             provider: {{type: aws, region: {REGION}, use_internal_ips: true, cache_stopped_nodes: false}}\n\
+             auth: {{ssh_user: ubuntu}}\nhead_node_type: head\n\
+             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n  \
+             worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n\
+             file_mounts: {{}}\ninitialization_commands: []\nsetup_commands: []\nhead_setup_commands: []\nworker_setup_commands: []\n\
+             head_start_ray_commands:\n  - ray stop\n  \
+             - RAY_enable_autoscaler_v2=1 ray start --head --no-monitor --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsu-{pid} --autoscaling-config=~/ray_bootstrap_config.yaml\n  \
+             - nohup rayscale run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{port} --head-ip auto --interval 2 >> ~/rayscale.log 2>&1 < /dev/null &\n\
+             worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-$RAY_CLOUD_INSTANCE_ID --disable-usage-stats\n",
+        ),
+    )
+    .expect("config");
+    let fakes = root().join("tests/fakes/ray_up");
+    let ray = |args: &[&str]| {
+        let child = Command::new(venv_bin.join("ray"))
+            .args(args)
+            .arg(&config)
+            .envs(aws_env(&moto))
+            .env("AWS_DEFAULT_REGION", REGION)
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}:{}",
+                    fakes.display(),
+                    venv_bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .env("HOME", &home)
+            .env("TMPDIR", &tmp)
+            .env("FAKE_HEAD_HOME", &head_home)
+            .env(
+                "FAKE_HEAD_PATH",
+                format!("{}:/usr/bin:/bin", venv_bin.display()),
+            )
+            .env("FAKE_HEAD_MARKER", &head.0)
+            .env("FAKE_SSH_LOG", scratch.join("ssh.log"))
+            .env("RAY_USAGE_STATS_ENABLED", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ray");
+        finish(child, Duration::from_secs(180))
+    };
+    let rayscale_log =
+        || std::fs::read_to_string(head_home.join("rayscale.log")).unwrap_or_default();
+
+    let (ok, out) = ray(&["up", "-y", "--no-config-cache", "--disable-usage-stats"]);
+    assert!(ok, "ray up: {out}");
+    assert!(
+        wait_until(Duration::from_secs(60), || gcs_answers(&gcs)),
+        "no GCS at {gcs}: {out}"
+    );
+    let head_ids = instances(&moto, &cluster, &["running"]);
+    assert_eq!(head_ids.len(), 1, "ray up made one head: {head_ids:?}");
+    let (ok, text) = workload(&python, &gcs);
+    assert!(
+        ok,
+        "workload: {text}\nrayscale on the head:\n{}",
+        rayscale_log()
+    );
+    let booted = sim.ever_booted();
+    assert!(!booted.is_empty(), "{}", rayscale_log());
+    let joined = alive_workers_at(&gcs);
+    assert!(
+        !joined.is_empty() && joined.iter().all(|id| booted.contains(id)),
+        "GCS workers {joined:?}, booted {booted:?}"
+    );
+    // rayscale (on the head, reading the config Ray bootstrapped) made them; idle, they
+    // go; Ray's head stays.
+    assert!(
+        wait_until(Duration::from_secs(120), || instances(
+            &moto,
+            &cluster,
+            &["running", "pending"]
+        ) == head_ids),
+        "{:?}\n{}",
+        instances(&moto, &cluster, &["running", "pending"]),
+        rayscale_log()
+    );
+    let (ok, out) = ray(&["down", "-y"]);
+    assert!(ok, "ray down: {out}");
+    assert!(instances(&moto, &cluster, &["running", "pending"]).is_empty());
+    assert!(
+        wait_until(Duration::from_secs(10), || head.pids().is_empty()),
+        "the head's processes (Ray's and rayscale) are gone after ray down: {:?}",
+        head.pids()
+    );
+    drop(sim);
+    for id in &booted {
+        let _ = std::fs::remove_dir_all(format!("/tmp/rsw-{id}"));
+    }
+    let _ = std::fs::remove_dir_all(format!("/tmp/rsu-{pid}"));
     let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -64,8 +64,13 @@ const BOOTSTRAP_KEYS: &[(&str, &str)] = &[
 ];
 
 /// Provider keys of Ray's schema that change nothing for rayscale (it starts Ray at boot,
-/// not through node updaters).
-const IGNORED_PROVIDER_KEYS: &[&str] = &["disable_node_updaters", "foreground_node_launch"];
+/// not through node updaters), and `_config_cache_path`, which `ray up` adds to the
+/// config it writes to the head (`~/ray_bootstrap_config.yaml`).
+const IGNORED_PROVIDER_KEYS: &[&str] = &[
+    "disable_node_updaters",
+    "foreground_node_launch",
+    "_config_cache_path",
+];
 
 impl AwsConfig {
     /// Reads the AWS view of `config`. Errors name the offending path in one line.
