@@ -17,7 +17,7 @@ LAYERS = [
     ["config"],
     ["provider", "expander"],
     ["scheduler"],
-    ["availability", "scenario"],
+    ["availability", "scenario", "launcher"],
     ["reconciler"],
     ["driver"],
 ]
