@@ -52,18 +52,21 @@ pub fn processes_with_env(kv: &str) -> Vec<u32> {
                 .map(|buf| buf.split(|b| *b == 0).any(|e| e == kv.as_bytes()))
                 .unwrap_or(false)
         })
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| {
-                    !s.rsplit(')')
-                        .next()
-                        .unwrap_or("")
-                        .trim_start()
-                        .starts_with('Z')
-                })
-                .unwrap_or(false)
-        })
+        .filter(|pid| !has_exited(*pid))
         .collect()
+}
+
+/// Whether process `pid` is gone or a zombie (exited, not yet reaped).
+pub fn has_exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
 }
 
 /// Polls `f` every half second until it holds or `timeout` passes; its last answer.

@@ -36,24 +36,10 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// output.
 fn finish(mut child: std::process::Child, timeout: Duration) -> (bool, String) {
     let pid = child.id();
-    let done = wait_until(timeout, || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(true)
-    });
-    if !done {
+    if !wait_until(timeout, || rayscale_tests::has_exited(pid)) {
         let _ = child.kill();
     }
-    let out = std::mem::replace(&mut child, Command::new("true").spawn().expect("true"))
-        .wait_with_output()
-        .expect("output");
-    let _ = child.wait();
+    let out = child.wait_with_output().expect("output");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),

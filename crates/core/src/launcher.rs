@@ -232,6 +232,11 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// The error's text, or empty when it succeeded.
+    fn err_text<T>(r: Result<T, CoreError>) -> String {
+        r.err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
     fn settings() -> LauncherSettings {
         LauncherSettings {
             poll: Duration::from_secs(1),
@@ -252,11 +257,7 @@ mod tests {
         let p = FakeProvider::new().booting_slowly();
         let c = config();
         // Pending and without an address: `up` waits, then gives up naming the head.
-        let e = up(&p, &c, "up-1", &settings())
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = err_text(up(&p, &c, "up-1", &settings()).await);
         assert!(e.contains("head fake-0 is Pending after 30 s"), "{e}");
         p.boot_all();
         with_ips(&p);
@@ -283,19 +284,11 @@ mod tests {
         let p = FakeProvider::new();
         p.insert(CloudInstance::worker("h1", "h", None).as_head());
         p.insert(CloudInstance::worker("h2", "h", None).as_head());
-        let e = up(&p, &c, "r", &settings())
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = err_text(up(&p, &c, "r", &settings()).await);
         assert!(e.contains("2 heads (h1, h2)"), "{e}");
         let p = FakeProvider::new();
         p.set_capacity("h", Some(0), Some("us-west-2a"));
-        let e = up(&p, &c, "r", &settings())
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = err_text(up(&p, &c, "r", &settings()).await);
         assert!(e.contains("no capacity"), "{e}");
         assert!(p.instances().is_empty());
     }
@@ -372,11 +365,7 @@ mod tests {
         let p = FakeProvider::new();
         // A worker the cloud keeps listing as stopping (a stuck termination).
         p.insert(CloudInstance::worker("w1", "w", None).in_state(CloudInstanceState::Stopping));
-        let e = down(&p, &settings())
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = err_text(down(&p, &settings()).await);
         assert!(
             e.contains("1 instances are still listed after 30 s: w1"),
             "{e}"

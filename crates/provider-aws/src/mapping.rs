@@ -385,27 +385,29 @@ known_enums!(
     ec2::ResourceType
 );
 
-/// The shell command that prints the instance's id from EC2's instance metadata service
-/// (IMDSv2: a session token first, then `meta-data/instance-id`), retried while the
-/// service comes up. `RAYSCALE_METADATA_URL` replaces the service's address (the boot
-/// simulator's stand-in).
-pub const INSTANCE_ID_COMMAND: &str = concat!(
-    "M=\"${RAYSCALE_METADATA_URL:-http://169.254.169.254}\"; ",
-    "T=$(curl -sf --retry 20 --retry-connrefused --retry-delay 1 -X PUT \"$M/latest/api/token\" ",
-    "-H 'X-aws-ec2-metadata-token-ttl-seconds: 300'); ",
-    "curl -sf --retry 20 --retry-connrefused --retry-delay 1 -H \"X-aws-ec2-metadata-token: $T\" ",
-    "\"$M/latest/meta-data/instance-id\""
-);
+/// A shell command printing one IMDSv2 `meta-data/` path: a session token first, then the
+/// path, each retried while the service comes up. `RAYSCALE_METADATA_URL` replaces the
+/// service's address (the boot simulator's stand-in).
+macro_rules! imds_command {
+    ($path:literal) => {
+        concat!(
+            "M=\"${RAYSCALE_METADATA_URL:-http://169.254.169.254}\"; ",
+            "T=$(curl -sf --retry 20 --retry-connrefused --retry-delay 1 -X PUT \"$M/latest/api/token\" ",
+            "-H 'X-aws-ec2-metadata-token-ttl-seconds: 300'); ",
+            "curl -sf --retry 20 --retry-connrefused --retry-delay 1 -H \"X-aws-ec2-metadata-token: $T\" ",
+            "\"$M/latest/meta-data/",
+            $path,
+            "\""
+        )
+    };
+}
+
+/// The shell command that prints the instance's id (IMDSv2 `meta-data/instance-id`).
+pub const INSTANCE_ID_COMMAND: &str = imds_command!("instance-id");
 
 /// The shell command that prints the instance's private IPv4 address (IMDSv2
-/// `meta-data/local-ipv4`), as [`INSTANCE_ID_COMMAND`] does the id.
-pub const PRIVATE_IP_COMMAND: &str = concat!(
-    "M=\"${RAYSCALE_METADATA_URL:-http://169.254.169.254}\"; ",
-    "T=$(curl -sf --retry 20 --retry-connrefused --retry-delay 1 -X PUT \"$M/latest/api/token\" ",
-    "-H 'X-aws-ec2-metadata-token-ttl-seconds: 300'); ",
-    "curl -sf --retry 20 --retry-connrefused --retry-delay 1 -H \"X-aws-ec2-metadata-token: $T\" ",
-    "\"$M/latest/meta-data/local-ipv4\""
-);
+/// `meta-data/local-ipv4`).
+pub const PRIVATE_IP_COMMAND: &str = imds_command!("local-ipv4");
 
 /// EC2's limit on `UserData`, before base64 (RunInstances reference).
 pub const MAX_USER_DATA: usize = 16 * 1024;

@@ -142,11 +142,14 @@ pub fn render_head(
     )
 }
 
+/// Whether `command` starts Ray's head (`ray start ... --head ...`).
+fn starts_head(command: &str) -> bool {
+    command.contains("ray start") && command.split_whitespace().any(|w| w == "--head")
+}
+
 /// `command` with `--no-monitor` added when it starts Ray's head without it.
 fn without_monitor(command: &str) -> String {
-    let starts_head =
-        command.contains("ray start") && command.split_whitespace().any(|w| w == "--head");
-    if starts_head && !command.contains("--no-monitor") {
+    if starts_head(command) && !command.contains("--no-monitor") {
         // After the `--head` flag, so a trailing `&& ...` or `; ...` keeps its place.
         command.replacen("--head", "--head --no-monitor", 1)
     } else {
@@ -158,7 +161,7 @@ fn without_monitor(command: &str) -> String {
 /// `--port N`), else Ray's default.
 pub fn head_gcs_port(start_commands: &[String]) -> Result<u16, CoreError> {
     for c in start_commands {
-        if !(c.contains("ray start") && c.split_whitespace().any(|w| w == "--head")) {
+        if !starts_head(c) {
             continue;
         }
         let words: Vec<&str> = c.split_whitespace().collect();
