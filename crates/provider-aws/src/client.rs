@@ -18,6 +18,8 @@ use aws_sdk_ec2::Client;
 use aws_sdk_ec2::config::{Credentials, Region};
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
+use rayscale_core::provider::is_loopback_http;
+
 use crate::AwsError;
 use crate::errors::classify;
 
@@ -67,22 +69,6 @@ pub fn for_endpoint(endpoint: &str, region: &str) -> Result<Client, AwsError> {
         .timeout_config(timeouts())
         .build();
     Ok(Client::from_conf(conf))
-}
-
-fn is_loopback_http(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let host = rest.split('/').next().unwrap_or("");
-    let host = match host.rsplit_once(':') {
-        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
-        _ => host,
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The per-call override that turns the SDK's retries off (RunInstances,
@@ -146,11 +132,6 @@ mod tests {
 
     #[test]
     fn plain_http_only_to_loopback() {
-        assert!(is_loopback_http("http://127.0.0.1:5000"));
-        assert!(is_loopback_http("http://localhost:5000/"));
-        assert!(is_loopback_http("http://[::1]:5000"));
-        assert!(!is_loopback_http("http://10.0.0.1:5000"));
-        assert!(!is_loopback_http("http://ec2.amazonaws.com"));
         assert!(for_endpoint("http://ec2.us-east-1.amazonaws.com", "us-east-1").is_err());
         assert!(for_endpoint("https://ec2.us-east-1.amazonaws.com", "us-east-1").is_ok());
     }

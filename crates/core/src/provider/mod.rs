@@ -250,6 +250,25 @@ pub fn idempotency_token(request_id: &str, batch: u64) -> String {
     )
 }
 
+/// Whether `url` is plain `http://` to a loopback address (`localhost`, 127.0.0.0/8,
+/// `::1`): the only plain-http endpoint a provider accepts (a local emulator or fake),
+/// and the only one it sends requests to without credentials.
+pub fn is_loopback_http(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let host = rest.split('/').next().unwrap_or("");
+    let host = match host.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => host,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,6 +290,16 @@ mod tests {
             matches!(&parts[3][..1], "8" | "9" | "a" | "b"),
             "variant: {a}"
         );
+    }
+
+    #[test]
+    fn plain_http_only_to_loopback() {
+        assert!(is_loopback_http("http://127.0.0.1:5000"));
+        assert!(is_loopback_http("http://localhost:5000/"));
+        assert!(is_loopback_http("http://[::1]:5000"));
+        assert!(!is_loopback_http("http://10.0.0.1:5000"));
+        assert!(!is_loopback_http("https://compute.googleapis.com"));
+        assert!(!is_loopback_http("http://ec2.amazonaws.com"));
     }
 
     #[test]

@@ -1,0 +1,402 @@
+//! The `provider:` block of a Ray GCP cluster YAML and each node type's `node_config`
+//! (fields of Compute Engine's `Instance` resource in the REST API's camelCase, as Ray
+//! passes them to `instances.insert`), checked at load. A key rayscale does not carry
+//! onto the insert, a TPU node config, or a missing zone or project is an error naming
+//! its path, never a silently different instance.
+
+use std::collections::BTreeMap;
+
+use rayscale_core::config::ClusterConfig;
+use serde_json::{Map, Value};
+
+use crate::GcpError;
+
+/// Ray's `provider.cache_stopped_nodes` default on GCP.
+pub const DEFAULT_CACHE_STOPPED_NODES: bool = false;
+
+/// The GCP provider's view of a cluster config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GcpConfig {
+    /// `cluster_name` (the `ray-cluster-name` label, sanitised).
+    pub cluster_name: String,
+    /// `provider.project_id`.
+    pub project_id: String,
+    /// `provider.region`.
+    pub region: Option<String>,
+    /// `provider.availability_zone`: the zone every instance is made in (Ray's GCP
+    /// provider is zonal).
+    pub zone: String,
+    /// `provider.cache_stopped_nodes`: stop workers instead of deleting them, and start
+    /// matching stopped ones before making new ones.
+    pub cache_stopped_nodes: bool,
+    /// The head node type, if the config names one.
+    pub head_node_type: Option<String>,
+    /// Each node type's `node_config`, by type name.
+    pub node_types: BTreeMap<String, NodeConfig>,
+    /// Each node type's launch config hash (the `ray-launch-config` label).
+    pub launch_hashes: BTreeMap<String, String>,
+}
+
+/// Provider keys Ray's GCP provider reads and rayscale does too.
+const PROVIDER_KEYS: &[&str] = &[
+    "type",
+    "region",
+    "availability_zone",
+    "project_id",
+    "cache_stopped_nodes",
+    "use_internal_ips",
+];
+
+/// Provider keys of Ray's schema that change nothing for rayscale (it starts Ray at boot,
+/// not over SSH), and what `ray up` adds to the config it writes to the head.
+const IGNORED_PROVIDER_KEYS: &[&str] = &[
+    "disable_node_updaters",
+    "foreground_node_launch",
+    "_config_cache_path",
+    "_has_tpus",
+];
+
+/// Provider keys rayscale refuses, and why.
+const REFUSED_PROVIDER_KEYS: &[(&str, &str)] = &[(
+    "gcp_credentials",
+    "credentials come from Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, \
+     gcloud auth application-default login, or the instance's service account)",
+)];
+
+/// The writable fields of Compute Engine's `Instance` resource (REST reference,
+/// `compute/docs/reference/rest/v1/instances`), plus `sourceInstanceTemplate` (a query
+/// parameter of `instances.insert` that Ray takes from `node_config`).
+const INSTANCE_KEYS: &[&str] = &[
+    "advancedMachineFeatures",
+    "canIpForward",
+    "confidentialInstanceConfig",
+    "deletionProtection",
+    "description",
+    "disks",
+    "displayDevice",
+    "guestAccelerators",
+    "hostname",
+    "instanceEncryptionKey",
+    "keyRevocationActionType",
+    "labels",
+    "machineType",
+    "metadata",
+    "minCpuPlatform",
+    "networkInterfaces",
+    "networkPerformanceConfig",
+    "params",
+    "privateIpv6GoogleAccess",
+    "reservationAffinity",
+    "resourcePolicies",
+    "scheduling",
+    "serviceAccounts",
+    "shieldedInstanceConfig",
+    "shieldedInstanceIntegrityPolicy",
+    "sourceMachineImage",
+    "sourceMachineImageEncryptionKey",
+    "tags",
+    "sourceInstanceTemplate",
+];
+
+/// Keys that make a node config a Cloud TPU (Ray's `get_node_type`: no `machineType`,
+/// and one of these).
+const TPU_KEYS: &[&str] = &["acceleratorType", "acceleratorConfig"];
+
+/// A node type's `node_config`: the `Instance` body Ray would send, and the template.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeConfig {
+    /// The instance fields, as the YAML spells them (`sourceInstanceTemplate` removed).
+    pub body: Map<String, Value>,
+    /// `sourceInstanceTemplate`: the instance template the insert starts from.
+    pub source_instance_template: Option<String>,
+}
+
+impl GcpConfig {
+    /// Reads the GCP view of `config`. Errors name the offending path in one line.
+    pub fn from_cluster(config: &ClusterConfig) -> Result<Self, GcpError> {
+        let provider = config
+            .raw
+            .get("provider")
+            .and_then(Value::as_object)
+            .ok_or_else(|| GcpError::config("provider", "must be a mapping"))?;
+        for key in provider.keys() {
+            if PROVIDER_KEYS.contains(&key.as_str())
+                || IGNORED_PROVIDER_KEYS.contains(&key.as_str())
+            {
+                continue;
+            }
+            if let Some((_, why)) = REFUSED_PROVIDER_KEYS.iter().find(|(k, _)| k == key) {
+                return Err(GcpError::config(format!("provider.{key}"), *why));
+            }
+            return Err(GcpError::config(
+                format!("provider.{key}"),
+                format!(
+                    "unknown key for a GCP provider (known: {})",
+                    PROVIDER_KEYS.join(", ")
+                ),
+            ));
+        }
+        let text = |key: &str, what: &str| -> Result<Option<String>, GcpError> {
+            match provider.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_string())),
+                Some(v) => Err(GcpError::config(
+                    format!("provider.{key}"),
+                    format!("must be {what}, got {v}"),
+                )),
+            }
+        };
+        let project_id = text("project_id", "a project id")?.ok_or_else(|| {
+            GcpError::config(
+                "provider.project_id",
+                "is required: the project the instances are made in",
+            )
+        })?;
+        let zone = text("availability_zone", "a zone name")?.ok_or_else(|| {
+            GcpError::config(
+                "provider.availability_zone",
+                "is required: Compute Engine instances are made in one zone (e.g. us-west1-a)",
+            )
+        })?;
+        if zone.contains(',') {
+            return Err(GcpError::config(
+                "provider.availability_zone",
+                format!("{zone:?}: Ray's GCP provider takes one zone, not a list"),
+            ));
+        }
+        let region = text("region", "a region name")?;
+        let cache_stopped_nodes = match provider.get("cache_stopped_nodes") {
+            None | Some(Value::Null) => DEFAULT_CACHE_STOPPED_NODES,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => {
+                return Err(GcpError::config(
+                    "provider.cache_stopped_nodes",
+                    format!("must be true or false, got {v}"),
+                ));
+            }
+        };
+        let mut node_types = BTreeMap::new();
+        let mut launch_hashes = BTreeMap::new();
+        for t in &config.node_types {
+            let path = format!("available_node_types.{}.node_config", t.name);
+            node_types.insert(t.name.clone(), NodeConfig::parse(&t.node_config, &path)?);
+            launch_hashes.insert(t.name.clone(), t.launch_config_hash.clone());
+        }
+        Ok(GcpConfig {
+            cluster_name: config.cluster_name.clone(),
+            project_id,
+            region,
+            zone,
+            cache_stopped_nodes,
+            head_node_type: config.head_node_type.clone(),
+            node_types,
+            launch_hashes,
+        })
+    }
+}
+
+impl NodeConfig {
+    /// Checks one `node_config` (at `path`): a mapping of `Instance` fields, with a
+    /// `machineType` or an instance template, and no TPU.
+    pub fn parse(v: &Value, path: &str) -> Result<Self, GcpError> {
+        let map = match v {
+            Value::Object(m) => m.clone(),
+            Value::Null => Map::new(),
+            other => {
+                return Err(GcpError::config(
+                    path,
+                    format!("must be a mapping of Compute Engine instance fields, got {other}"),
+                ));
+            }
+        };
+        if !map.contains_key("machineType")
+            && let Some(k) = TPU_KEYS.iter().find(|k| map.contains_key(**k))
+        {
+            return Err(GcpError::config(
+                format!("{path}.{k}"),
+                "Cloud TPU node configs are not supported by rayscale (only Compute Engine \
+                 instances, with a machineType)",
+            ));
+        }
+        for key in map.keys() {
+            if key == "name" {
+                return Err(GcpError::config(
+                    format!("{path}.name"),
+                    "rayscale names instances itself (ray-<cluster>-<kind>-<hex>-compute), as Ray does",
+                ));
+            }
+            if !INSTANCE_KEYS.contains(&key.as_str()) {
+                return Err(GcpError::config(
+                    format!("{path}.{key}"),
+                    "not a field of a Compute Engine instance (REST reference: instances)",
+                ));
+            }
+        }
+        let mut body = map;
+        let source_instance_template = match body.remove("sourceInstanceTemplate") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if !s.is_empty() => Some(s),
+            Some(v) => {
+                return Err(GcpError::config(
+                    format!("{path}.sourceInstanceTemplate"),
+                    format!("must be a template URL, got {v}"),
+                ));
+            }
+        };
+        match body.get("machineType") {
+            Some(Value::String(s)) if !s.is_empty() => {}
+            None if source_instance_template.is_some() => {}
+            None => {
+                return Err(GcpError::config(
+                    format!("{path}.machineType"),
+                    "is required (or a sourceInstanceTemplate that sets it)",
+                ));
+            }
+            Some(v) => {
+                return Err(GcpError::config(
+                    format!("{path}.machineType"),
+                    format!("must be a machine type name, got {v}"),
+                ));
+            }
+        }
+        // Ray's own defaults.yaml writes `scheduling` as a one-item list; the API wants
+        // the object.
+        if let Some(Value::Array(items)) = body.get("scheduling") {
+            match items.as_slice() {
+                [one @ Value::Object(_)] => {
+                    let one = one.clone();
+                    body.insert("scheduling".into(), one);
+                }
+                [] => {
+                    body.remove("scheduling");
+                }
+                _ => {
+                    return Err(GcpError::config(
+                        format!("{path}.scheduling"),
+                        "must be one mapping (a list is accepted only with one item, as Ray's defaults write it)",
+                    ));
+                }
+            }
+        }
+        Ok(NodeConfig {
+            body,
+            source_instance_template,
+        })
+    }
+
+    /// The user's own `startup-script` metadata item, if any.
+    pub fn user_startup_script(&self) -> Option<&str> {
+        metadata_items(&self.body)
+            .into_iter()
+            .find(|(k, _)| *k == crate::mapping::STARTUP_SCRIPT_KEY)
+            .and_then(|(_, v)| v.as_str())
+    }
+
+    /// Whether the instance is preemptible or Spot (`scheduling`).
+    pub fn is_spot(&self) -> bool {
+        let s = self.body.get("scheduling");
+        s.and_then(|s| s.get("preemptible"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            || s.and_then(|s| s.get("provisioningModel"))
+                .and_then(Value::as_str)
+                == Some("SPOT")
+    }
+}
+
+/// The `metadata.items` of an instance body, as `(key, value)`.
+pub fn metadata_items(body: &Map<String, Value>) -> Vec<(&str, &Value)> {
+    body.get("metadata")
+        .and_then(|m| m.get("items"))
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| Some((i.get("key")?.as_str()?, i.get("value")?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(yaml: &str) -> ClusterConfig {
+        ClusterConfig::from_yaml_str(yaml, "test.yaml").expect("config loads")
+    }
+
+    const BASE: &str = "cluster_name: demo\nprovider: {type: gcp, region: us-west1, availability_zone: us-west1-a, project_id: proj}\n\
+        head_node_type: head\navailable_node_types:\n  head: {resources: {CPU: 0}, node_config: {machineType: n1-standard-2}}\n";
+
+    #[test]
+    fn reads_ray_provider_and_defaults() {
+        let c = GcpConfig::from_cluster(&cluster(&format!(
+            "{BASE}  w: {{resources: {{CPU: 2}}, node_config: {{machineType: n1-standard-2, scheduling: [{{preemptible: true}}]}}}}\n"
+        )))
+        .expect("loads");
+        assert_eq!(c.project_id, "proj");
+        assert_eq!(c.zone, "us-west1-a");
+        assert!(!c.cache_stopped_nodes);
+        let w = &c.node_types["w"];
+        assert_eq!(w.body["scheduling"]["preemptible"], Value::Bool(true));
+        assert!(w.is_spot());
+    }
+
+    #[test]
+    fn errors_name_their_path() {
+        let err = |extra: &str| {
+            GcpConfig::from_cluster(&cluster(&format!("{BASE}{extra}")))
+                .expect_err("refused")
+                .to_string()
+        };
+        let e =
+            err("  t: {resources: {}, node_config: {acceleratorType: v4-8, runtimeVersion: x}}\n");
+        assert!(
+            e.starts_with("available_node_types.t.node_config.acceleratorType: Cloud TPU"),
+            "{e}"
+        );
+        let e = err("  t: {resources: {}, node_config: {machineType: n1, machinetype: x}}\n");
+        assert!(
+            e.starts_with("available_node_types.t.node_config.machinetype: not a field"),
+            "{e}"
+        );
+        let e = err("  t: {resources: {}, node_config: {disks: []}}\n");
+        assert!(
+            e.starts_with("available_node_types.t.node_config.machineType: is required"),
+            "{e}"
+        );
+        let e = err("  t: {resources: {}, node_config: {machineType: n1, name: x}}\n");
+        assert!(
+            e.starts_with("available_node_types.t.node_config.name:"),
+            "{e}"
+        );
+        let bad = BASE.replace("project_id: proj", "project_id: null");
+        let e = GcpConfig::from_cluster(&cluster(&bad))
+            .expect_err("no project")
+            .to_string();
+        assert!(e.starts_with("provider.project_id: is required"), "{e}");
+        let bad = BASE.replace("project_id: proj", "project_id: proj, gcp_credentials: {type: service_account, credentials: x}");
+        let e = GcpConfig::from_cluster(&cluster(&bad))
+            .expect_err("credentials")
+            .to_string();
+        assert!(
+            e.starts_with("provider.gcp_credentials: credentials come"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_template_may_carry_the_machine_type() {
+        let c = GcpConfig::from_cluster(&cluster(&format!(
+            "{BASE}  t: {{resources: {{}}, node_config: {{sourceInstanceTemplate: global/instanceTemplates/w16}}}}\n"
+        )))
+        .expect("loads");
+        let t = &c.node_types["t"];
+        assert_eq!(
+            t.source_instance_template.as_deref(),
+            Some("global/instanceTemplates/w16")
+        );
+        assert!(!t.body.contains_key("sourceInstanceTemplate"));
+    }
+}

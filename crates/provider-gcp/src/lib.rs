@@ -1,0 +1,30 @@
+//! rayscale's GCP provider: Ray nodes as Compute Engine instances, through Google's Rust
+//! client (`google-cloud-compute-v1`).
+//!
+//! It maps a Ray GCP cluster YAML (`provider: {type: gcp, project_id, availability_zone}`,
+//! each type's `node_config` as fields of Compute Engine's `Instance`) onto
+//! `instances.insert`, names and labels every instance as Ray's own GCP provider does (so
+//! `ray down` and the console see Ray's nodes; the name is the cloud instance id), lists
+//! the cluster's instances by label, and deletes (or, with `cache_stopped_nodes`, stops
+//! and later starts) workers. Ray starts at boot from the `startup-script` metadata.
+//!
+//! What it must not do: decide anything (the reconciler does), guess whether Ray runs on
+//! an instance, hold global state or create a runtime, take an operation that ended with
+//! an error for a success, send plain http anywhere but loopback, or make Cloud TPUs
+//! (a TPU node config is refused at load).
+//!
+//! Files: `config` (the YAML), `mapping` (pure: node_config -> `Instance`, instance ->
+//! `CloudInstance`, names, labels, the list filter), `client` (credentials, endpoint,
+//! retries, polling), `errors` (the error-code table), `provider` (the trait
+//! implementation).
+
+pub mod client;
+pub mod config;
+pub mod errors;
+pub mod mapping;
+pub mod provider;
+
+pub use client::Polling;
+pub use config::{GcpConfig, NodeConfig};
+pub use errors::GcpError;
+pub use provider::{CallCounts, GcpProvider, PROVIDER_TYPE};
