@@ -7,7 +7,9 @@
 //!
 //! The metadata stand-in serves EC2's IMDSv2 paths under a per-instance prefix
 //! (`PUT /<id>/latest/api/token`, `GET /<id>/latest/meta-data/instance-id`,
-//! `.../local-ipv4`, which is loopback: every node is on this machine); each
+//! `.../local-ipv4`, which is loopback: every node is on this machine) and the GCE
+//! metadata server's (`GET /<id>/computeMetadata/v1/instance/name`,
+//! `.../network-interfaces/0/ip`); each
 //! instance's processes get `RAYSCALE_METADATA_URL=http://127.0.0.1:<port>/<id>`, which
 //! rayscale's boot scripts read in place of `http://169.254.169.254`.
 //!
@@ -15,7 +17,8 @@
 //! payload (as rayscale sends a user's `UserData` beside its boot script) runs its
 //! shell-script parts in order; other parts (`#cloud-config`) are skipped. A later boot
 //! (a stopped instance started again) runs the scripts in the instance's per-boot
-//! directory (`RAYSCALE_PER_BOOT_DIR`, cloud-init's `scripts/per-boot`) instead. Each
+//! directory (`RAYSCALE_PER_BOOT_DIR`, cloud-init's `scripts/per-boot`) instead, except
+//! on a cloud that runs its payload at every boot ([`DataPlane::reruns_payload`]). Each
 //! instance has its own `HOME` (`<dir>/<id>/home`).
 
 use std::collections::BTreeMap;
@@ -34,6 +37,11 @@ use std::time::Duration;
 pub trait DataPlane: Send + Sync {
     /// Running instances of the cluster and their boot payloads (plain text).
     async fn running(&self) -> Result<Vec<(String, String)>, String>;
+    /// Whether the cloud runs the payload at every boot (a GCE `startup-script`), not
+    /// once (cloud-init user data, whose later boots run the per-boot scripts).
+    fn reruns_payload(&self) -> bool {
+        false
+    }
 }
 
 /// What the simulator did, for tests to read.
@@ -70,6 +78,7 @@ impl BootSimulator {
         }
         {
             let (stop, sim, dir) = (stop.clone(), sim.clone(), dir.clone());
+            let rerun = plane.reruns_payload();
             threads.push(std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -77,7 +86,7 @@ impl BootSimulator {
                     .expect("runtime");
                 while !stop.load(Ordering::Relaxed) {
                     match rt.block_on(plane.running()) {
-                        Ok(running) => step(&sim, &running, &env, &dir, port),
+                        Ok(running) => step(&sim, &running, &env, &dir, port, rerun),
                         Err(e) => eprintln!("boot simulator: reading the cloud: {e}"),
                     }
                     std::thread::sleep(Duration::from_millis(300));
@@ -155,6 +164,7 @@ fn step(
     env: &[(String, String)],
     dir: &std::path::Path,
     port: u16,
+    rerun: bool,
 ) {
     let mut s = match sim.lock() {
         Ok(g) => g,
@@ -181,7 +191,7 @@ fn step(
         if s.live.contains_key(id) {
             continue;
         }
-        let again = s.ever.iter().any(|e| e == id);
+        let again = !rerun && s.ever.iter().any(|e| e == id);
         match boot(id, payload, env, dir, port, again) {
             Ok(child) => {
                 s.live.insert(id.to_string(), child);
@@ -349,6 +359,11 @@ fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>) {
             ("PUT", "latest/api/token") => ("200 OK", "rayscale-sim-token".to_string()),
             ("GET", "latest/meta-data/instance-id") => ("200 OK", id.to_string()),
             ("GET", "latest/meta-data/local-ipv4") => ("200 OK", "127.0.0.1".to_string()),
+            // The GCE metadata server's (`Metadata-Flavor: Google`).
+            ("GET", "computeMetadata/v1/instance/name") => ("200 OK", id.to_string()),
+            ("GET", "computeMetadata/v1/instance/network-interfaces/0/ip") => {
+                ("200 OK", "127.0.0.1".to_string())
+            }
             _ => ("404 Not Found", String::new()),
         };
         let _ = write!(
@@ -457,6 +472,49 @@ impl DataPlane for Ec2Plane {
             res.push((id, payload));
         }
         Ok(res)
+    }
+}
+
+/// Compute Engine's data plane: running instances of a cluster (by its
+/// `ray-cluster-name` label) and their `startup-script`, read from the fake's state;
+/// the script runs at every boot.
+pub struct GcePlane {
+    fake: Arc<crate::fakes::gce::GceFake>,
+    cluster_label: String,
+    heads: bool,
+}
+
+impl GcePlane {
+    /// The data plane of `cluster`'s workers in `fake`.
+    pub fn new(fake: Arc<crate::fakes::gce::GceFake>, cluster: &str) -> Self {
+        GcePlane {
+            fake,
+            cluster_label: rayscale_provider_gcp::mapping::label_value(cluster),
+            heads: false,
+        }
+    }
+
+    /// The head boots too (a launcher's head).
+    pub fn with_heads(mut self) -> Self {
+        self.heads = true;
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl DataPlane for GcePlane {
+    async fn running(&self) -> Result<Vec<(String, String)>, String> {
+        Ok(self
+            .fake
+            .running_with_startup_script(("ray-cluster-name", &self.cluster_label))
+            .into_iter()
+            .filter(|(_, _, head)| self.heads || !head)
+            .map(|(n, s, _)| (n, s))
+            .collect())
+    }
+
+    fn reruns_payload(&self) -> bool {
+        true
     }
 }
 

@@ -3,3 +3,4 @@
 
 pub mod aws;
 pub mod ec2_pages;
+pub mod gce;

@@ -376,7 +376,10 @@ mod tests {
             .expect_err("no project")
             .to_string();
         assert!(e.starts_with("provider.project_id: is required"), "{e}");
-        let bad = BASE.replace("project_id: proj", "project_id: proj, gcp_credentials: {type: service_account, credentials: x}");
+        let bad = BASE.replace(
+            "project_id: proj",
+            "project_id: proj, gcp_credentials: {type: service_account, credentials: x}",
+        );
         let e = GcpConfig::from_cluster(&cluster(&bad))
             .expect_err("credentials")
             .to_string();

@@ -1,0 +1,436 @@
+//! The GCP provider on the stateful Compute Engine fake (`tests/fakes/gce.rs`): the
+//! provider conformance suite, then what only Compute Engine has (operations that end
+//! with an error, paging, replayed inserts by name and `requestId`, cached stopped
+//! workers, Ray's GCP YAMLs).
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::{
+    CloudInstanceProvider, CloudInstanceState, LaunchRequest, NodeKind, ProviderErrorKind,
+};
+use rayscale_provider_gcp::{GcpProvider, Polling};
+use rayscale_tests::conformance::{Provoke, Report, Subject, run_all};
+use rayscale_tests::fakes::gce::{GceFake, Timing};
+
+const PROJECT: &str = "proj";
+const ZONE: &str = "us-west1-a";
+
+fn config(cluster: &str, provider_extra: &str) -> ClusterConfig {
+    let yaml = format!(
+        "cluster_name: {cluster}\nprovider: {{type: gcp, region: us-west1, availability_zone: {ZONE}, project_id: {PROJECT}{provider_extra}}}\n\
+         head_node_type: head\nmax_workers: 100\n\
+         available_node_types:\n  head: {{resources: {{}}, node_config: {{machineType: n1-standard-4}}}}\n  \
+         cpu: {{resources: {{CPU: 2}}, max_workers: 100, node_config: {{machineType: n1-standard-2, scheduling: [{{preemptible: true}}]}}}}\n  \
+         big: {{resources: {{CPU: 8}}, max_workers: 100, node_config: {{machineType: n1-standard-8}}}}\n"
+    );
+    ClusterConfig::from_yaml_str(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn polling() -> Polling {
+    Polling {
+        initial: Duration::from_millis(100),
+        maximum: Duration::from_millis(300),
+        launch_wait: Duration::from_secs(10),
+    }
+}
+
+async fn provider(fake: &GceFake, cfg: &ClusterConfig) -> GcpProvider {
+    rayscale_tests::install_crypto_provider();
+    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling())
+        .await
+        .unwrap();
+    GcpProvider::new(client, cfg, None, polling()).unwrap()
+}
+
+fn req(cfg: &ClusterConfig, id: &str, t: &str, n: u64) -> LaunchRequest {
+    LaunchRequest {
+        request_id: id.into(),
+        node_type: t.into(),
+        count: n,
+        launch_config_hash: cfg.node_type(t).unwrap().launch_config_hash.clone(),
+    }
+}
+
+struct GceProvoke(Arc<GceFake>);
+
+#[async_trait::async_trait]
+impl Provoke for GceProvoke {
+    async fn error(&self, kind: &ProviderErrorKind, request_id: &str) -> Option<LaunchRequest> {
+        self.unlimit_capacity("cpu").await;
+        match kind {
+            ProviderErrorKind::Capacity { .. } => self.0.faults(|f| {
+                f.capacity.insert("n1-standard-2".into(), 0);
+            }),
+            ProviderErrorKind::Quota => self.0.faults(|f| {
+                f.quota.insert("n1-standard-2".into());
+            }),
+            // The provider tries a throttled insert 4 times.
+            ProviderErrorKind::Throttled => self.0.faults(|f| f.throttle_inserts = 4),
+            ProviderErrorKind::InvalidConfig => self
+                .0
+                .faults(|f| f.insert_errors.push((400, "invalid".into()))),
+            ProviderErrorKind::Auth => self
+                .0
+                .faults(|f| f.insert_errors.push((403, "forbidden".into()))),
+            ProviderErrorKind::Transient => self
+                .0
+                .faults(|f| f.insert_errors.push((503, "backendError".into()))),
+            // A launch has nothing to be "not found".
+            ProviderErrorKind::NotFound => return None,
+        }
+        Some(LaunchRequest {
+            request_id: request_id.into(),
+            node_type: "cpu".into(),
+            count: 1,
+            launch_config_hash: String::new(),
+        })
+    }
+    async fn limit_capacity(&self, _node_type: &str, n: u64) -> bool {
+        self.0.faults(|f| {
+            f.capacity.insert("n1-standard-2".into(), n);
+        });
+        true
+    }
+    async fn unlimit_capacity(&self, _node_type: &str) {
+        self.0.faults(|f| {
+            f.capacity.remove("n1-standard-2");
+            f.quota.clear();
+        });
+    }
+}
+
+fn print(name: &str, r: &Report) {
+    println!("{name}: passed {:?}", r.passed);
+    for (check, why) in &r.skipped {
+        println!("{name}: skipped {check}: {why}");
+    }
+}
+
+/// A head of `cluster` made the way `ray up` makes one (Ray's labels, Ray's name).
+async fn make_head(p: &GcpProvider, cfg: &ClusterConfig) -> String {
+    let out = p.launch_head(&req(cfg, "head-1", "head", 1)).await.unwrap();
+    out.instances[0].cloud_instance_id.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcp_provider_conforms_on_the_fake() {
+    let fake = Arc::new(GceFake::start(PROJECT, ZONE, Timing::default()).await);
+    let cfg = config("conf", "");
+    let p = Arc::new(provider(&fake, &cfg).await);
+    let head = make_head(&p, &cfg).await;
+    let subject = Subject {
+        provider: p.clone(),
+        node_type: "cpu".into(),
+        head_id: Some(head),
+        head_type: Some("head".into()),
+        settle: Duration::from_secs(5),
+        provoke: Box::new(GceProvoke(fake.clone())),
+    };
+    let report = run_all(&subject).await;
+    print("gcp", &report);
+    assert_eq!(
+        report
+            .skipped
+            .iter()
+            .map(|s| s.0.as_str())
+            .collect::<Vec<_>>(),
+        ["error_kind_not_found"]
+    );
+    // Every instance is one insert: Compute Engine has no batch insert of named
+    // instances; a replay sends none for instances its request made.
+    let inserts = fake
+        .calls()
+        .insert
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        p.calls().insert.load(std::sync::atomic::Ordering::Relaxed),
+        inserts
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_that_ends_in_error_is_a_failure_and_nothing_is_left() {
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let cfg = config("opfail", "");
+    let p = provider(&fake, &cfg).await;
+    fake.faults(|f| {
+        f.capacity.insert("n1-standard-8".into(), 1);
+    });
+    // Three asked, one had: a shortfall of two, of kind capacity, naming the type.
+    let out = p.launch(&req(&cfg, "lr-1", "big", 3)).await.unwrap();
+    assert_eq!(out.instances.len(), 1);
+    let short = out.shortfall.expect("a shortfall");
+    assert!(
+        matches!(&short.kind, ProviderErrorKind::Capacity { node_type, zone } if node_type == "big" && zone.as_deref() == Some(ZONE)),
+        "{short}"
+    );
+    assert!(
+        short.to_string().contains("ZONE_RESOURCE_POOL_EXHAUSTED"),
+        "{short}"
+    );
+    assert_eq!(fake.instances().len(), 1, "failed inserts leave nothing");
+    // The other type is still had (what the fallback does next).
+    let other = p.launch(&req(&cfg, "lr-2", "cpu", 2)).await.unwrap();
+    assert!(other.shortfall.is_none());
+    assert_eq!(other.instances.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_insert_is_sent_again_and_a_replay_makes_nothing_twice() {
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let cfg = config("replay", "");
+    let p = provider(&fake, &cfg).await;
+    fake.faults(|f| f.throttle_inserts = 2);
+    let out = p.launch(&req(&cfg, "lr-1", "cpu", 3)).await.unwrap();
+    assert!(out.shortfall.is_none(), "{:?}", out.shortfall);
+    assert_eq!(out.instances.len(), 3);
+    let names: Vec<String> = out
+        .instances
+        .iter()
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    for n in &names {
+        assert!(
+            n.starts_with("ray-replay-worker-") && n.ends_with("-compute"),
+            "{n}"
+        );
+    }
+    // A replay (a crash before the table was written) finds them by label: no insert.
+    let before = p.calls().insert.load(std::sync::atomic::Ordering::Relaxed);
+    let again = p.launch(&req(&cfg, "lr-1", "cpu", 3)).await.unwrap();
+    assert_eq!(
+        p.calls().insert.load(std::sync::atomic::Ordering::Relaxed),
+        before
+    );
+    let mut a: Vec<String> = again
+        .instances
+        .iter()
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    a.sort();
+    let mut b = names.clone();
+    b.sort();
+    assert_eq!(a, b);
+    assert_eq!(fake.instances().len(), 3);
+    // Each is Ray's: labels, the startup script absent without a head address.
+    let body = fake.instance(&names[0]).unwrap();
+    assert_eq!(body["labels"]["ray-cluster-name"], "replay");
+    assert_eq!(body["labels"]["ray-node-type"], "worker");
+    assert_eq!(body["labels"]["ray-user-node-type"], "cpu");
+    assert_eq!(body["labels"]["ray-launch-request"], "lr-1");
+    assert_eq!(
+        body["machineType"],
+        format!("zones/{ZONE}/machineTypes/n1-standard-2")
+    );
+    assert_eq!(body["scheduling"]["preemptible"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_is_listed() {
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let cfg = config("pages", "");
+    let p = provider(&fake, &cfg).await;
+    fake.seed(
+        1203,
+        "ray-pages-worker",
+        serde_json::json!({"ray-cluster-name": "pages", "ray-node-type": "worker", "ray-user-node-type": "cpu"}),
+    );
+    fake.seed(
+        5,
+        "other",
+        serde_json::json!({"ray-cluster-name": "other", "ray-node-type": "worker"}),
+    );
+    let l = p.list().await.unwrap();
+    assert_eq!(l.len(), 1203);
+    assert!(l.iter().all(|c| c.node_type == "cpu" && c.is_running()));
+    assert_eq!(
+        fake.calls().list.load(std::sync::atomic::Ordering::Relaxed),
+        3,
+        "500 a page"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_workers_are_stopped_then_started() {
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let cfg = config("cache", ", cache_stopped_nodes: true");
+    let p = provider(&fake, &cfg).await;
+    let first = p.launch(&req(&cfg, "lr-1", "cpu", 2)).await.unwrap();
+    let ids: Vec<String> = first
+        .instances
+        .iter()
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    p.terminate(&ids, "t-1").await.unwrap();
+    let states = fake.instances();
+    assert!(
+        ids.iter()
+            .all(|i| states.get(i).map(String::as_str) == Some("TERMINATED")),
+        "{states:?}"
+    );
+    assert!(
+        p.list().await.unwrap().is_empty(),
+        "stopped ones are not listed"
+    );
+    let second = p.launch(&req(&cfg, "lr-2", "cpu", 3)).await.unwrap();
+    assert!(second.shortfall.is_none(), "{:?}", second.shortfall);
+    let again: Vec<String> = second
+        .instances
+        .iter()
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    assert_eq!(again.len(), 3);
+    assert!(ids.iter().all(|i| again.contains(i)), "{ids:?} {again:?}");
+    assert_eq!(fake.instances().len(), 3, "two started, one new");
+    // They carry the new request id: a replay of lr-2 makes nothing.
+    let before = p.calls().insert.load(std::sync::atomic::Ordering::Relaxed);
+    let replay = p.launch(&req(&cfg, "lr-2", "cpu", 3)).await.unwrap();
+    assert_eq!(replay.instances.len(), 3);
+    assert_eq!(
+        p.calls().insert.load(std::sync::atomic::Ordering::Relaxed),
+        before
+    );
+    assert!(
+        p.list()
+            .await
+            .unwrap()
+            .iter()
+            .all(|c| c.state != CloudInstanceState::Stopping || !ids.contains(&c.cloud_instance_id))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_operation_is_checked_by_poll_errors() {
+    // Operations take 3 s; launch waits 0.5 s.
+    let fake = GceFake::start(
+        PROJECT,
+        ZONE,
+        Timing {
+            operation: Duration::from_secs(3),
+            boot: Duration::from_secs(1),
+        },
+    )
+    .await;
+    let cfg = config("slow", "");
+    rayscale_tests::install_crypto_provider();
+    let polling = Polling {
+        launch_wait: Duration::from_millis(500),
+        ..polling()
+    };
+    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling)
+        .await
+        .unwrap();
+    let p = GcpProvider::new(client, &cfg, None, polling).unwrap();
+    fake.faults(|f| {
+        f.capacity.insert("n1-standard-8".into(), 0);
+    });
+    let out = p.launch(&req(&cfg, "lr-1", "big", 1)).await.unwrap();
+    assert!(out.shortfall.is_none(), "not known yet");
+    assert!(p.poll_errors().await.is_empty(), "still running");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let errs = p.poll_errors().await;
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        matches!(&errs[0].kind, ProviderErrorKind::Capacity { node_type, .. } if node_type == "big")
+    );
+    assert!(p.poll_errors().await.is_empty(), "each once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_head_boots_rayscale_and_workers_join_it() {
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let cfg = config("boot", "");
+    rayscale_tests::install_crypto_provider();
+    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling())
+        .await
+        .unwrap();
+    let p = GcpProvider::new(client, &cfg, Some("10.1.2.3"), polling()).unwrap();
+    let head = p.launch_head(&req(&cfg, "h-1", "head", 1)).await.unwrap();
+    assert_eq!(head.instances[0].kind, NodeKind::Head);
+    let w = p.launch(&req(&cfg, "lr-1", "cpu", 1)).await.unwrap();
+    let script = |name: &str| {
+        let b = fake.instance(name).unwrap();
+        b["metadata"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["key"] == "startup-script")
+            .unwrap()["value"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let hs = script(&head.instances[0].cloud_instance_id);
+    assert!(hs.contains("--no-monitor"), "{hs}");
+    assert!(hs.contains("computeMetadata/v1/instance/network-interfaces/0/ip"));
+    let ws = script(&w.instances[0].cloud_instance_id);
+    assert!(ws.contains("10.1.2.3"));
+    assert!(ws.contains("computeMetadata/v1/instance/name"));
+    let hb = fake.instance(&head.instances[0].cloud_instance_id).unwrap();
+    assert_eq!(hb["serviceAccounts"][0]["email"], "default");
+}
+
+/// Ray's GCP YAMLs in the wheel load (with the project a user must fill in), and a TPU
+/// node config gets the one-line error naming its path.
+#[test]
+fn rays_gcp_yamls_load_and_tpus_are_refused() {
+    let py = std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON names Ray's python");
+    let out = std::process::Command::new(&py)
+        .args([
+            "-c",
+            "import os, ray.autoscaler; print(os.path.dirname(ray.autoscaler.__file__))",
+        ])
+        .output()
+        .unwrap();
+    let dir = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("gcp");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("project_id: null", "project_id: my-project");
+        let cfg = ClusterConfig::from_yaml_str(&text, &path.display().to_string())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let g = rayscale_provider_gcp::GcpConfig::from_cluster(&cfg)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for t in g.node_types.keys() {
+            let kind = if cfg.head_node_type.as_deref() == Some(t.as_str()) {
+                NodeKind::Head
+            } else {
+                NodeKind::Worker
+            };
+            rayscale_provider_gcp::mapping::instance_body(
+                &g,
+                &rayscale_provider_gcp::mapping::InsertSpec {
+                    node_type: t,
+                    kind,
+                    name: "n",
+                    request_id: Some("lr-1"),
+                    boot_script: Some("echo"),
+                },
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+        n += 1;
+    }
+    assert!(n >= 1, "no GCP YAML in {}", dir.display());
+    let tpu = "cluster_name: t\nprovider: {type: gcp, region: us-central2, availability_zone: us-central2-b, project_id: p}\n\
+               head_node_type: head\navailable_node_types:\n  head: {resources: {}, node_config: {machineType: n1-standard-2}}\n  \
+               tpu: {resources: {TPU: 4}, node_config: {acceleratorType: v4-8, runtimeVersion: tpu-ubuntu2204-base}}\n";
+    let cfg = ClusterConfig::from_yaml_str(tpu, "tpu.yaml").unwrap();
+    let e = rayscale_provider_gcp::GcpConfig::from_cluster(&cfg)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("available_node_types.tpu.node_config.acceleratorType: Cloud TPU node configs are not supported"),
+        "{e}"
+    );
+    assert!(!e.contains('\n'));
+}
