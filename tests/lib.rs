@@ -8,6 +8,7 @@
 
 pub mod boot_sim;
 pub mod conformance;
+pub mod e2e;
 pub mod expander_server;
 pub mod fake_gcs_server;
 pub mod fakes;

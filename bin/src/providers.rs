@@ -133,6 +133,13 @@ fn metadata_commands(provider_type: &str) -> Result<Metadata> {
             private_ip: rayscale_provider_aws::mapping::PRIVATE_IP_COMMAND,
             per_boot: true,
         }),
+        #[cfg(feature = "gcp")]
+        "gcp" => Ok(Metadata {
+            instance_id: rayscale_provider_gcp::mapping::INSTANCE_ID_COMMAND,
+            private_ip: rayscale_provider_gcp::mapping::PRIVATE_IP_COMMAND,
+            // Compute Engine runs the startup script at every boot.
+            per_boot: false,
+        }),
         t if TYPES
             .iter()
             .any(|(n, s)| *n == t && matches!(s, Served::Feature(_, false))) =>
@@ -140,7 +147,7 @@ fn metadata_commands(provider_type: &str) -> Result<Metadata> {
             bail!("provider.type {t:?}: this rayscale was built without the {t} provider")
         }
         t => bail!(
-            "provider.type {t:?}: rayscale renders boot scripts for cloud providers (aws); \
+            "provider.type {t:?}: rayscale renders boot scripts for cloud providers (aws, gcp); \
              {t} starts Ray itself"
         ),
     }
@@ -160,7 +167,7 @@ enum Served {
 const TYPES: &[(&str, Served)] = &[
     (rayscale_provider_local::PROVIDER_TYPE, Served::Always),
     ("aws", Served::Feature("aws", cfg!(feature = "aws"))),
-    ("gcp", Served::Planned("gcp")),
+    ("gcp", Served::Feature("gcp", cfg!(feature = "gcp"))),
     ("azure", Served::Planned("azure")),
     ("kuberay", Served::Planned("kuberay")),
     // Ray's v1 node providers, through the node-provider adapter.
@@ -231,6 +238,14 @@ async fn build_featured(
                     .await?,
             ))
         }
+        #[cfg(feature = "gcp")]
+        "gcp" => {
+            let head_ip = env.head_ip_for_workers("gcp")?;
+            Ok(Arc::new(
+                rayscale_provider_gcp::GcpProvider::from_environment(config, Some(&head_ip))
+                    .await?,
+            ))
+        }
         t => bail!("provider.type {t:?} is not compiled into this build"),
     }
 }
@@ -244,8 +259,13 @@ pub async fn build_for_launcher(config: &ClusterConfig) -> Result<Arc<dyn CloudI
         Some((_, Served::Feature(_, true))) if t == "aws" => Ok(Arc::new(
             rayscale_provider_aws::AwsProvider::from_environment(config, None).await?,
         )),
+        #[cfg(feature = "gcp")]
+        Some((_, Served::Feature(_, true))) if t == "gcp" => Ok(Arc::new(
+            rayscale_provider_gcp::GcpProvider::from_environment(config, None).await?,
+        )),
         Some((_, Served::Feature(_, true) | Served::Always)) => bail!(
-            "provider.type {t:?}: rayscale does not launch its head; start the head as it              documents and run `rayscale run` there"
+            "provider.type {t:?}: rayscale does not launch its head; start the head as it \
+             documents and run `rayscale run` there"
         ),
         // Not built in, planned or unknown: the same one-line errors as `run`.
         _ => {
@@ -361,7 +381,12 @@ mod tests {
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(e.contains("feature \"gcp\"") && !e.contains('\n'), "{e}");
+        let want = if cfg!(feature = "gcp") {
+            "provider.project_id: is required"
+        } else {
+            "--features gcp"
+        };
+        assert!(e.contains(want) && !e.contains('\n'), "{e}");
         let e = build(&config("external"), &env())
             .await
             .err()

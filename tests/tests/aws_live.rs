@@ -14,12 +14,13 @@
 //! The two tests take turns (each runs a Ray cluster; together they would starve a
 //! 2-core machine).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rayscale_tests::boot_sim::{BootSimulator, Ec2Plane};
+use rayscale_tests::e2e::{finish, gcs_answers, root, workload};
 use rayscale_tests::fakes::aws::{MotoEc2, REGION};
 use rayscale_tests::ray_head::{alive_workers_at, free_ports};
 use rayscale_tests::wait_until;
@@ -30,52 +31,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Waits for a child process up to `timeout` (killed after it): its exit success and
-/// output.
-fn finish(mut child: std::process::Child, timeout: Duration) -> (bool, String) {
-    let pid = child.id();
-    if !wait_until(timeout, || rayscale_tests::has_exited(pid)) {
-        let _ = child.kill();
-    }
-    let out = child.wait_with_output().expect("output");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
-/// Runs the test workload (4 tasks of 2 CPUs for 4 s) against `gcs`: ok and its output.
-fn workload(python: &Path, gcs: &str) -> (bool, String) {
-    let w = Command::new(python)
-        .arg(root().join("tests/live/workload.py"))
-        .arg(gcs)
-        .args(["tasks", "4", "2", "4"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("workload");
-    let (ok, text) = finish(w, Duration::from_secs(240));
-    (ok && text.contains("done 4"), text)
-}
-
-/// Whether a GCS answers at `gcs` (`rayscale status`).
-fn gcs_answers(gcs: &str) -> bool {
-    Command::new(rayscale_tests::workspace_bin("rayscale"))
-        .args(["status", "--gcs", gcs])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
 }
 
 /// Instances of `cluster` in moto in `states`.
