@@ -16,8 +16,11 @@ echo "== proto compatibility with Ray's descriptors"
 "$PY" scripts/check_proto_compat.py
 "$PY" scripts/make_proto_fixtures.py --check
 echo "== cargo test"
-# Every cloud feature on, as clippy above: one feature set, so nothing compiles twice.
-cargo build --release --all-features -p rayscale -p rayscale-expander-example
+# Every cloud feature on, as clippy above, and the binaries built with the tests in one
+# invocation: the tests' dev-dependencies add features (tokio's test-util, ...), and a
+# build of the binaries alone would resolve other features and compile every crate that
+# depends on tokio (the cloud SDKs among them) a second time.
+cargo build --workspace --release --all-features --bins --tests
 cargo test --workspace --release --all-features
 echo "== differential test against Ray 2.60 (${DIFFTEST_COUNT:-500} scenarios)"
 "$PY" scripts/difftest.py --rayscale "${CARGO_TARGET_DIR:-target}/release/rayscale" \

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::provider::CloudInstanceProvider;
+use rayscale_core::provider::cloud::MetadataCommands;
 use rayscale_provider_local::{LocalProcessConfig, LocalProcessProvider};
 
 /// What building a provider may need besides the cluster config.
@@ -116,30 +117,13 @@ pub async fn private_ip_from_metadata(provider_type: &str) -> Result<String> {
     Ok(ip)
 }
 
-/// How an instance of a cloud learns who it is at boot (the provider crate's commands).
-struct Metadata {
-    instance_id: &'static str,
-    private_ip: &'static str,
-    /// The cloud runs user data once per instance (cloud-init).
-    per_boot: bool,
-}
-
 /// The metadata commands of `provider_type`.
-fn metadata_commands(provider_type: &str) -> Result<Metadata> {
+fn metadata_commands(provider_type: &str) -> Result<MetadataCommands<'static>> {
     match provider_type {
         #[cfg(feature = "aws")]
-        "aws" => Ok(Metadata {
-            instance_id: rayscale_provider_aws::mapping::INSTANCE_ID_COMMAND,
-            private_ip: rayscale_provider_aws::mapping::PRIVATE_IP_COMMAND,
-            per_boot: true,
-        }),
+        "aws" => Ok(rayscale_provider_aws::mapping::METADATA),
         #[cfg(feature = "gcp")]
-        "gcp" => Ok(Metadata {
-            instance_id: rayscale_provider_gcp::mapping::INSTANCE_ID_COMMAND,
-            private_ip: rayscale_provider_gcp::mapping::PRIVATE_IP_COMMAND,
-            // Compute Engine runs the startup script at every boot.
-            per_boot: false,
-        }),
+        "gcp" => Ok(rayscale_provider_gcp::mapping::METADATA),
         t if TYPES
             .iter()
             .any(|(n, s)| *n == t && matches!(s, Served::Feature(_, false))) =>
@@ -376,7 +360,7 @@ mod tests {
             "--features aws"
         };
         assert!(e.contains(want) && !e.contains('\n'), "{e}");
-        let e = build(&config("gcp"), &env())
+        let e = build(&config("gcp"), &with_head_ip)
             .await
             .err()
             .map(|e| e.to_string())

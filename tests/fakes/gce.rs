@@ -84,6 +84,18 @@ pub struct Calls {
     pub get_operation: AtomicU64,
     /// `instances.delete`, `stop`, `start`, `setLabels`, `get`.
     pub other: AtomicU64,
+    /// Inserts by machine type (short name), replays of a `requestId` excluded.
+    by_machine: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Calls {
+    /// How many inserts named `machine_type` (a replay of a `requestId` is not one).
+    pub fn inserts_of(&self, machine_type: &str) -> u64 {
+        lock(&self.by_machine)
+            .get(machine_type)
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,6 +272,24 @@ impl GceFake {
                     fingerprint: id,
                 },
             );
+        }
+    }
+
+    /// Forgets every `requestId` seen (Compute Engine keeps them for a while, then
+    /// answers a replay as a new request).
+    pub fn forget_request_ids(&self) {
+        lock(&self.shared.world).by_request_id.clear();
+    }
+
+    /// Sets label `key` of instance `name` (what another client's `setLabels` does).
+    pub fn set_label(&self, name: &str, key: &str, value: &str) {
+        let mut w = lock(&self.shared.world);
+        if let Some(i) = w.instances.get_mut(name) {
+            let labels = i.body.entry("labels").or_insert_with(|| json!({}));
+            if let Value::Object(l) = labels {
+                l.insert(key.to_string(), json!(value));
+            }
+            i.fingerprint += 1;
         }
     }
 
@@ -452,6 +482,9 @@ fn insert(
         );
     }
     let machine = machine.map(|m| short(&m).to_string()).unwrap_or_default();
+    *lock(&s.calls.by_machine)
+        .entry(machine.clone())
+        .or_default() += 1;
     let failure = {
         let mut f = lock(&s.faults);
         let exhausted = match f.capacity.get_mut(&machine) {

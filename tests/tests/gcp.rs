@@ -5,6 +5,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "shared/capacity_fallback.rs"]
+mod capacity_fallback;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,9 +79,11 @@ impl Provoke for GceProvoke {
             ProviderErrorKind::Auth => self
                 .0
                 .faults(|f| f.insert_errors.push((403, "forbidden".into()))),
-            ProviderErrorKind::Transient => self
-                .0
-                .faults(|f| f.insert_errors.push((503, "backendError".into()))),
+            // A 503 insert is sent again (same requestId), 4 times in all.
+            ProviderErrorKind::Transient => self.0.faults(|f| {
+                f.insert_errors
+                    .extend(std::iter::repeat_n((503, "backendError".into()), 4))
+            }),
             // A launch has nothing to be "not found".
             ProviderErrorKind::NotFound => return None,
         }
@@ -433,4 +438,88 @@ fn rays_gcp_yamls_load_and_tpus_are_refused() {
         "{e}"
     );
     assert!(!e.contains('\n'));
+}
+
+struct Gce<'a>(&'a GceFake);
+
+impl capacity_fallback::Capacity for Gce<'_> {
+    fn exhaust_both(&self) {
+        self.0.faults(|f| {
+            f.capacity.insert("n1-standard-8".into(), 0);
+            f.capacity.insert("c2-standard-8".into(), 0);
+        });
+    }
+    fn restore_big(&self) {
+        self.0.faults(|f| {
+            f.capacity.remove("n1-standard-8");
+        });
+    }
+    fn asks(&self) -> (u64, u64) {
+        (
+            self.0.calls().inserts_of("n1-standard-8"),
+            self.0.calls().inserts_of("c2-standard-8"),
+        )
+    }
+}
+
+/// The loop over the GCP provider: an insert whose operation ends with
+/// `ZONE_RESOURCE_POOL_EXHAUSTED` moves the demand to the other type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_error_moves_the_demand_to_another_type_until_its_window_ends() {
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let ttl = 8;
+    let nc = |m: &str| format!("{{machineType: {m}}}");
+    let cfg = capacity_fallback::config(
+        "capacity",
+        ttl,
+        &format!(
+            "{{type: gcp, region: us-west1, availability_zone: {ZONE}, project_id: {PROJECT}}}"
+        ),
+        &nc("n1-standard-2"),
+        &nc("n1-standard-8"),
+        &nc("c2-standard-8"),
+    );
+    let p: Arc<dyn CloudInstanceProvider> = Arc::new(provider(&fake, &cfg).await);
+    capacity_fallback::a_capacity_error_moves_the_demand(&cfg, ttl, p, &Gce(&fake)).await;
+}
+
+/// The client tries a GET three times on a 503: one 503 is absorbed, a lasting one is a
+/// transient error of the list (never a partial list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_is_retried_and_a_lasting_one_is_a_transient_error() {
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let cfg = config("unavail", "");
+    let p = provider(&fake, &cfg).await;
+    fake.seed(
+        3,
+        "ray-unavail-worker",
+        serde_json::json!({"ray-cluster-name": "unavail", "ray-node-type": "worker", "ray-user-node-type": "cpu"}),
+    );
+    fake.faults(|f| f.unavailable = 1);
+    assert_eq!(p.list().await.unwrap().len(), 3);
+    fake.faults(|f| f.unavailable = 10);
+    let e = p.list().await.unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::Transient, "{e}");
+    assert!(!e.message.contains('\n'), "{e}");
+}
+
+/// A name that is taken by another request's instance is not counted as made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_name_of_another_request_is_not_counted_as_made() {
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let cfg = config("taken", "");
+    let p = provider(&fake, &cfg).await;
+    let out = p.launch(&req(&cfg, "lr-1", "cpu", 1)).await.unwrap();
+    let name = out.instances[0].cloud_instance_id.clone();
+    // Another request took the instance over (a cached node restarted for it), and
+    // Compute Engine no longer remembers the first insert's requestId.
+    fake.set_label(&name, "ray-launch-request", "lr-9");
+    fake.forget_request_ids();
+    let e = p.launch(&req(&cfg, "lr-1", "cpu", 1)).await.unwrap_err();
+    assert!(
+        e.message
+            .contains("is taken by an instance of another launch request"),
+        "{e}"
+    );
+    assert_eq!(fake.instances().len(), 1, "nothing more made");
 }

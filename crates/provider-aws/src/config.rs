@@ -80,23 +80,14 @@ impl AwsConfig {
             .get("provider")
             .and_then(Value::as_object)
             .ok_or_else(|| AwsError::config("provider", "must be a mapping"))?;
-        for key in provider.keys() {
-            if PROVIDER_KEYS.contains(&key.as_str())
-                || IGNORED_PROVIDER_KEYS.contains(&key.as_str())
-            {
-                continue;
-            }
-            if let Some((_, why)) = BOOTSTRAP_KEYS.iter().find(|(k, _)| k == key) {
-                return Err(AwsError::config(format!("provider.{key}"), *why));
-            }
-            return Err(AwsError::config(
-                format!("provider.{key}"),
-                format!(
-                    "unknown key for an AWS provider (known: {})",
-                    PROVIDER_KEYS.join(", ")
-                ),
-            ));
+        rayscale_core::provider::cloud::ProviderKeys {
+            cloud: "AWS",
+            known: PROVIDER_KEYS,
+            ignored: IGNORED_PROVIDER_KEYS,
+            refused: BOOTSTRAP_KEYS,
         }
+        .check(provider)
+        .map_err(|(path, message)| AwsError::config(path, message))?;
         let region = match provider.get("region") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),

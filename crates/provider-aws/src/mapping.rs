@@ -409,6 +409,15 @@ pub const INSTANCE_ID_COMMAND: &str = imds_command!("instance-id");
 /// `meta-data/local-ipv4`).
 pub const PRIVATE_IP_COMMAND: &str = imds_command!("local-ipv4");
 
+/// How an instance learns who it is: IMDSv2; EC2 runs user data once per instance, so
+/// the boot script installs itself to run at every boot.
+pub const METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =
+    rayscale_core::provider::cloud::MetadataCommands {
+        instance_id: INSTANCE_ID_COMMAND,
+        private_ip: PRIVATE_IP_COMMAND,
+        per_boot: true,
+    };
+
 /// EC2's limit on `UserData`, before base64 (RunInstances reference).
 pub const MAX_USER_DATA: usize = 16 * 1024;
 

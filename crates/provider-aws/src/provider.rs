@@ -11,10 +11,9 @@ use std::time::Duration;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types as ec2;
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::provider::boot::{BootTarget, HeadBootTarget, render_head, render_worker};
 use rayscale_core::provider::{
     CloudInstance, CloudInstanceProvider, LaunchOutcome, LaunchRequest, NodeKind, ProviderError,
-    ProviderErrorKind, ProviderOp, idempotency_token, tags,
+    ProviderErrorKind, ProviderOp, cloud, idempotency_token, tags,
 };
 
 use crate::AwsError;
@@ -255,6 +254,12 @@ impl AwsProvider {
             node_type: req.node_type.clone(),
             count,
         };
+        cloud::check_launch(
+            cfg.head_node_type.as_deref(),
+            cfg.node_types.contains_key(t),
+            req,
+            kind,
+        )?;
         let Some(nc) = cfg.node_types.get(t) else {
             return Err(ProviderError::new(
                 launch_op(req.count),
@@ -262,18 +267,6 @@ impl AwsProvider {
                 format!("launch {}: unknown node type {t:?}", req.request_id),
             ));
         };
-        let is_head_type = cfg.head_node_type.as_deref() == Some(t);
-        if is_head_type != (kind == NodeKind::Head) {
-            return Err(ProviderError::new(
-                launch_op(req.count),
-                ProviderErrorKind::InvalidConfig,
-                format!(
-                    "launch {}: {t:?} is {} the head's type (head_node_type)",
-                    req.request_id,
-                    if is_head_type { "" } else { "not" }
-                ),
-            ));
-        }
         // 1. What this request already made (a replay after a crash, a retry).
         let ours = self
             .describe(
@@ -495,17 +488,7 @@ impl AwsProvider {
             .iter()
             .find(|(_, i)| mapping::cloud_instance(i).is_none_or(|c| c.kind != want))
         {
-            return Err(ProviderError::new(
-                ProviderOp::Terminate {
-                    cloud_instance_id: id.clone(),
-                },
-                ProviderErrorKind::InvalidConfig,
-                if head {
-                    format!("refusing to terminate {id} as the head: it is not the cluster's head")
-                } else {
-                    format!("refusing to terminate {id}: it is the cluster's head")
-                },
-            ));
+            return Err(cloud::refuse_terminate(id, head));
         }
         let mut stop = Vec::new();
         let mut terminate = Vec::new();
@@ -607,34 +590,8 @@ fn op_for(chunk: &[String]) -> ProviderOp {
 
 fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, AwsError> {
     let cfg = AwsConfig::from_cluster(config)?;
-    let mut boot = BTreeMap::new();
-    for t in cfg.node_types.keys() {
-        let script = if cfg.head_node_type.as_deref() == Some(t.as_str()) {
-            render_head(
-                config,
-                &HeadBootTarget {
-                    node_type: t,
-                    instance_id_command: mapping::INSTANCE_ID_COMMAND,
-                    private_ip_command: mapping::PRIVATE_IP_COMMAND,
-                    per_boot: true,
-                },
-            )
-        } else if let Some(ip) = head_ip {
-            render_worker(
-                config,
-                &BootTarget {
-                    node_type: t,
-                    head_ip: ip,
-                    instance_id_command: mapping::INSTANCE_ID_COMMAND,
-                    per_boot: true,
-                },
-            )
-        } else {
-            continue;
-        };
-        let script = script.map_err(|e| AwsError::config("boot script", e.to_string()))?;
-        boot.insert(t.clone(), script);
-    }
+    let boot = cloud::boot_scripts(config, head_ip, &mapping::METADATA)
+        .map_err(|e| AwsError::config("boot script", e.to_string()))?;
     // Map each type once, so a value EC2's model does not know fails now.
     for (t, nc) in &cfg.node_types {
         let user_data =

@@ -119,23 +119,14 @@ impl GcpConfig {
             .get("provider")
             .and_then(Value::as_object)
             .ok_or_else(|| GcpError::config("provider", "must be a mapping"))?;
-        for key in provider.keys() {
-            if PROVIDER_KEYS.contains(&key.as_str())
-                || IGNORED_PROVIDER_KEYS.contains(&key.as_str())
-            {
-                continue;
-            }
-            if let Some((_, why)) = REFUSED_PROVIDER_KEYS.iter().find(|(k, _)| k == key) {
-                return Err(GcpError::config(format!("provider.{key}"), *why));
-            }
-            return Err(GcpError::config(
-                format!("provider.{key}"),
-                format!(
-                    "unknown key for a GCP provider (known: {})",
-                    PROVIDER_KEYS.join(", ")
-                ),
-            ));
+        rayscale_core::provider::cloud::ProviderKeys {
+            cloud: "GCP",
+            known: PROVIDER_KEYS,
+            ignored: IGNORED_PROVIDER_KEYS,
+            refused: REFUSED_PROVIDER_KEYS,
         }
+        .check(provider)
+        .map_err(|(path, message)| GcpError::config(path, message))?;
         let text = |key: &str, what: &str| -> Result<Option<String>, GcpError> {
             match provider.get(key) {
                 None | Some(Value::Null) => Ok(None),

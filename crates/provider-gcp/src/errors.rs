@@ -65,6 +65,14 @@ impl GcpError {
         }
     }
 
+    /// The HTTP status, if a response came.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            GcpError::Call { status, .. } => *status,
+            GcpError::Config { .. } => None,
+        }
+    }
+
     /// As a contract error of `op`.
     pub fn into_provider(self, op: ProviderOp) -> ProviderError {
         ProviderError::new(op, self.kind(), self.to_string()).with_source(self)

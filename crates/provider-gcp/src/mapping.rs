@@ -16,6 +16,15 @@ use crate::config::{GcpConfig, NodeConfig};
 /// scripts).
 pub const STARTUP_SCRIPT_KEY: &str = "startup-script";
 
+/// How an instance learns who it is: the metadata server; Compute Engine runs the
+/// startup script at every boot.
+pub const METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =
+    rayscale_core::provider::cloud::MetadataCommands {
+        instance_id: INSTANCE_ID_COMMAND,
+        private_ip: PRIVATE_IP_COMMAND,
+        per_boot: false,
+    };
+
 /// Ray's `ray-node-status` value of a node nobody has set up yet.
 pub const STATUS_UNINITIALIZED: &str = "uninitialized";
 
@@ -302,8 +311,8 @@ pub fn types_by_label(cfg: &GcpConfig) -> Result<TypesByLabel, GcpError> {
 }
 
 /// The instance as core sees it; `None` for an instance without Ray's kind label.
-/// PROVISIONING and STAGING are pending, RUNNING running, STOPPING, SUSPENDING and the
-/// rest not usable.
+/// PROVISIONING, STAGING, PENDING and REPAIRING are pending, RUNNING running, the rest
+/// (stopping, suspending, stopped, deprovisioning) not usable.
 pub fn cloud_instance(i: &model::Instance, types: &TypesByLabel) -> Option<CloudInstance> {
     use model::instance::Status;
     let id = i.name.as_deref()?;
@@ -318,7 +327,9 @@ pub fn cloud_instance(i: &model::Instance, types: &TypesByLabel) -> Option<Cloud
         _ => return None,
     };
     let state = match &i.status {
-        Some(Status::Provisioning | Status::Staging) => CloudInstanceState::Pending,
+        Some(Status::Provisioning | Status::Staging | Status::Pending | Status::Repairing) => {
+            CloudInstanceState::Pending
+        }
         Some(Status::Running) => CloudInstanceState::Running,
         Some(_) => CloudInstanceState::Stopping,
         None => CloudInstanceState::Pending,
@@ -342,11 +353,21 @@ pub fn cloud_instance(i: &model::Instance, types: &TypesByLabel) -> Option<Cloud
     })
 }
 
-/// Whether an instance is stopped (`TERMINATED` in Compute Engine's words) or
-/// suspended: a cached node to start again.
+/// Whether an instance is stopped (`TERMINATED` in Compute Engine's words, or the
+/// unused `STOPPED`) or suspended: not running, not on its way.
 pub fn is_stopped(i: &model::Instance) -> bool {
     use model::instance::Status;
-    matches!(i.status, Some(Status::Terminated | Status::Suspended))
+    matches!(
+        i.status,
+        Some(Status::Terminated | Status::Stopped | Status::Suspended)
+    )
+}
+
+/// Whether `instances.start` brings a stopped instance back (a suspended one needs
+/// `resume`, which rayscale does not send).
+pub fn is_restartable(i: &model::Instance) -> bool {
+    use model::instance::Status;
+    matches!(i.status, Some(Status::Terminated | Status::Stopped))
 }
 
 /// The list filter of the cluster's instances in `statuses`, with `labels` too (the

@@ -17,10 +17,9 @@ use google_cloud_compute_v1::model;
 use google_cloud_gax::paginator::Paginator as _;
 use google_cloud_lro::PollingResult;
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::provider::boot::{BootTarget, HeadBootTarget, render_head, render_worker};
 use rayscale_core::provider::{
     CloudInstance, CloudInstanceProvider, CloudInstanceState, LaunchOutcome, LaunchRequest,
-    NodeKind, ProviderError, ProviderErrorKind, ProviderOp, idempotency_token, tags,
+    NodeKind, ProviderError, ProviderErrorKind, ProviderOp, cloud, idempotency_token, tags,
 };
 use tokio::time::Instant;
 
@@ -33,17 +32,22 @@ use crate::mapping::{self, InsertSpec, TypesByLabel};
 /// `provider.type` of this provider.
 pub const PROVIDER_TYPE: &str = "gcp";
 
-/// Statuses of a live instance (Compute Engine's instance life cycle).
+/// Statuses of a live instance: every status of Compute Engine's instance life cycle
+/// but the stopped ones (`instances` REST reference, `status`).
 const LIVE: &[&str] = &[
     "PROVISIONING",
     "STAGING",
     "RUNNING",
     "STOPPING",
     "SUSPENDING",
+    "REPAIRING",
+    "PENDING",
+    "PENDING_STOP",
+    "DEPROVISIONING",
 ];
 
-/// Statuses of a stopped (cached) instance.
-const STOPPED: &[&str] = &["TERMINATED", "SUSPENDED"];
+/// The status of a stopped instance that `start` brings back (a cached node).
+const STOPPED: &[&str] = &["TERMINATED"];
 
 /// Calls sent at once (inserts, deletes, ...).
 const CONCURRENCY: usize = 32;
@@ -127,6 +131,13 @@ struct State {
     cfg: GcpConfig,
     boot: BTreeMap<String, String>,
     types: TypesByLabel,
+}
+
+/// A call sent: how it ended (the operation's name, and `Ok(true)` done or the error),
+/// or its operation still running, with its poller.
+enum Started<P> {
+    Ended(Option<String>, Result<bool, GcpError>),
+    Running(Option<String>, P),
 }
 
 /// How one insert (or start) ended.
@@ -215,13 +226,60 @@ impl GcpProvider {
         Ok(out)
     }
 
-    /// Sends the call of `poller` and waits for its operation until it is done or
-    /// `deadline` passes (the SDK's poller, with the client's polling backoff): the
-    /// operation's name, and the failure it ended with, or `Ok(true)` done, `Ok(false)`
-    /// not known to be done yet (still running, or its polls failed).
+    /// Sends the call of `poller` (its first poll): how it ended, or its operation, still
+    /// running.
+    async fn start<P>(&self, mut poller: P, call: &'static str, node_type: &str) -> Started<P>
+    where
+        P: google_cloud_lro::Poller<model::Operation, model::Operation>,
+    {
+        let zone = self.state().cfg.zone.clone();
+        match poller.poll().await {
+            None => Started::Ended(None, Ok(true)),
+            Some(PollingResult::Completed(Ok(op))) => Started::Ended(
+                op.name.clone(),
+                operation_error(call, &op, node_type, Some(&zone)).map_or(Ok(true), Err),
+            ),
+            Some(PollingResult::Completed(Err(e)) | PollingResult::PollingError(e)) => {
+                Started::Ended(None, Err(call_error(call, &e, node_type, Some(&zone))))
+            }
+            Some(PollingResult::InProgress(op)) => match op.and_then(|o| o.name) {
+                Some(name) => Started::Running(Some(name), poller),
+                // Accepted, but nothing to poll (the poller could not go on either).
+                None => Started::Ended(None, Ok(false)),
+            },
+        }
+    }
+
+    /// Waits for a running operation until it is done or `deadline` passes (the SDK's
+    /// poller, with the client's polling backoff): the failure it ended with, or
+    /// `Ok(true)` done, `Ok(false)` not known to be done yet (still running, or its polls
+    /// failed).
+    async fn finish<P>(
+        &self,
+        poller: P,
+        call: &'static str,
+        node_type: &str,
+        deadline: Instant,
+    ) -> Result<bool, GcpError>
+    where
+        P: google_cloud_lro::Poller<model::Operation, model::Operation>,
+    {
+        let zone = self.state().cfg.zone.clone();
+        match tokio::time::timeout_at(deadline, poller.until_done()).await {
+            Ok(Ok(op)) => operation_error(call, &op, node_type, Some(&zone)).map_or(Ok(true), Err),
+            Ok(Err(e)) => {
+                tracing::debug!("polling {call}: {e}");
+                Ok(false)
+            }
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// [`start`](Self::start), then [`finish`](Self::finish): the operation's name and
+    /// how it ended.
     async fn wait<P>(
         &self,
-        mut poller: P,
+        poller: P,
         call: &'static str,
         node_type: &str,
         deadline: Instant,
@@ -229,98 +287,159 @@ impl GcpProvider {
     where
         P: google_cloud_lro::Poller<model::Operation, model::Operation>,
     {
-        let zone = self.state().cfg.zone.clone();
-        let done = |op: &model::Operation| {
-            operation_error(call, op, node_type, Some(&zone)).map_or(Ok(true), Err)
-        };
-        // The first poll sends the call itself.
-        let name = match poller.poll().await {
-            None => return (None, Ok(true)),
-            Some(PollingResult::Completed(Ok(op))) => return (op.name.clone(), done(&op)),
-            Some(PollingResult::Completed(Err(e)) | PollingResult::PollingError(e)) => {
-                return (None, Err(call_error(call, &e, node_type, Some(&zone))));
+        match self.start(poller, call, node_type).await {
+            Started::Ended(name, r) => (name, r),
+            Started::Running(name, p) => {
+                let r = self.finish(p, call, node_type, deadline).await;
+                (name, r)
             }
-            Some(PollingResult::InProgress(op)) => op.and_then(|o| o.name),
-        };
-        match tokio::time::timeout_at(deadline, poller.until_done()).await {
-            Ok(Ok(op)) => (name, done(&op)),
-            Ok(Err(e)) => {
-                tracing::debug!("polling {call} {name:?}: {e}");
-                (name, Ok(false))
-            }
-            Err(_) => (name, Ok(false)),
         }
     }
 
-    /// Inserts the instance of `spec`, retrying while throttled, and waits for it until
-    /// `deadline` (an unfinished operation is left to `poll_errors`).
-    async fn insert(
+    /// Sends the insert of the instance `name` (the `index`-th of `request_id`), again
+    /// while throttled (same `requestId`): how it ended, or its operation still running.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_insert(
         &self,
         state: &State,
-        spec: &InsertSpec<'_>,
+        node_type: &str,
+        kind: NodeKind,
+        name: &str,
+        request_id: &str,
         index: u64,
-        deadline: Instant,
-    ) -> Made {
-        let cfg = &state.cfg;
-        let nc = &cfg.node_types[spec.node_type];
-        let body = match mapping::instance_body(cfg, spec) {
-            Ok(b) => b,
-            Err(e) => return Made::Failed(e),
+        boot_script: Option<&str>,
+    ) -> (
+        CloudInstance,
+        Started<impl google_cloud_lro::Poller<model::Operation, model::Operation>>,
+    ) {
+        let spec = InsertSpec {
+            node_type,
+            kind,
+            name,
+            request_id: Some(request_id),
+            boot_script,
         };
-        let request_id = idempotency_token(spec.request_id.unwrap_or(spec.name), index);
+        let cfg = &state.cfg;
+        let mut made = CloudInstance::worker(name, node_type, Some(request_id));
+        made.kind = kind;
+        made.state = CloudInstanceState::Pending;
+        made.launch_config_hash = cfg.launch_hashes.get(node_type).cloned();
+        let nc = &cfg.node_types[node_type];
+        let body = match mapping::instance_body(cfg, &spec) {
+            Ok(b) => b,
+            Err(e) => return (made, Started::Ended(None, Err(e))),
+        };
+        let token = idempotency_token(request_id, index);
         let mut delay = Duration::from_millis(250);
         let mut tries = 1;
         loop {
-            self.calls.insert.fetch_add(1, Ordering::Relaxed);
             let poller = self
                 .client
                 .insert()
                 .set_project(&cfg.project_id)
                 .set_zone(&cfg.zone)
-                .set_request_id(&request_id)
+                .set_request_id(&token)
                 .set_or_clear_source_instance_template(nc.source_instance_template.clone())
                 .set_body(body.clone())
                 .poller();
-            let (op, r) = self
-                .wait(poller, "instances.insert", spec.node_type, deadline)
-                .await;
-            let made = || {
-                let mut c = CloudInstance::worker(spec.name, spec.node_type, spec.request_id);
-                c.kind = spec.kind;
-                c.state = CloudInstanceState::Pending;
-                c.launch_config_hash = cfg.launch_hashes.get(spec.node_type).cloned();
-                c
-            };
-            return match r {
-                Ok(true) => Made::Ok(made()),
-                Ok(false) => {
-                    if let Some(name) = op {
-                        self.pending().push(PendingOp {
-                            name,
-                            call: "instances.insert",
-                            op: ProviderOp::Launch {
-                                request_id: spec.request_id.unwrap_or("").to_string(),
-                                node_type: spec.node_type.to_string(),
-                                count: 1,
-                            },
-                            node_type: spec.node_type.to_string(),
-                            checks: 0,
-                        });
-                    }
-                    Made::Ok(made())
-                }
-                // A replay of an insert that made it already.
-                Err(e) if crate::errors::classify(e.code(), None) == Class::AlreadyExists => {
-                    Made::Ok(made())
-                }
-                Err(e) if e.kind() == ProviderErrorKind::Throttled && tries < THROTTLE_TRIES => {
+            self.calls.insert.fetch_add(1, Ordering::Relaxed);
+            match self.start(poller, "instances.insert", node_type).await {
+                // Throttled, or lost on the way (the same `requestId` makes a second send
+                // safe): again, with backoff.
+                Started::Ended(_, Err(e))
+                    if matches!(
+                        e.kind(),
+                        ProviderErrorKind::Throttled | ProviderErrorKind::Transient
+                    ) && tries < THROTTLE_TRIES =>
+                {
                     tokio::time::sleep(delay).await;
                     delay *= 2;
                     tries += 1;
-                    continue;
                 }
-                Err(e) => Made::Failed(e),
-            };
+                // The name is taken: made by this request already (a replay), or not.
+                Started::Ended(op, Err(e))
+                    if crate::errors::classify(e.code(), e.status()) == Class::AlreadyExists =>
+                {
+                    let ours = self.is_ours(cfg, name, request_id).await;
+                    return match ours {
+                        Ok(true) => (made, Started::Ended(op, Ok(true))),
+                        Ok(false) => (
+                            made,
+                            Started::Ended(
+                                op,
+                                Err(GcpError::Call {
+                                    call: "instances.insert",
+                                    code: e.code().map(str::to_string),
+                                    status: e.status(),
+                                    kind: ProviderErrorKind::Transient,
+                                    message: format!(
+                                        "the name {name} is taken by an instance of another launch request"
+                                    ),
+                                }),
+                            ),
+                        ),
+                        Err(e) => (made, Started::Ended(op, Err(e))),
+                    };
+                }
+                other => return (made, other),
+            }
+        }
+    }
+
+    /// Whether the instance `name` carries the launch request `request_id`.
+    async fn is_ours(
+        &self,
+        cfg: &GcpConfig,
+        name: &str,
+        request_id: &str,
+    ) -> Result<bool, GcpError> {
+        let i = self
+            .client
+            .get()
+            .set_project(&cfg.project_id)
+            .set_zone(&cfg.zone)
+            .set_instance(name)
+            .send()
+            .await
+            .map_err(|e| call_error("instances.get", &e, "", None))?;
+        Ok(i.labels.get(tags::LAUNCH_REQUEST).map(String::as_str)
+            == Some(mapping::label_value(request_id).as_str()))
+    }
+
+    /// Waits for an insert `send_insert` left running, until `deadline`; an unfinished
+    /// one is left to `poll_errors`.
+    async fn finish_insert<P>(
+        &self,
+        made: CloudInstance,
+        op: Option<String>,
+        poller: P,
+        deadline: Instant,
+    ) -> Made
+    where
+        P: google_cloud_lro::Poller<model::Operation, model::Operation>,
+    {
+        match self
+            .finish(poller, "instances.insert", &made.node_type, deadline)
+            .await
+        {
+            Ok(true) => Made::Ok(made),
+            Ok(false) => {
+                if let Some(name) = op {
+                    self.pending().push(PendingOp {
+                        name,
+                        call: "instances.insert",
+                        op: ProviderOp::Launch {
+                            request_id: made.request_id.clone().unwrap_or_default(),
+                            node_type: made.node_type.clone(),
+                            count: 1,
+                        },
+                        node_type: made.node_type.clone(),
+                        checks: 0,
+                    });
+                }
+                Made::Ok(made)
+            }
+            Err(e) => Made::Failed(e),
         }
     }
 
@@ -379,7 +498,21 @@ impl GcpProvider {
             .await
         {
             (_, Err(e)) => Made::Failed(e),
-            (_, Ok(_)) => {
+            (op, Ok(done)) => {
+                if !done && let Some(op) = op {
+                    // A start that fails late (a stockout) is reported by poll_errors.
+                    self.pending().push(PendingOp {
+                        name: op,
+                        call: "instances.start",
+                        op: ProviderOp::Launch {
+                            request_id: request_id.to_string(),
+                            node_type: node_type.to_string(),
+                            count: 1,
+                        },
+                        node_type: node_type.to_string(),
+                        checks: 0,
+                    });
+                }
                 let mut c = mapping::cloud_instance(inst, &state.types)
                     .unwrap_or_else(|| CloudInstance::worker(&name, node_type, None));
                 c.request_id = Some(request_id.to_string());
@@ -387,29 +520,6 @@ impl GcpProvider {
                 Made::Ok(c)
             }
         }
-    }
-
-    /// The new instance `name` (the `index`-th of `request_id`), inserted and waited for.
-    #[allow(clippy::too_many_arguments)]
-    async fn insert_new(
-        &self,
-        state: &State,
-        node_type: &str,
-        kind: NodeKind,
-        name: &str,
-        request_id: &str,
-        index: u64,
-        boot_script: Option<&str>,
-        deadline: Instant,
-    ) -> Made {
-        let spec = InsertSpec {
-            node_type,
-            kind,
-            name,
-            request_id: Some(request_id),
-            boot_script,
-        };
-        self.insert(state, &spec, index, deadline).await
     }
 
     /// Deletes (or stops) one instance; `None` when done, gone or left to `poll_errors`.
@@ -504,31 +614,18 @@ impl GcpProvider {
             node_type: req.node_type.clone(),
             count,
         };
-        if !cfg.node_types.contains_key(t) {
-            return Err(ProviderError::new(
-                launch_op(req.count),
-                ProviderErrorKind::InvalidConfig,
-                format!("launch {}: unknown node type {t:?}", req.request_id),
-            ));
-        }
-        let is_head_type = cfg.head_node_type.as_deref() == Some(t);
-        if is_head_type != (kind == NodeKind::Head) {
-            return Err(ProviderError::new(
-                launch_op(req.count),
-                ProviderErrorKind::InvalidConfig,
-                format!(
-                    "launch {}: {t:?} is {} the head's type (head_node_type)",
-                    req.request_id,
-                    if is_head_type { "" } else { "not" }
-                ),
-            ));
-        }
-        // 1. What this request made already (a replay after a crash, a retry).
-        let all_states: Vec<&str> = LIVE.iter().chain(STOPPED).copied().collect();
+        cloud::check_launch(
+            cfg.head_node_type.as_deref(),
+            cfg.node_types.contains_key(t),
+            req,
+            kind,
+        )?;
+        // 1. What this request made already (a replay after a crash, a retry), in any
+        //    status.
         let ours = self
             .list_raw(
                 cfg,
-                &all_states,
+                &[],
                 &[
                     (tags::LAUNCH_REQUEST, req.request_id.as_str()),
                     (tags::USER_NODE_TYPE, t),
@@ -541,7 +638,11 @@ impl GcpProvider {
         let mut reuse: Vec<model::Instance> = Vec::new();
         for i in &ours {
             if mapping::is_stopped(i) {
-                reuse.push(i.clone());
+                // An interrupted restart of a cached node is finished; without caching,
+                // a stopped one (a preempted spot worker) is not this request's any more.
+                if cfg.cache_stopped_nodes && mapping::is_restartable(i) {
+                    reuse.push(i.clone());
+                }
             } else {
                 made.extend(mapping::cloud_instance(i, &state.types));
             }
@@ -602,25 +703,42 @@ impl GcpProvider {
             }
             index += 1;
         }
+        // Every insert is sent first (32 at a time), then the operations still running
+        // are awaited together, until the deadline.
         let futs: Vec<_> = names
             .iter()
-            .map(|(i, n)| self.insert_new(&state, t, kind, n, &req.request_id, *i, boot, deadline))
+            .map(|(i, n)| self.send_insert(&state, t, kind, n, &req.request_id, *i, boot))
             .collect();
-        let inserts: Vec<Made> = futures_util::stream::iter(futs)
+        let sent: Vec<_> = futures_util::stream::iter(futs)
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        let mut failed = 0u64;
-        for m in inserts {
-            match m {
-                Made::Ok(c) => made.push(c),
-                Made::Failed(e) => {
-                    failed += 1;
-                    failures.push(e);
+        let mut inserts: Vec<Made> = Vec::new();
+        let mut running = Vec::new();
+        for (made, started) in sent {
+            match started {
+                Started::Ended(_, Ok(_)) => inserts.push(Made::Ok(made)),
+                Started::Ended(_, Err(e)) => inserts.push(Made::Failed(e)),
+                Started::Running(op, poller) => {
+                    running.push(self.finish_insert(made, op, poller, deadline))
                 }
             }
         }
-        if failed == 0 && failures.is_empty() {
+        let finished: Vec<Made> = futures_util::stream::iter(running)
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        inserts.extend(finished);
+        for m in inserts {
+            match m {
+                Made::Ok(c) => made.push(c),
+                Made::Failed(e) => failures.push(e),
+            }
+        }
+        if failures.is_empty() || made.len() as u64 >= req.count {
+            for e in &failures {
+                tracing::info!("launch {} of {t}: made up for: {e}", req.request_id);
+            }
             return Ok(LaunchOutcome {
                 instances: made,
                 shortfall: None,
@@ -657,9 +775,8 @@ impl GcpProvider {
         let first = ProviderOp::Terminate {
             cloud_instance_id: ids[0].clone(),
         };
-        let all_states: Vec<&str> = LIVE.iter().chain(STOPPED).copied().collect();
         let known: BTreeMap<String, model::Instance> = self
-            .list_raw(cfg, &all_states, &[])
+            .list_raw(cfg, &[], &[])
             .await
             .map_err(|e| e.into_provider(first.clone()))?
             .into_iter()
@@ -675,17 +792,7 @@ impl GcpProvider {
             .iter()
             .find(|(_, i)| mapping::cloud_instance(i, &state.types).is_none_or(|c| c.kind != want))
         {
-            return Err(ProviderError::new(
-                ProviderOp::Terminate {
-                    cloud_instance_id: id.clone(),
-                },
-                ProviderErrorKind::InvalidConfig,
-                if head {
-                    format!("refusing to terminate {id} as the head: it is not the cluster's head")
-                } else {
-                    format!("refusing to terminate {id}: it is the cluster's head")
-                },
-            ));
+            return Err(cloud::refuse_terminate(id, head));
         }
         let stop = cfg.cache_stopped_nodes && !head;
         let futs: Vec<_> = known
@@ -708,35 +815,8 @@ impl GcpProvider {
 fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, GcpError> {
     let cfg = GcpConfig::from_cluster(config)?;
     let types = mapping::types_by_label(&cfg)?;
-    let mut boot = BTreeMap::new();
-    for t in cfg.node_types.keys() {
-        let script = if cfg.head_node_type.as_deref() == Some(t.as_str()) {
-            render_head(
-                config,
-                &HeadBootTarget {
-                    node_type: t,
-                    instance_id_command: mapping::INSTANCE_ID_COMMAND,
-                    private_ip_command: mapping::PRIVATE_IP_COMMAND,
-                    // Compute Engine runs the startup script at every boot.
-                    per_boot: false,
-                },
-            )
-        } else if let Some(ip) = head_ip {
-            render_worker(
-                config,
-                &BootTarget {
-                    node_type: t,
-                    head_ip: ip,
-                    instance_id_command: mapping::INSTANCE_ID_COMMAND,
-                    per_boot: false,
-                },
-            )
-        } else {
-            continue;
-        };
-        let script = script.map_err(|e| GcpError::config("boot script", e.to_string()))?;
-        boot.insert(t.clone(), script);
-    }
+    let boot = cloud::boot_scripts(config, head_ip, &mapping::METADATA)
+        .map_err(|e| GcpError::config("boot script", e.to_string()))?;
     // Map each type once, so a value the client's model does not take fails now.
     for t in cfg.node_types.keys() {
         let kind = if cfg.head_node_type.as_deref() == Some(t.as_str()) {
@@ -831,6 +911,15 @@ impl CloudInstanceProvider for GcpProvider {
                 ),
                 // Operations are kept for a while, then gone: the list tells the rest.
                 Err(e) if e.kind() == ProviderErrorKind::NotFound => {}
+                // Asking cannot succeed (permissions): said once, and the list tells the rest.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ProviderErrorKind::Auth | ProviderErrorKind::InvalidConfig
+                    ) =>
+                {
+                    errors.push(e.into_provider(p.op.clone()));
+                }
                 Err(e) => {
                     tracing::debug!("checking operation {}: {e}", p.name);
                     if p.checks < MAX_CHECKS {
@@ -846,6 +935,31 @@ impl CloudInstanceProvider for GcpProvider {
     async fn reconfigure(&self, config: &ClusterConfig) -> Result<(), ProviderError> {
         let state = load(config, self.head_ip.as_deref())
             .map_err(|e| e.into_provider(ProviderOp::Other))?;
+        let old = self.state();
+        for (what, a, b) in [
+            (
+                "provider.project_id",
+                &old.cfg.project_id,
+                &state.cfg.project_id,
+            ),
+            ("provider.availability_zone", &old.cfg.zone, &state.cfg.zone),
+            (
+                "cluster_name",
+                &old.cfg.cluster_name,
+                &state.cfg.cluster_name,
+            ),
+        ] {
+            if a != b {
+                // The instances made so far would no longer be seen (and so leak).
+                return Err(ProviderError::new(
+                    ProviderOp::Other,
+                    ProviderErrorKind::InvalidConfig,
+                    format!(
+                        "{what} changed from {a:?} to {b:?}: restart rayscale to move the cluster"
+                    ),
+                ));
+            }
+        }
         match self.state.write() {
             Ok(mut c) => *c = Arc::new(state),
             Err(p) => *p.into_inner() = Arc::new(state),

@@ -35,6 +35,7 @@
 //! - **No global state, no runtime of its own.** A provider holds its client and config.
 
 pub mod boot;
+pub mod cloud;
 mod error;
 pub mod tags;
 

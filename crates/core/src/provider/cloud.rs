@@ -1,0 +1,217 @@
+//! What every cloud provider crate would otherwise write again: reading the `provider:`
+//! block's keys, the checks before a launch (a known type, the head only through
+//! `launch_head`), the refusal to terminate across the head line, and each node type's
+//! boot script. Pure: no client, no I/O.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::boot::{BootTarget, HeadBootTarget, render_head, render_worker};
+use super::{LaunchRequest, NodeKind, ProviderError, ProviderErrorKind, ProviderOp};
+use crate::CoreError;
+use crate::config::ClusterConfig;
+
+/// The keys a cloud's `provider:` block may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderKeys<'a> {
+    /// The cloud's name, for messages (`AWS`, `GCP`).
+    pub cloud: &'a str,
+    /// Keys the provider reads.
+    pub known: &'a [&'a str],
+    /// Keys of Ray's schema that change nothing for rayscale.
+    pub ignored: &'a [&'a str],
+    /// Keys rayscale refuses, with the reason.
+    pub refused: &'a [(&'a str, &'a str)],
+}
+
+impl ProviderKeys<'_> {
+    /// Checks every key of `provider`: the first refused or unknown one, as `(path,
+    /// message)`.
+    pub fn check(&self, provider: &Map<String, Value>) -> Result<(), (String, String)> {
+        for key in provider.keys() {
+            if self.known.contains(&key.as_str()) || self.ignored.contains(&key.as_str()) {
+                continue;
+            }
+            let path = format!("provider.{key}");
+            if let Some((_, why)) = self.refused.iter().find(|(k, _)| k == key) {
+                return Err((path, (*why).to_string()));
+            }
+            return Err((
+                path,
+                format!(
+                    "unknown key for the {} provider (known: {})",
+                    self.cloud,
+                    self.known.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The checks before `req` is launched as `kind`: its type is one of the config's
+/// (`known`), and a head type goes only through `launch_head`, a worker type only
+/// through `launch`.
+pub fn check_launch(
+    head_node_type: Option<&str>,
+    known: bool,
+    req: &LaunchRequest,
+    kind: NodeKind,
+) -> Result<(), ProviderError> {
+    let t = req.node_type.as_str();
+    let refuse = |message: String| {
+        Err(ProviderError::new(
+            ProviderOp::Launch {
+                request_id: req.request_id.clone(),
+                node_type: req.node_type.clone(),
+                count: req.count,
+            },
+            ProviderErrorKind::InvalidConfig,
+            message,
+        ))
+    };
+    if !known {
+        return refuse(format!(
+            "launch {}: unknown node type {t:?}",
+            req.request_id
+        ));
+    }
+    let is_head_type = head_node_type == Some(t);
+    if is_head_type != (kind == NodeKind::Head) {
+        return refuse(format!(
+            "launch {}: {t:?} is {} the head's type (head_node_type)",
+            req.request_id,
+            if is_head_type {
+                "the head's type, not a worker's: only launch_head makes it; it is"
+            } else {
+                "not"
+            }
+        ));
+    }
+    Ok(())
+}
+
+/// The error of a terminate that would cross the head line: `id` asked to go as the
+/// head (`as_head`) is not the head, or asked to go as a worker is the head.
+pub fn refuse_terminate(id: &str, as_head: bool) -> ProviderError {
+    ProviderError::new(
+        ProviderOp::Terminate {
+            cloud_instance_id: id.to_string(),
+        },
+        ProviderErrorKind::InvalidConfig,
+        if as_head {
+            format!("refusing to terminate {id} as the head: it is not the cluster's head")
+        } else {
+            format!("refusing to terminate {id}: it is the cluster's head")
+        },
+    )
+}
+
+/// How a cloud's instance learns who it is at boot, and whether the cloud runs its boot
+/// payload once per instance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetadataCommands<'a> {
+    /// Prints the instance's cloud id.
+    pub instance_id: &'a str,
+    /// Prints the instance's private address.
+    pub private_ip: &'a str,
+    /// The cloud runs the payload once per instance (see [`BootTarget::per_boot`]).
+    pub per_boot: bool,
+}
+
+/// Every node type's boot script: the head type's (the launcher's head), and with
+/// `head_ip` each worker type's (without, workers get none: tests of the API alone).
+pub fn boot_scripts(
+    config: &ClusterConfig,
+    head_ip: Option<&str>,
+    m: &MetadataCommands<'_>,
+) -> Result<BTreeMap<String, String>, CoreError> {
+    let mut out = BTreeMap::new();
+    for t in &config.node_types {
+        let t = t.name.as_str();
+        let script = if config.head_node_type.as_deref() == Some(t) {
+            render_head(
+                config,
+                &HeadBootTarget {
+                    node_type: t,
+                    instance_id_command: m.instance_id,
+                    private_ip_command: m.private_ip,
+                    per_boot: m.per_boot,
+                },
+            )?
+        } else if let Some(ip) = head_ip {
+            render_worker(
+                config,
+                &BootTarget {
+                    node_type: t,
+                    head_ip: ip,
+                    instance_id_command: m.instance_id,
+                    per_boot: m.per_boot,
+                },
+            )?
+        } else {
+            continue;
+        };
+        out.insert(t.to_string(), script);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(t: &str) -> LaunchRequest {
+        LaunchRequest {
+            request_id: "lr-1".into(),
+            node_type: t.into(),
+            count: 1,
+            launch_config_hash: String::new(),
+        }
+    }
+
+    #[test]
+    fn launches_keep_the_head_line() {
+        assert!(check_launch(Some("h"), true, &req("w"), NodeKind::Worker).is_ok());
+        assert!(check_launch(Some("h"), true, &req("h"), NodeKind::Head).is_ok());
+        let e = check_launch(Some("h"), true, &req("h"), NodeKind::Worker).expect_err("refused");
+        assert!(e.message.contains("only launch_head makes it"), "{e}");
+        let e = check_launch(Some("h"), true, &req("w"), NodeKind::Head).expect_err("refused");
+        assert!(e.message.contains("is not the head's type"), "{e}");
+        let e = check_launch(Some("h"), false, &req("x"), NodeKind::Worker).expect_err("refused");
+        assert_eq!(e.kind, ProviderErrorKind::InvalidConfig);
+        assert!(e.message.contains("unknown node type \"x\""), "{e}");
+        assert!(
+            refuse_terminate("i-1", false)
+                .message
+                .contains("it is the cluster's head")
+        );
+    }
+
+    #[test]
+    fn provider_keys() {
+        let keys = ProviderKeys {
+            cloud: "GCP",
+            known: &["type", "project_id"],
+            ignored: &["_config_cache_path"],
+            refused: &[("gcp_credentials", "use ADC")],
+        };
+        let m = |v: Value| v.as_object().cloned().unwrap_or_default();
+        assert!(
+            keys.check(&m(
+                serde_json::json!({"type": "gcp", "_config_cache_path": "x"})
+            ))
+            .is_ok()
+        );
+        assert_eq!(
+            keys.check(&m(serde_json::json!({"gcp_credentials": {}}))),
+            Err(("provider.gcp_credentials".into(), "use ADC".into()))
+        );
+        let (path, msg) = keys
+            .check(&m(serde_json::json!({"zone": "x"})))
+            .expect_err("unknown");
+        assert_eq!(path, "provider.zone");
+        assert!(msg.starts_with("unknown key for the GCP provider (known: type, project_id)"));
+    }
+}
