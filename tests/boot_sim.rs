@@ -9,7 +9,9 @@
 //! (`PUT /<id>/latest/api/token`, `GET /<id>/latest/meta-data/instance-id`,
 //! `.../local-ipv4`, which is loopback: every node is on this machine) and the GCE
 //! metadata server's (`GET /<id>/computeMetadata/v1/instance/name`,
-//! `.../network-interfaces/0/ip`); each
+//! `.../network-interfaces/0/ip`) and Azure's IMDS (`GET
+//! /<id>/metadata/instance/compute/name`, `.../network/interface/0/ipv4/ipAddress/0/
+//! privateIpAddress`, query strings ignored); each
 //! instance's processes get `RAYSCALE_METADATA_URL=http://127.0.0.1:<port>/<id>`, which
 //! rayscale's boot scripts read in place of `http://169.254.169.254`.
 //!
@@ -353,6 +355,7 @@ fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>) {
         }
         let mut it = line.split_whitespace();
         let (method, path) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+        let path = path.split('?').next().unwrap_or("");
         let mut segs = path.trim_start_matches('/').splitn(2, '/');
         let (id, rest) = (segs.next().unwrap_or(""), segs.next().unwrap_or(""));
         let (status, body) = match (method, rest) {
@@ -362,6 +365,11 @@ fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>) {
             // The GCE metadata server's (`Metadata-Flavor: Google`).
             ("GET", "computeMetadata/v1/instance/name") => ("200 OK", id.to_string()),
             ("GET", "computeMetadata/v1/instance/network-interfaces/0/ip") => {
+                ("200 OK", "127.0.0.1".to_string())
+            }
+            // Azure's IMDS (`Metadata: true`, `format=text`).
+            ("GET", "metadata/instance/compute/name") => ("200 OK", id.to_string()),
+            ("GET", "metadata/instance/network/interface/0/ipv4/ipAddress/0/privateIpAddress") => {
                 ("200 OK", "127.0.0.1".to_string())
             }
             _ => ("404 Not Found", String::new()),
@@ -515,6 +523,44 @@ impl DataPlane for GcePlane {
 
     fn reruns_payload(&self) -> bool {
         true
+    }
+}
+
+/// Azure's data plane: running VMs of a cluster (by its `ray-cluster-name` tag) and
+/// their `customData`, read from the fake's state; cloud-init runs it once per VM.
+pub struct AzurePlane {
+    fake: Arc<crate::fakes::azure::ArmFake>,
+    cluster: String,
+    heads: bool,
+}
+
+impl AzurePlane {
+    /// The data plane of `cluster`'s workers in `fake`.
+    pub fn new(fake: Arc<crate::fakes::azure::ArmFake>, cluster: &str) -> Self {
+        AzurePlane {
+            fake,
+            cluster: cluster.to_string(),
+            heads: false,
+        }
+    }
+
+    /// The head boots too (a launcher's head).
+    pub fn with_heads(mut self) -> Self {
+        self.heads = true;
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl DataPlane for AzurePlane {
+    async fn running(&self) -> Result<Vec<(String, String)>, String> {
+        Ok(self
+            .fake
+            .running_with_custom_data(("ray-cluster-name", &self.cluster))
+            .into_iter()
+            .filter(|(_, _, head)| self.heads || !head)
+            .map(|(n, s, _)| (n, s))
+            .collect())
     }
 }
 

@@ -54,3 +54,172 @@ pub fn root() -> PathBuf {
         .expect("workspace root")
         .to_path_buf()
 }
+
+/// A cloud's side of [`up_scale_down`]: its fake, how rayscale reaches it, its YAML and
+/// its data plane.
+pub trait Cloud {
+    /// The environment that points rayscale at the fake (the endpoint variable).
+    fn env(&self) -> Vec<(String, String)>;
+    /// The `provider:` flow mapping of the cluster YAML.
+    fn provider(&self) -> String;
+    /// The head's and the worker's `node_config` (flow mappings).
+    fn node_configs(&self) -> (String, String);
+    /// The data plane of `cluster`, heads included.
+    fn plane(&self, cluster: &str) -> std::sync::Arc<dyn crate::boot_sim::DataPlane>;
+    /// Instances that exist (any state).
+    fn instances(&self) -> Vec<String>;
+    /// Instances running.
+    fn running(&self) -> Vec<String>;
+    /// Instances created so far (each create call of a new instance).
+    fn creates(&self) -> u64;
+}
+
+/// `rayscale <args>` with `env`.
+fn rayscale_with(env: &[(String, String)], args: &[&str]) -> (bool, String) {
+    let out = Command::new(crate::workspace_bin("rayscale"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
+        .stdin(Stdio::null())
+        .output()
+        .expect("rayscale runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// A cloud end to end on one machine, the way a user runs it: `rayscale up` with the
+/// cloud's cluster YAML against its fake makes the head; the boot simulator, playing the
+/// cloud's data plane, runs each running instance's boot payload as local processes (the
+/// head's starts a real Ray head without Ray's monitor and `rayscale run` beside it,
+/// which makes workers for the demand; theirs join the head with their instance names);
+/// the tasks finish, the idle workers go, and `rayscale down` removes the head.
+pub fn up_scale_down(name: &str, cloud: &dyn Cloud) {
+    let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
+    let port = crate::ray_head::free_ports(1)[0];
+    let gcs = format!("127.0.0.1:{port}");
+    let cluster = format!("{name}e2e{}", std::process::id());
+    let scratch = std::env::temp_dir().join(format!("rayscale-{name}-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    let config = scratch.join("cluster.yaml");
+    let (head_nc, worker_nc) = cloud.node_configs();
+    // The start commands add only what one machine needs (see aws_live.rs), the temp
+    // dirs named by the instance name less `ray-<cluster>-` (Ray's socket paths must
+    // stay under 108 bytes).
+    std::fs::write(
+        &config,
+        format!(
+            "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 0.2\n\
+             provider: {}\n\
+             head_node_type: head\n\
+             head_start_ray_commands:\n  - ray start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsh-${{RAY_CLOUD_INSTANCE_ID#ray-*-}}\n\
+             worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-${{RAY_CLOUD_INSTANCE_ID#ray-*-}} --disable-usage-stats\n\
+             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {head_nc}}}\n  \
+             worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {worker_nc}}}\n",
+            cloud.provider()
+        ),
+    )
+    .expect("config");
+    let config_arg = config.display().to_string();
+    let venv_bin = python.parent().expect("venv bin").to_path_buf();
+    let path = format!(
+        "{}:{}",
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut env = cloud.env();
+    env.push(("PATH".to_string(), path));
+    env.push((
+        "RAYSCALE_BIN".to_string(),
+        crate::workspace_bin("rayscale").display().to_string(),
+    ));
+    env.push(("RUST_LOG".to_string(), "info".to_string()));
+    let sim = crate::boot_sim::BootSimulator::start(
+        cloud.plane(&cluster),
+        env.clone(),
+        scratch.join("sim"),
+    );
+    let diag = || {
+        let booted = sim.ever_booted();
+        let mut s = format!("booted {booted:?}\n");
+        for id in booted.iter().take(2) {
+            s.push_str(&format!("--- {id}:\n{}\n", sim.log(id)));
+        }
+        s
+    };
+
+    // `up`: the head instance, found again by a second `up`.
+    let (ok, out) = rayscale_with(&cloud.env(), &["up", &config_arg]);
+    assert!(
+        ok && out.contains("launched and running"),
+        "{out}\n{}",
+        diag()
+    );
+    let head_id = cloud.running().first().cloned().expect("a head instance");
+    assert!(
+        head_id.starts_with(&format!("ray-{cluster}-head-")),
+        "{head_id}"
+    );
+    assert!(out.contains(&head_id), "{out}");
+    let (ok, again) = rayscale_with(&cloud.env(), &["up", &config_arg]);
+    assert!(ok && again.contains("already running"), "{again}");
+    assert_eq!(cloud.creates(), 1, "one head, created once");
+    // The head boots Ray's head and rayscale.
+    let up = wait_until(Duration::from_secs(90), || gcs_answers(&gcs));
+    assert!(up, "the head's GCS does not answer at {gcs}\n{}", diag());
+    let (ok, text) = workload(&python, &gcs);
+    assert!(ok, "workload: {text}\n{}", diag());
+    let booted = sim.ever_booted();
+    let workers: Vec<String> = booted.iter().filter(|i| **i != head_id).cloned().collect();
+    assert!(!workers.is_empty(), "{}", diag());
+    // The workers joined with their instance names.
+    let joined = crate::ray_head::alive_workers_at(&gcs);
+    assert!(
+        !joined.is_empty()
+            && joined
+                .iter()
+                .all(|id| id.starts_with(&format!("ray-{cluster}-worker-")) && workers.contains(id)),
+        "GCS workers {joined:?}, booted {booted:?}\n{}",
+        diag()
+    );
+    // Idle: the head's rayscale removes the workers; their processes stop.
+    let only_head = || cloud.instances() == [head_id.clone()];
+    assert!(
+        wait_until(Duration::from_secs(120), only_head),
+        "instances still there: {:?}\n{}",
+        cloud.instances(),
+        diag()
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || sim.live() == [head_id.clone()]),
+        "processes still running for {:?}",
+        sim.live()
+    );
+
+    // `down`: the head goes, and with it Ray's head and rayscale.
+    let (ok, out) = rayscale_with(&cloud.env(), &["down", &config_arg]);
+    assert!(ok && out.contains(&format!("head {head_id}")), "{out}");
+    assert!(
+        wait_until(Duration::from_secs(10), || cloud.instances().is_empty()),
+        "{:?}",
+        cloud.instances()
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || sim.live().is_empty()),
+        "processes still running for {:?}",
+        sim.live()
+    );
+    assert!(
+        crate::processes_with_env(&format!("RAYSCALE_SIM_INSTANCE={head_id}")).is_empty(),
+        "the head's processes are gone"
+    );
+    drop(sim);
+    for id in &booted {
+        let short = id.trim_start_matches(&format!("ray-{cluster}-"));
+        let _ = std::fs::remove_dir_all(format!("/tmp/rsw-{short}"));
+        let _ = std::fs::remove_dir_all(format!("/tmp/rsh-{short}"));
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}

@@ -124,6 +124,8 @@ fn metadata_commands(provider_type: &str) -> Result<MetadataCommands<'static>> {
         "aws" => Ok(rayscale_provider_aws::mapping::METADATA),
         #[cfg(feature = "gcp")]
         "gcp" => Ok(rayscale_provider_gcp::mapping::METADATA),
+        #[cfg(feature = "azure")]
+        "azure" => Ok(rayscale_provider_azure::mapping::METADATA),
         t if TYPES
             .iter()
             .any(|(n, s)| *n == t && matches!(s, Served::Feature(_, false))) =>
@@ -131,7 +133,7 @@ fn metadata_commands(provider_type: &str) -> Result<MetadataCommands<'static>> {
             bail!("provider.type {t:?}: this rayscale was built without the {t} provider")
         }
         t => bail!(
-            "provider.type {t:?}: rayscale renders boot scripts for cloud providers (aws, gcp); \
+            "provider.type {t:?}: rayscale renders boot scripts for cloud providers (aws, gcp, azure); \
              {t} starts Ray itself"
         ),
     }
@@ -152,7 +154,7 @@ const TYPES: &[(&str, Served)] = &[
     (rayscale_provider_local::PROVIDER_TYPE, Served::Always),
     ("aws", Served::Feature("aws", cfg!(feature = "aws"))),
     ("gcp", Served::Feature("gcp", cfg!(feature = "gcp"))),
-    ("azure", Served::Planned("azure")),
+    ("azure", Served::Feature("azure", cfg!(feature = "azure"))),
     ("kuberay", Served::Planned("kuberay")),
     // Ray's v1 node providers, through the node-provider adapter.
     ("external", Served::Planned("adapter")),
@@ -230,6 +232,13 @@ async fn build_featured(
                     .await?,
             ))
         }
+        #[cfg(feature = "azure")]
+        "azure" => {
+            let head_ip = env.head_ip_for_workers("azure")?;
+            Ok(Arc::new(
+                rayscale_provider_azure::AzureProvider::from_environment(config, Some(&head_ip))?,
+            ))
+        }
         t => bail!("provider.type {t:?} is not compiled into this build"),
     }
 }
@@ -246,6 +255,10 @@ pub async fn build_for_launcher(config: &ClusterConfig) -> Result<Arc<dyn CloudI
         #[cfg(feature = "gcp")]
         Some((_, Served::Feature(_, true))) if t == "gcp" => Ok(Arc::new(
             rayscale_provider_gcp::GcpProvider::from_environment(config, None).await?,
+        )),
+        #[cfg(feature = "azure")]
+        Some((_, Served::Feature(_, true))) if t == "azure" => Ok(Arc::new(
+            rayscale_provider_azure::AzureProvider::from_environment(config, None)?,
         )),
         Some((_, Served::Feature(_, true) | Served::Always)) => bail!(
             "provider.type {t:?}: rayscale does not launch its head; start the head as it \

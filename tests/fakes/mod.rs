@@ -2,5 +2,6 @@
 //! follows.
 
 pub mod aws;
+pub mod azure;
 pub mod ec2_pages;
 pub mod gce;

@@ -1,0 +1,962 @@
+//! `impl CloudInstanceProvider` for Azure: list (the resource group's VMs with the
+//! cluster's tag, every `nextLink` page, each VM's power state from its instance view,
+//! read again only when its provisioning state changes or it grows old), launch
+//! (idempotent by request id: VMs tagged with it are counted first, each new VM's name
+//! derives from the request and its index, so a replay is a PUT of the same VM;
+//! deallocated workers are started before new ones are made; each operation is polled up
+//! to a bound, a failed one's VM deleted, unfinished ones checked again by
+//! `poll_errors`), terminate (delete, or deallocate when workers are cached; gone is
+//! success).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::{
+    CloudInstance, CloudInstanceProvider, CloudInstanceState, LaunchOutcome, LaunchRequest,
+    NodeKind, ProviderError, ProviderErrorKind, ProviderOp, cloud, tags,
+};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::AzureError;
+use crate::client::{Accepted, Arm, OpStatus, OperationUrl, Polling};
+use crate::config::AzureConfig;
+use crate::errors::{call_error, sdk_error};
+use crate::mapping::{self, CreateSpec, Power, Vm};
+
+/// `provider.type` of this provider.
+pub const PROVIDER_TYPE: &str = "azure";
+
+/// Calls sent at once (creates, deletes, instance views, ...).
+const CONCURRENCY: usize = 32;
+
+/// How long a VM's power state is trusted without a change of its provisioning state
+/// (a Spot VM evicted with `Deallocate` changes power without rayscale's doing).
+const POWER_REFRESH: Duration = Duration::from_secs(300);
+
+/// How often `poll_errors` asks for an unfinished operation before leaving the VM's
+/// fate to the list.
+const MAX_CHECKS: u32 = 100;
+
+/// An operation a call started that was not done when the call returned.
+#[derive(Debug, Clone)]
+struct PendingOp {
+    url: OperationUrl,
+    call: &'static str,
+    op: ProviderOp,
+    node_type: String,
+    vm: String,
+    checks: u32,
+}
+
+/// A VM's power as last read, and what it was read with.
+#[derive(Debug, Clone)]
+struct PowerEntry {
+    vm_id: String,
+    provisioning_state: String,
+    power: Power,
+    at: Instant,
+}
+
+/// What one config load gives: the Azure view and each type's boot script.
+struct State {
+    cfg: AzureConfig,
+    boot: BTreeMap<String, String>,
+}
+
+/// How one create (or start) ended.
+enum Made {
+    Ok(CloudInstance),
+    Failed(AzureError),
+}
+
+/// Ray nodes as Azure virtual machines.
+pub struct AzureProvider {
+    arm: Arm,
+    state: RwLock<Arc<State>>,
+    head_ip: Option<String>,
+    polling: Polling,
+    pending: Mutex<Vec<PendingOp>>,
+    power: Mutex<BTreeMap<String, PowerEntry>>,
+    /// VMs whose create failed, still to delete.
+    failed: Mutex<BTreeSet<String>>,
+    /// Heads' private addresses, by `vmId`.
+    head_ips: Mutex<BTreeMap<String, String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, AzureError> {
+    let env = std::env::var(crate::config::SUBSCRIPTION_ENV).ok();
+    let cfg = AzureConfig::from_cluster(config, env.as_deref())?;
+    let boot = cloud::boot_scripts(config, head_ip, &mapping::METADATA)
+        .map_err(|e| AzureError::config("boot script", e.to_string()))?;
+    // Map each type once, so a value the client's model does not take fails now.
+    for t in cfg.node_types.keys() {
+        let kind = if cfg.head_node_type.as_deref() == Some(t.as_str()) {
+            NodeKind::Head
+        } else {
+            NodeKind::Worker
+        };
+        mapping::vm_body(
+            &cfg,
+            &CreateSpec {
+                node_type: t,
+                kind,
+                name: "check",
+                request_id: None,
+                boot_script: boot.get(t).map(String::as_str),
+            },
+        )?;
+    }
+    Ok(State { cfg, boot })
+}
+
+impl AzureProvider {
+    /// A provider for `config` on `arm`. Every node type is mapped once here, so a bad
+    /// one fails at load, naming its path. With `head_ip`, workers boot with rayscale's
+    /// boot script (joining the head at `head_ip`); without, they get no `customData`.
+    pub fn new(
+        arm: Arm,
+        config: &ClusterConfig,
+        head_ip: Option<&str>,
+        polling: Polling,
+    ) -> Result<Self, AzureError> {
+        let state = load(config, head_ip)?;
+        Ok(AzureProvider {
+            arm,
+            state: RwLock::new(Arc::new(state)),
+            head_ip: head_ip.map(str::to_string),
+            polling,
+            pending: Mutex::new(Vec::new()),
+            power: Mutex::new(BTreeMap::new()),
+            failed: Mutex::new(BTreeSet::new()),
+            head_ips: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// A provider whose client uses `RAYSCALE_AZURE_ENDPOINT` when set (else Azure's
+    /// public cloud with the default credential chain); see [`new`](Self::new).
+    pub fn from_environment(
+        config: &ClusterConfig,
+        head_ip: Option<&str>,
+    ) -> Result<Self, AzureError> {
+        load(config, head_ip)?;
+        let endpoint = std::env::var(crate::client::ENDPOINT_ENV).ok();
+        let arm = crate::client::build(endpoint.as_deref())?;
+        Self::new(arm, config, head_ip, Polling::default())
+    }
+
+    /// The HTTP requests sent so far.
+    pub fn calls(&self) -> &crate::client::CallCounts {
+        self.arm.calls()
+    }
+
+    fn state(&self) -> Arc<State> {
+        match self.state.read() {
+            Ok(c) => c.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Every VM of the cluster in the resource group, across every page.
+    async fn list_raw(&self, cfg: &AzureConfig) -> Result<Vec<Vm>, AzureError> {
+        let mut pages = self
+            .arm
+            .compute
+            .virtual_machines_client()
+            .list(&cfg.resource_group, &cfg.subscription_id)
+            .into_stream();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| sdk_error("virtualMachines.list", &e, "", None))?;
+            out.extend(
+                page.value
+                    .iter()
+                    .filter_map(Vm::from_model)
+                    .filter(|v| v.in_cluster(&cfg.cluster_name)),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The power of each of `vms`: from the cache while its provisioning state is the
+    /// one it was read with and it is younger than [`POWER_REFRESH`]; else read from its
+    /// instance view (a VM being made or deleted has none worth reading). With `all`
+    /// (`vms` is every VM of the cluster), entries of VMs gone are dropped.
+    async fn powers(&self, cfg: &AzureConfig, vms: &[Vm], all: bool) -> BTreeMap<String, Power> {
+        let now = Instant::now();
+        let mut out = BTreeMap::new();
+        let mut ask = Vec::new();
+        {
+            let cache = lock(&self.power);
+            for v in vms {
+                let ps = v.provisioning_state.to_ascii_lowercase();
+                if ps == "creating" || ps == "deleting" {
+                    // Nothing worth reading: what was known of it stays.
+                    let p = cache.get(&v.name).map_or(Power::Unknown, |e| e.power);
+                    out.insert(v.name.clone(), p);
+                    continue;
+                }
+                match cache.get(&v.name) {
+                    Some(e)
+                        if e.vm_id == v.vm_id
+                            && e.provisioning_state == v.provisioning_state
+                            && now.duration_since(e.at) < POWER_REFRESH =>
+                    {
+                        out.insert(v.name.clone(), e.power);
+                    }
+                    _ => ask.push(v.clone()),
+                }
+            }
+        }
+        let futs: Vec<_> = ask
+            .iter()
+            .map(|v| async move {
+                let r = self
+                    .arm
+                    .compute
+                    .virtual_machines_client()
+                    .instance_view(&cfg.resource_group, &v.name, &cfg.subscription_id)
+                    .await;
+                (v, r)
+            })
+            .collect();
+        let read: Vec<_> = futures_util::stream::iter(futs)
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut cache = lock(&self.power);
+        for (v, r) in read {
+            let power = match r {
+                Ok(iv) => mapping::power_of(iv.statuses.iter().filter_map(|s| s.code.as_deref())),
+                Err(e) => {
+                    // Unknown this time (a VM gone between the list and now, or a
+                    // failed read): it stays as it was, and is asked again next time.
+                    tracing::debug!("instance view of {}: {e}", v.name);
+                    let p = cache.get(&v.name).map_or(Power::Unknown, |e| e.power);
+                    out.insert(v.name.clone(), p);
+                    continue;
+                }
+            };
+            cache.insert(
+                v.name.clone(),
+                PowerEntry {
+                    vm_id: v.vm_id.clone(),
+                    provisioning_state: v.provisioning_state.clone(),
+                    power,
+                    at: now,
+                },
+            );
+            out.insert(v.name.clone(), power);
+        }
+        if all {
+            let names: BTreeSet<&str> = vms.iter().map(|v| v.name.as_str()).collect();
+            cache.retain(|n, _| names.contains(n.as_str()));
+        }
+        out
+    }
+
+    /// A running head's private address (read once per VM from its NIC).
+    async fn head_ip(&self, v: &Vm) -> Option<String> {
+        if let Some(ip) = lock(&self.head_ips).get(&v.vm_id) {
+            return Some(ip.clone());
+        }
+        let nic = v.nic_id.as_deref()?;
+        match self.arm.nic_private_ip(nic).await {
+            Ok(Some(ip)) => {
+                lock(&self.head_ips).insert(v.vm_id.clone(), ip.clone());
+                Some(ip)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!("the address of head {}: {e}", v.name);
+                None
+            }
+        }
+    }
+
+    /// Records `power` for VM `name` (after rayscale's own start or deallocate).
+    fn set_power(&self, name: &str, power: Power) {
+        if let Some(e) = lock(&self.power).get_mut(name) {
+            e.power = power;
+            e.at = Instant::now();
+        }
+    }
+
+    /// Waits for the operation of `acc` (if any) until `deadline`: `Ok(true)` done,
+    /// `Ok(false)` left running (queued for `poll_errors`), or its failure.
+    #[allow(clippy::too_many_arguments)]
+    async fn settle(
+        &self,
+        call: &'static str,
+        acc: &Accepted,
+        op: ProviderOp,
+        vm: &str,
+        node_type: &str,
+        zone: Option<&str>,
+        deadline: Instant,
+    ) -> Result<bool, AzureError> {
+        let Some(url) = &acc.operation else {
+            return Ok(true);
+        };
+        let done = self
+            .arm
+            .wait(
+                call,
+                url,
+                acc.retry_after,
+                &self.polling,
+                deadline,
+                node_type,
+                zone,
+            )
+            .await?;
+        if !done {
+            lock(&self.pending).push(PendingOp {
+                url: url.clone(),
+                call,
+                op,
+                node_type: node_type.to_string(),
+                vm: vm.to_string(),
+                checks: 0,
+            });
+        }
+        Ok(done)
+    }
+
+    /// Sends the delete of VM `name` (its NIC, address and disk go with it) without
+    /// waiting: for a VM whose create failed.
+    async fn discard(&self, cfg: &AzureConfig, name: &str) {
+        let r = self
+            .arm
+            .compute
+            .virtual_machines_client()
+            .delete(&cfg.resource_group, name, &cfg.subscription_id)
+            .send()
+            .await
+            .map(azure_core::Response::from);
+        match Arm::accepted("virtualMachines.delete", r).await {
+            Ok(_) => {
+                lock(&self.failed).remove(name);
+            }
+            Err(e) if e.kind() == ProviderErrorKind::NotFound => {
+                lock(&self.failed).remove(name);
+            }
+            Err(e) => {
+                tracing::warn!("deleting {name}, whose create failed: {e} (tried again later)");
+                lock(&self.failed).insert(name.to_string());
+            }
+        }
+    }
+
+    /// Creates VM `name` (the `index`-th of `request_id`) and waits for it until
+    /// `deadline`; a create that fails after its 201 leaves a `Failed` VM, deleted here.
+    async fn create(&self, state: &State, spec: CreateSpec<'_>, deadline: Instant) -> Made {
+        let cfg = &state.cfg;
+        let t = spec.node_type;
+        let mut made = CloudInstance::worker(spec.name, t, spec.request_id);
+        made.kind = spec.kind;
+        made.state = CloudInstanceState::Pending;
+        made.launch_config_hash = cfg.launch_hashes.get(t).cloned();
+        let body = match mapping::vm_body(cfg, &spec) {
+            Ok(b) => b,
+            Err(e) => return Made::Failed(e),
+        };
+        let zone = body
+            .get("zones")
+            .and_then(|z| z.get(0))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let acc = match self
+            .arm
+            .put_vm(
+                &cfg.subscription_id,
+                &cfg.resource_group,
+                spec.name,
+                &body,
+                false,
+                t,
+                zone.as_deref(),
+            )
+            .await
+        {
+            Ok(a) => a,
+            Err(e) => return Made::Failed(e),
+        };
+        let op = ProviderOp::Launch {
+            request_id: spec.request_id.unwrap_or_default().to_string(),
+            node_type: t.to_string(),
+            count: 1,
+        };
+        match self
+            .settle(
+                "virtualMachines.createOrUpdate",
+                &acc,
+                op,
+                spec.name,
+                t,
+                zone.as_deref(),
+                deadline,
+            )
+            .await
+        {
+            Ok(_) => Made::Ok(made),
+            Err(e) => {
+                self.discard(cfg, spec.name).await;
+                Made::Failed(e)
+            }
+        }
+    }
+
+    /// Starts a deallocated VM for `request_id`, tagging it with the request first (so
+    /// a replay counts it).
+    async fn restart(
+        &self,
+        state: &State,
+        vm: &Vm,
+        request_id: &str,
+        node_type: &str,
+        deadline: Instant,
+    ) -> Made {
+        let cfg = &state.cfg;
+        let mut t = vm.tags.clone();
+        t.insert(tags::LAUNCH_REQUEST.to_string(), request_id.to_string());
+        t.insert(
+            tags::NODE_STATUS.to_string(),
+            mapping::STATUS_UNINITIALIZED.to_string(),
+        );
+        let op = ProviderOp::Launch {
+            request_id: request_id.to_string(),
+            node_type: node_type.to_string(),
+            count: 1,
+        };
+        let patched = self
+            .arm
+            .put_vm(
+                &cfg.subscription_id,
+                &cfg.resource_group,
+                &vm.name,
+                &json!({ "tags": t }),
+                true,
+                node_type,
+                None,
+            )
+            .await;
+        let acc = match patched {
+            Ok(a) => a,
+            Err(e) => return Made::Failed(e),
+        };
+        if let Err(e) = self
+            .settle(
+                "virtualMachines.update",
+                &acc,
+                op.clone(),
+                &vm.name,
+                node_type,
+                None,
+                deadline,
+            )
+            .await
+        {
+            return Made::Failed(e);
+        }
+        let r = self
+            .arm
+            .compute
+            .virtual_machines_client()
+            .start(&cfg.resource_group, &vm.name, &cfg.subscription_id)
+            .send()
+            .await
+            .map(azure_core::Response::from);
+        let acc = match Arm::accepted("virtualMachines.start", r).await {
+            Ok(a) => a,
+            Err(e) => return Made::Failed(e),
+        };
+        self.set_power(&vm.name, Power::Starting);
+        match self
+            .settle(
+                "virtualMachines.start",
+                &acc,
+                op,
+                &vm.name,
+                node_type,
+                None,
+                deadline,
+            )
+            .await
+        {
+            Err(e) => Made::Failed(e),
+            Ok(done) => {
+                if done {
+                    self.set_power(&vm.name, Power::Running);
+                }
+                let mut v = vm.clone();
+                v.tags = t;
+                let mut c = mapping::cloud_instance(&v, Power::Starting)
+                    .unwrap_or_else(|| CloudInstance::worker(&vm.name, node_type, None));
+                c.request_id = Some(request_id.to_string());
+                c.state = CloudInstanceState::Pending;
+                Made::Ok(c)
+            }
+        }
+    }
+
+    /// Deletes (or deallocates) one VM; `None` when done, gone or left to `poll_errors`.
+    async fn remove_one(
+        &self,
+        cfg: &AzureConfig,
+        name: &str,
+        deallocate: bool,
+        deadline: Instant,
+    ) -> Option<(String, AzureError)> {
+        let vms = self.arm.compute.virtual_machines_client();
+        let (call, r) = if deallocate {
+            self.set_power(name, Power::Deallocating);
+            (
+                "virtualMachines.deallocate",
+                vms.deallocate(&cfg.resource_group, name, &cfg.subscription_id)
+                    .send()
+                    .await
+                    .map(azure_core::Response::from),
+            )
+        } else {
+            (
+                "virtualMachines.delete",
+                vms.delete(&cfg.resource_group, name, &cfg.subscription_id)
+                    .send()
+                    .await
+                    .map(azure_core::Response::from),
+            )
+        };
+        let op = ProviderOp::Terminate {
+            cloud_instance_id: name.to_string(),
+        };
+        let acc = match Arm::accepted(call, r).await {
+            Ok(a) => a,
+            Err(e) if e.kind() == ProviderErrorKind::NotFound => return None,
+            Err(e) => return Some((name.to_string(), e)),
+        };
+        match self.settle(call, &acc, op, name, "", None, deadline).await {
+            Ok(true) if deallocate => {
+                self.set_power(name, Power::Deallocated);
+                None
+            }
+            Ok(_) => None,
+            Err(e) if e.kind() == ProviderErrorKind::NotFound => None,
+            Err(e) => Some((name.to_string(), e)),
+        }
+    }
+
+    async fn launch_inner(
+        &self,
+        req: &LaunchRequest,
+        kind: NodeKind,
+    ) -> Result<LaunchOutcome, ProviderError> {
+        let deadline = Instant::now() + self.polling.launch_wait;
+        let state = self.state();
+        let cfg = &state.cfg;
+        let t = req.node_type.as_str();
+        let launch_op = |count: u64| ProviderOp::Launch {
+            request_id: req.request_id.clone(),
+            node_type: req.node_type.clone(),
+            count,
+        };
+        cloud::check_launch(
+            cfg.head_node_type.as_deref(),
+            cfg.node_types.contains_key(t),
+            req,
+            kind,
+        )?;
+        // 1. What this request made already (a replay after a crash, a retry).
+        let all = self
+            .list_raw(cfg)
+            .await
+            .map_err(|e| e.into_provider(launch_op(req.count)))?;
+        let ours: Vec<Vm> = all
+            .iter()
+            .filter(|v| {
+                v.tags.get(tags::LAUNCH_REQUEST) == Some(&req.request_id)
+                    && v.tags.get(tags::USER_NODE_TYPE).map(String::as_str) == Some(t)
+            })
+            .cloned()
+            .collect();
+        let stopped_kind = |v: &Vm| {
+            v.tags.get(tags::NODE_KIND).map(String::as_str) == Some(kind.tag_value())
+                && v.tags.get(tags::USER_NODE_TYPE).map(String::as_str) == Some(t)
+                && v.tags.get(tags::LAUNCH_CONFIG) == cfg.launch_hashes.get(t)
+        };
+        let candidates: Vec<Vm> = if cfg.cache_stopped_nodes {
+            all.iter()
+                .filter(|v| stopped_kind(v) || ours.iter().any(|o| o.name == v.name))
+                .cloned()
+                .collect()
+        } else {
+            ours.clone()
+        };
+        let powers = self.powers(cfg, &candidates, false).await;
+        let power = |v: &Vm| powers.get(&v.name).copied().unwrap_or(Power::Unknown);
+        // Every name in use: a VM of another request under one of this request's names
+        // (a cached node restarted for it) is not this request's, and a PUT would
+        // update it.
+        let taken: BTreeSet<String> = all.iter().map(|v| v.name.clone()).collect();
+        let mut made: Vec<CloudInstance> = Vec::new();
+        let mut reuse: Vec<Vm> = Vec::new();
+        let mut failures: Vec<AzureError> = Vec::new();
+        for v in &ours {
+            let p = power(v);
+            if v.failed(p) {
+                // An earlier try of this request failed and its VM was left: gone now.
+                self.discard(cfg, &v.name).await;
+            } else if matches!(p, Power::Deallocated | Power::Deallocating) {
+                // An interrupted restart of a cached node is finished; without caching,
+                // a deallocated one (an evicted Spot VM) is not this request's any more.
+                if cfg.cache_stopped_nodes && p == Power::Deallocated {
+                    reuse.push(v.clone());
+                }
+            } else {
+                made.extend(mapping::cloud_instance(v, p));
+            }
+        }
+        let remaining = req.count.saturating_sub(made.len() as u64);
+        // 2. Cached nodes: deallocated VMs of this kind, type and launch config.
+        if cfg.cache_stopped_nodes && remaining > reuse.len() as u64 {
+            let mut more: Vec<Vm> = candidates
+                .iter()
+                .filter(|v| !ours.iter().any(|o| o.name == v.name) && stopped_kind(v))
+                .filter(|v| power(v) == Power::Deallocated && !v.failed(power(v)))
+                .cloned()
+                .collect();
+            more.sort_by(|a, b| a.name.cmp(&b.name));
+            reuse.extend(more);
+        }
+        reuse.truncate(usize::try_from(remaining).unwrap_or(usize::MAX));
+        let futs: Vec<_> = reuse
+            .iter()
+            .map(|v| self.restart(&state, v, &req.request_id, t, deadline))
+            .collect();
+        let restarts: Vec<Made> = futures_util::stream::iter(futs)
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut short_restarts = 0u64;
+        for m in restarts {
+            match m {
+                Made::Ok(c) => made.push(c),
+                Made::Failed(e) => {
+                    tracing::warn!("starting a deallocated {t}: {e}");
+                    short_restarts += 1;
+                    failures.push(e);
+                }
+            }
+        }
+        // 3. New VMs for the rest: names by index, skipping names taken.
+        let new_count = req
+            .count
+            .saturating_sub(made.len() as u64)
+            .saturating_sub(short_restarts);
+        let boot = state.boot.get(t).map(String::as_str);
+        let mut names = Vec::new();
+        let mut index = 0u64;
+        while (names.len() as u64) < new_count {
+            let n = mapping::vm_name(&cfg.cluster_name, kind, &req.request_id, index);
+            if !taken.contains(&n) {
+                names.push(n);
+            }
+            index += 1;
+        }
+        let futs: Vec<_> = names
+            .iter()
+            .map(|n| {
+                self.create(
+                    &state,
+                    CreateSpec {
+                        node_type: t,
+                        kind,
+                        name: n,
+                        request_id: Some(&req.request_id),
+                        boot_script: boot,
+                    },
+                    deadline,
+                )
+            })
+            .collect();
+        let creates: Vec<Made> = futures_util::stream::iter(futs)
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        for m in creates {
+            match m {
+                Made::Ok(c) => made.push(c),
+                Made::Failed(e) => failures.push(e),
+            }
+        }
+        if failures.is_empty() || made.len() as u64 >= req.count {
+            for e in &failures {
+                tracing::info!("launch {} of {t}: made up for: {e}", req.request_id);
+            }
+            return Ok(LaunchOutcome {
+                instances: made,
+                shortfall: None,
+            });
+        }
+        // The error to report: a capacity one first (it moves the demand elsewhere).
+        failures.sort_by_key(|e| !matches!(e.kind(), ProviderErrorKind::Capacity { .. }));
+        let first = failures.swap_remove(0);
+        let short = req.count.saturating_sub(made.len() as u64);
+        tracing::info!(
+            "launch {} of {t}: {short} of {} not made: {first}",
+            req.request_id,
+            req.count
+        );
+        if made.is_empty() {
+            Err(first.into_provider(launch_op(req.count)))
+        } else {
+            Ok(LaunchOutcome {
+                instances: made,
+                shortfall: Some(first.into_provider(launch_op(short))),
+            })
+        }
+    }
+
+    /// Deletes (or, with cached workers, deallocates) `ids`: workers, or with `head` the
+    /// head alone. Names not of the cluster, or gone, are left alone (gone is success).
+    async fn terminate_inner(&self, ids: &[String], head: bool) -> Result<(), ProviderError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.polling.launch_wait;
+        let state = self.state();
+        let cfg = &state.cfg;
+        let first = ProviderOp::Terminate {
+            cloud_instance_id: ids[0].clone(),
+        };
+        let known: Vec<Vm> = self
+            .list_raw(cfg)
+            .await
+            .map_err(|e| e.into_provider(first.clone()))?
+            .into_iter()
+            .filter(|v| ids.contains(&v.name))
+            .collect();
+        let want = if head {
+            tags::NODE_KIND_HEAD
+        } else {
+            tags::NODE_KIND_WORKER
+        };
+        if let Some(v) = known
+            .iter()
+            .find(|v| v.tags.get(tags::NODE_KIND).map(String::as_str) != Some(want))
+        {
+            return Err(cloud::refuse_terminate(&v.name, head));
+        }
+        let deallocate = cfg.cache_stopped_nodes && !head;
+        let powers = if deallocate {
+            self.powers(cfg, &known, false).await
+        } else {
+            BTreeMap::new()
+        };
+        let futs: Vec<_> = known
+            .iter()
+            .filter(|v| {
+                // Already deallocated: nothing to do; a failed create goes, cached or not.
+                let p = powers.get(&v.name).copied().unwrap_or(Power::Unknown);
+                !(deallocate && p == Power::Deallocated)
+            })
+            .map(|v| {
+                let p = powers.get(&v.name).copied().unwrap_or(Power::Unknown);
+                self.remove_one(cfg, &v.name, deallocate && !v.failed(p), deadline)
+            })
+            .collect();
+        let results: Vec<Option<(String, AzureError)>> = futures_util::stream::iter(futs)
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        match results.into_iter().flatten().next() {
+            None => Ok(()),
+            Some((name, e)) => Err(e.into_provider(ProviderOp::Terminate {
+                cloud_instance_id: name,
+            })),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl CloudInstanceProvider for AzureProvider {
+    fn provider_type(&self) -> &str {
+        PROVIDER_TYPE
+    }
+
+    async fn list(&self) -> Result<Vec<CloudInstance>, ProviderError> {
+        let state = self.state();
+        let cfg = &state.cfg;
+        let vms = self
+            .list_raw(cfg)
+            .await
+            .map_err(|e| e.into_provider(ProviderOp::List))?;
+        let powers = self.powers(cfg, &vms, true).await;
+        let mut out = Vec::new();
+        for v in &vms {
+            let p = powers.get(&v.name).copied().unwrap_or(Power::Unknown);
+            if v.failed(p) {
+                lock(&self.failed).insert(v.name.clone());
+            }
+            let Some(mut c) = mapping::cloud_instance(v, p) else {
+                continue;
+            };
+            if c.is_head() && c.is_running() {
+                c.private_ip = self.head_ip(v).await;
+            }
+            out.push(c);
+        }
+        Ok(out)
+    }
+
+    async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+        self.launch_inner(request, NodeKind::Worker).await
+    }
+
+    async fn terminate(
+        &self,
+        cloud_instance_ids: &[String],
+        _request_id: &str,
+    ) -> Result<(), ProviderError> {
+        self.terminate_inner(cloud_instance_ids, false).await
+    }
+
+    async fn launch_head(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
+        self.launch_inner(request, NodeKind::Head).await
+    }
+
+    async fn terminate_head(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        self.terminate_inner(&[cloud_instance_id.to_string()], true)
+            .await
+    }
+
+    /// The operations `launch` and `terminate` left running, asked again: each that
+    /// ended failed, once (a failed create's VM deleted); each still running stays. VMs
+    /// the list saw `Failed` are deleted.
+    async fn poll_errors(&self) -> Vec<ProviderError> {
+        let state = self.state();
+        let cfg = &state.cfg;
+        let failed: Vec<String> = lock(&self.failed).iter().cloned().collect();
+        for name in failed {
+            tracing::warn!("deleting VM {name}: its create failed");
+            self.discard(cfg, &name).await;
+        }
+        let ops: Vec<PendingOp> = std::mem::take(&mut *lock(&self.pending));
+        if ops.is_empty() {
+            return Vec::new();
+        }
+        let futs: Vec<_> = ops
+            .into_iter()
+            .map(|mut p| async move {
+                p.checks += 1;
+                let r = self.arm.poll(p.call, &p.url, &p.node_type, None).await;
+                (p, r)
+            })
+            .collect();
+        let checked: Vec<(PendingOp, Result<OpStatus, AzureError>)> =
+            futures_util::stream::iter(futs)
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+        let mut errors = Vec::new();
+        let mut still = Vec::new();
+        for (p, r) in checked {
+            match r {
+                Ok(OpStatus::Succeeded) => match p.call {
+                    "virtualMachines.deallocate" => self.set_power(&p.vm, Power::Deallocated),
+                    "virtualMachines.start" => self.set_power(&p.vm, Power::Running),
+                    _ => {}
+                },
+                Ok(OpStatus::Failed {
+                    code,
+                    message,
+                    status,
+                }) => {
+                    let e = call_error(p.call, code, status, &message, &p.node_type, None);
+                    if p.call == "virtualMachines.createOrUpdate" {
+                        self.discard(cfg, &p.vm).await;
+                    }
+                    if !(p.call == "virtualMachines.delete"
+                        && e.kind() == ProviderErrorKind::NotFound)
+                    {
+                        errors.push(e.into_provider(p.op.clone()));
+                    }
+                }
+                Ok(OpStatus::Running(_)) if p.checks < MAX_CHECKS => still.push(p),
+                Ok(OpStatus::Running(_)) => tracing::warn!(
+                    "operation of {} ({}) still running after {MAX_CHECKS} checks: left to the list",
+                    p.vm,
+                    p.call
+                ),
+                // Operation statuses are kept for a while, then gone: the list tells the rest.
+                Err(e) if e.kind() == ProviderErrorKind::NotFound => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ProviderErrorKind::Auth | ProviderErrorKind::InvalidConfig
+                    ) =>
+                {
+                    errors.push(e.into_provider(p.op.clone()));
+                }
+                Err(e) => {
+                    tracing::debug!("checking the operation of {}: {e}", p.vm);
+                    if p.checks < MAX_CHECKS {
+                        still.push(p);
+                    }
+                }
+            }
+        }
+        lock(&self.pending).extend(still);
+        errors
+    }
+
+    async fn reconfigure(&self, config: &ClusterConfig) -> Result<(), ProviderError> {
+        let state = load(config, self.head_ip.as_deref())
+            .map_err(|e| e.into_provider(ProviderOp::Other))?;
+        let old = self.state();
+        for (what, a, b) in [
+            (
+                "provider.subscription_id",
+                &old.cfg.subscription_id,
+                &state.cfg.subscription_id,
+            ),
+            (
+                "provider.resource_group",
+                &old.cfg.resource_group,
+                &state.cfg.resource_group,
+            ),
+            ("provider.location", &old.cfg.location, &state.cfg.location),
+            (
+                "cluster_name",
+                &old.cfg.cluster_name,
+                &state.cfg.cluster_name,
+            ),
+        ] {
+            if a != b {
+                // The VMs made so far would no longer be seen (and so leak).
+                return Err(ProviderError::new(
+                    ProviderOp::Other,
+                    ProviderErrorKind::InvalidConfig,
+                    format!(
+                        "{what} changed from {a:?} to {b:?}: restart rayscale to move the cluster"
+                    ),
+                ));
+            }
+        }
+        match self.state.write() {
+            Ok(mut c) => *c = Arc::new(state),
+            Err(p) => *p.into_inner() = Arc::new(state),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,968 @@
+//! [`ArmFake`]: a stateful fake of Azure Resource Manager's compute API (virtual
+//! machines, api-version 2024-07-01) on wiremock, for what rayscale's Azure provider
+//! calls. No Azure emulator exists; this one follows Microsoft's public REST reference
+//! (learn.microsoft.com/rest/api/compute/virtual-machines, api-version 2024-07-01) and
+//! the ARM async-operation contract (learn.microsoft.com/azure/azure-resource-manager/
+//! management/async-operations; github.com/Azure/azure-resource-manager-rpc,
+//! `async-api-reference.md`), not the client's code:
+//!
+//! - `Virtual Machines - Create Or Update` — `PUT .../virtualMachines/{vm}`: a new VM
+//!   answers 201 with the VM (`provisioningState: Creating`, a `vmId`) and an
+//!   `Azure-AsyncOperation` header (absolute URL of the operation status, as Compute
+//!   gives: `.../providers/Microsoft.Compute/locations/{location}/operations/{id}`) and
+//!   `Retry-After`; the PUT of an existing VM answers 200 with it as it is (a replay
+//!   makes nothing twice). The body is checked: `location`, `hardwareProfile.vmSize`, an
+//!   image, `osProfile` with an SSH key, VM-level `networkInterfaceConfigurations` only
+//!   with `networkApiVersion`, each with `ipConfigurations` on a subnet, `customData`
+//!   base64 of at most 65535 bytes (400 `InvalidParameter` with its `target`).
+//!   `SkuNotAvailable` and quota (`OperationNotAllowed`) answer 409 synchronously, as
+//!   Compute does; allocation failures (`AllocationFailed`, `ZonalAllocationFailed`)
+//!   end the operation `Failed` after the 201, and the VM stays, `provisioningState:
+//!   Failed`, until deleted ("a failed create is still visible", ARM RPC).
+//! - `Update` — `PATCH .../{vm}` (tags): 200 and an operation.
+//! - `Get` / `Instance View` — `GET .../{vm}` (404 `ResourceNotFound`) and
+//!   `GET .../{vm}/instanceView` (`statuses`: `ProvisioningState/<state>`,
+//!   `PowerState/<state>`).
+//! - `List` — `GET .../virtualMachines`: `{"value": [...], "nextLink"}`, the link an
+//!   absolute URL on this server with a `$skiptoken` (paging, `x-ms-pageable`).
+//! - `Delete` — `DELETE .../{vm}`: 202 with `Azure-AsyncOperation` and `Location`; a
+//!   missing VM 204 (RPC: "resource does not exist"). `Deallocate` / `Start` —
+//!   `POST .../{vm}/deallocate`, `/start`: 202 with an operation.
+//! - `Network Interfaces - Get` (learn.microsoft.com/rest/api/virtualnetwork/
+//!   network-interfaces/get) — `GET .../Microsoft.Network/networkInterfaces/{nic}`: the
+//!   NIC a VM-level configuration made (named by it, listed in the VM's
+//!   `networkProfile.networkInterfaces`), its `privateIPAddress` loopback (every node is
+//!   on this machine).
+//! - The operation status — `GET .../locations/{location}/operations/{id}`: 200
+//!   `{"name", "status": InProgress|Succeeded|Failed, "startTime", "endTime", "error"}`.
+//!
+//! Every call needs `api-version` (400 `MissingApiVersionParameter`, or
+//! `InvalidApiVersionParameter` for one Compute does not serve); errors are
+//! `{"error": {"code", "message", "target"}}`. Operations take [`Timing::operation`];
+//! a VM runs [`Timing::boot`] after its create (`PowerState/starting` ->
+//! `running`), deallocates over an operation (`deallocating` -> `deallocated`).
+//!
+//! The [`Faults`] switch injects what the provider must map: capacity by VM size (the
+//! operation ends `AllocationFailed`, or `ZonalAllocationFailed` for a zonal VM), a size
+//! not offered (409 `SkuNotAvailable`), a quota (409 `OperationNotAllowed`), 429 with
+//! `Retry-After`, 503, and any status and code on the next PUTs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// The api-versions this fake serves (a subset of Compute's, where the provider uses
+/// 2024-07-01, and the network API's 2024-05-01).
+const API_VERSIONS: &[&str] = &[
+    "2023-09-01",
+    "2024-03-01",
+    "2024-05-01",
+    "2024-07-01",
+    "2024-11-01",
+];
+
+/// How long things take in the fake.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// From a call to its operation's end.
+    pub operation: Duration,
+    /// From a create (or start) to `PowerState/running`.
+    pub boot: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            operation: Duration::from_millis(600),
+            boot: Duration::from_millis(800),
+        }
+    }
+}
+
+/// Faults to inject; each counter is used up by the calls it fails.
+#[derive(Debug, Default, Clone)]
+pub struct Faults {
+    /// VMs each size may still get; a create beyond fails after its 201
+    /// (`AllocationFailed`, `ZonalAllocationFailed` when zonal). Sizes not named are
+    /// unlimited.
+    pub capacity: BTreeMap<String, u64>,
+    /// Sizes the region does not offer now: 409 `SkuNotAvailable` on the PUT.
+    pub sku_not_available: BTreeSet<String>,
+    /// Sizes whose family quota is used up: 409 `OperationNotAllowed` (quota).
+    pub quota: BTreeSet<String>,
+    /// The next this-many PUTs answer 429 with `Retry-After: 0`.
+    pub throttle_puts: u32,
+    /// The next this-many calls of any kind answer 503.
+    pub unavailable: u32,
+    /// The next PUTs answer these (HTTP status, code), in order.
+    pub put_errors: Vec<(u16, String)>,
+}
+
+/// Calls the fake answered, by kind.
+#[derive(Debug, Default)]
+pub struct Calls {
+    /// PUTs of a VM (new or not).
+    pub put: AtomicU64,
+    /// List pages.
+    pub list: AtomicU64,
+    /// Operation status GETs.
+    pub operation: AtomicU64,
+    /// Every other call.
+    pub other: AtomicU64,
+    /// Creates by VM size (PUTs of an existing VM excluded).
+    by_size: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Calls {
+    /// How many VMs of `size` were created (a replayed PUT is not one).
+    pub fn creates_of(&self, size: &str) -> u64 {
+        lock(&self.by_size).get(size).copied().unwrap_or(0)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Vm {
+    body: Map<String, Value>,
+    vm_id: String,
+    prov: String,
+    power: Option<&'static str>,
+    /// Later changes and when they happen.
+    next: Vec<(Instant, Change)>,
+}
+
+#[derive(Debug, Clone)]
+enum Change {
+    Prov(&'static str),
+    Power(&'static str),
+    Gone,
+}
+
+#[derive(Debug, Clone)]
+struct Op {
+    start: Instant,
+    error: Option<(String, String)>,
+}
+
+#[derive(Debug, Default)]
+struct World {
+    sub: String,
+    rg: String,
+    location: String,
+    vms: BTreeMap<String, Vm>,
+    ops: BTreeMap<String, Op>,
+    next: u64,
+    page_size: usize,
+}
+
+struct Shared {
+    world: Mutex<World>,
+    faults: Mutex<Faults>,
+    timing: Timing,
+    calls: Calls,
+    base: Mutex<String>,
+}
+
+/// Azure Resource Manager's compute API on a loopback port, for one subscription,
+/// resource group and location.
+pub struct ArmFake {
+    server: MockServer,
+    shared: Arc<Shared>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl ArmFake {
+    /// Starts the fake.
+    pub async fn start(sub: &str, rg: &str, location: &str, timing: Timing) -> Self {
+        let shared = Arc::new(Shared {
+            world: Mutex::new(World {
+                sub: sub.into(),
+                rg: rg.into(),
+                location: location.into(),
+                page_size: 100,
+                ..World::default()
+            }),
+            faults: Mutex::new(Faults::default()),
+            timing,
+            calls: Calls::default(),
+            base: Mutex::new(String::new()),
+        });
+        let server = MockServer::start().await;
+        *lock(&shared.base) = server.uri();
+        Mock::given(wiremock::matchers::any())
+            .respond_with(Responder(shared.clone()))
+            .mount(&server)
+            .await;
+        ArmFake { server, shared }
+    }
+
+    /// The base URL (`RAYSCALE_AZURE_ENDPOINT`).
+    pub fn url(&self) -> String {
+        self.server.uri()
+    }
+
+    /// Changes the faults.
+    pub fn faults(&self, f: impl FnOnce(&mut Faults)) {
+        f(&mut lock(&self.shared.faults));
+    }
+
+    /// VMs per list page.
+    pub fn set_page_size(&self, n: usize) {
+        lock(&self.shared.world).page_size = n.max(1);
+    }
+
+    /// The calls answered so far.
+    pub fn calls(&self) -> &Calls {
+        &self.shared.calls
+    }
+
+    /// VMs that exist now: name -> (provisioning state, power state).
+    pub fn vms(&self) -> BTreeMap<String, (String, String)> {
+        let mut w = lock(&self.shared.world);
+        advance(&mut w);
+        w.vms
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.clone(),
+                    (v.prov.clone(), v.power.unwrap_or("").to_string()),
+                )
+            })
+            .collect()
+    }
+
+    /// The stored VM (as `GET` answers it), if it exists.
+    pub fn vm(&self, name: &str) -> Option<Value> {
+        let mut w = lock(&self.shared.world);
+        advance(&mut w);
+        let w = &*w;
+        w.vms.get(name).map(|v| vm_json(w, name, v))
+    }
+
+    /// Running VMs whose tags hold `tag` (`key`, `value`), with their `customData`
+    /// decoded and whether each is a head (the boot simulator's view of the data plane).
+    pub fn running_with_custom_data(&self, tag: (&str, &str)) -> Vec<(String, String, bool)> {
+        let mut w = lock(&self.shared.world);
+        advance(&mut w);
+        w.vms
+            .iter()
+            .filter(|(_, v)| v.power == Some("running"))
+            .filter(|(_, v)| tag_of(v, tag.0) == Some(tag.1))
+            .map(|(n, v)| {
+                let data = v
+                    .body
+                    .get("properties")
+                    .and_then(|p| p.get("osProfile"))
+                    .and_then(|o| o.get("customData"))
+                    .and_then(Value::as_str)
+                    .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
+                (n.clone(), data, tag_of(v, "ray-node-type") == Some("head"))
+            })
+            .collect()
+    }
+
+    /// Makes `n` running VMs with `tags` at once (no operations): a large resource group
+    /// for list tests.
+    pub fn seed(&self, n: usize, prefix: &str, tags: Value) {
+        let mut w = lock(&self.shared.world);
+        let location = w.location.clone();
+        for k in 0..n {
+            w.next += 1;
+            let id = w.next;
+            w.vms.insert(
+                format!("{prefix}-{k:05}"),
+                Vm {
+                    body: json!({"location": location, "tags": tags.clone(),
+                        "properties": {"hardwareProfile": {"vmSize": "Standard_D2s_v3"}}})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+                    vm_id: format!("00000000-0000-4000-8000-{id:012}"),
+                    prov: "Succeeded".into(),
+                    power: Some("running"),
+                    next: Vec::new(),
+                },
+            );
+        }
+    }
+
+    /// Deallocates VM `name` at once (what a Spot eviction with `Deallocate` does).
+    pub fn evict(&self, name: &str) {
+        let mut w = lock(&self.shared.world);
+        if let Some(v) = w.vms.get_mut(name) {
+            v.power = Some("deallocated");
+            v.next.clear();
+        }
+    }
+}
+
+fn tag_of<'a>(v: &'a Vm, key: &str) -> Option<&'a str> {
+    v.body
+        .get("tags")
+        .and_then(|t| t.get(key))
+        .and_then(Value::as_str)
+}
+
+/// Applies every scheduled change that is due.
+fn advance(w: &mut World) {
+    let now = Instant::now();
+    let mut gone = Vec::new();
+    for (name, v) in w.vms.iter_mut() {
+        while let Some((at, _)) = v.next.first() {
+            if *at > now {
+                break;
+            }
+            let (_, c) = v.next.remove(0);
+            match c {
+                Change::Prov(p) => v.prov = p.to_string(),
+                Change::Power(p) => v.power = Some(p),
+                Change::Gone => {
+                    gone.push(name.clone());
+                    break;
+                }
+            }
+        }
+    }
+    for n in gone {
+        w.vms.remove(&n);
+    }
+}
+
+fn error(status: u16, code: &str, message: &str, target: Option<&str>) -> ResponseTemplate {
+    let mut e = json!({"code": code, "message": message});
+    if let Some(t) = target {
+        e["target"] = json!(t);
+    }
+    ResponseTemplate::new(status)
+        .insert_header("x-ms-error-code", code)
+        .set_body_json(json!({ "error": e }))
+}
+
+fn not_found(w: &World, name: &str) -> ResponseTemplate {
+    error(
+        404,
+        "ResourceNotFound",
+        &format!(
+            "The Resource 'Microsoft.Compute/virtualMachines/{name}' under resource group '{}' was not found.",
+            w.rg
+        ),
+        None,
+    )
+}
+
+fn vm_json(w: &World, name: &str, v: &Vm) -> Value {
+    let mut b = Value::Object(v.body.clone());
+    b["id"] = json!(format!(
+        "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Compute/virtualMachines/{name}",
+        w.sub, w.rg
+    ));
+    b["name"] = json!(name);
+    b["type"] = json!("Microsoft.Compute/virtualMachines");
+    if !b.get("properties").is_some_and(Value::is_object) {
+        b["properties"] = json!({});
+    }
+    // The NICs a VM-level configuration made (Azure names each by its configuration).
+    let nics: Vec<Value> = b["properties"]["networkProfile"]["networkInterfaceConfigurations"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter_map(|n| n.get("name").and_then(Value::as_str))
+                .map(|n| {
+                    json!({"id": format!("/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Network/networkInterfaces/{n}", w.sub, w.rg),
+                        "properties": {"primary": true, "deleteOption": "Delete"}})
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !nics.is_empty() && v.prov != "Creating" {
+        b["properties"]["networkProfile"]["networkInterfaces"] = json!(nics);
+    }
+    b["properties"]["provisioningState"] = json!(v.prov);
+    b["properties"]["vmId"] = json!(v.vm_id);
+    // Secrets and custom data are not returned (the reference: "customData ... is not
+    // returned").
+    if let Some(o) = b["properties"]
+        .get_mut("osProfile")
+        .and_then(Value::as_object_mut)
+    {
+        o.remove("customData");
+    }
+    b
+}
+
+fn instance_view(v: &Vm) -> Value {
+    let mut statuses = vec![
+        json!({"code": format!("ProvisioningState/{}", v.prov.to_ascii_lowercase()),
+        "level": if v.prov == "Failed" { "Error" } else { "Info" }}),
+    ];
+    if let Some(p) = v.power {
+        statuses.push(json!({"code": format!("PowerState/{p}"), "level": "Info"}));
+    }
+    json!({ "statuses": statuses })
+}
+
+struct Responder(Arc<Shared>);
+
+impl Respond for Responder {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        let s = &self.0;
+        {
+            let mut f = lock(&s.faults);
+            if f.unavailable > 0 {
+                f.unavailable -= 1;
+                return error(
+                    503,
+                    "ServiceUnavailable",
+                    "The service is unavailable (injected).",
+                    None,
+                );
+            }
+        }
+        let query: BTreeMap<String, String> = req.url.query_pairs().into_owned().collect();
+        match query.get("api-version") {
+            None => {
+                return error(
+                    400,
+                    "MissingApiVersionParameter",
+                    "The api-version query parameter (?api-version=) is required for all requests.",
+                    None,
+                );
+            }
+            Some(v) if !API_VERSIONS.contains(&v.as_str()) => {
+                return error(
+                    400,
+                    "InvalidApiVersionParameter",
+                    &format!(
+                        "The api-version '{v}' is invalid. The supported versions are '{}'.",
+                        API_VERSIONS.join(",")
+                    ),
+                    None,
+                );
+            }
+            Some(_) => {}
+        }
+        let mut w = lock(&s.world);
+        advance(&mut w);
+        let base = lock(&s.base).clone();
+        let path = req.url.path().to_string();
+        let ops_prefix = format!(
+            "/subscriptions/{}/providers/Microsoft.Compute/locations/{}/operations/",
+            w.sub, w.location
+        );
+        if let Some(id) = path.strip_prefix(&ops_prefix) {
+            s.calls.operation.fetch_add(1, Ordering::Relaxed);
+            return match w.ops.get(id) {
+                Some(op) => ResponseTemplate::new(200).set_body_json(op_json(id, op, &s.timing)),
+                None => error(
+                    404,
+                    "NotFound",
+                    &format!("The operation '{id}' was not found."),
+                    None,
+                ),
+            };
+        }
+        let nic_prefix = format!(
+            "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Network/networkInterfaces/",
+            w.sub, w.rg
+        );
+        if let Some(nic) = path.strip_prefix(&nic_prefix) {
+            s.calls.other.fetch_add(1, Ordering::Relaxed);
+            let owner = w.vms.values().find(|v| {
+                v.body["properties"]["networkProfile"]["networkInterfaceConfigurations"]
+                    .as_array()
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|n| n.get("name").and_then(Value::as_str) == Some(nic))
+                    })
+            });
+            return match owner {
+                Some(_) => ResponseTemplate::new(200).set_body_json(json!({
+                    "name": nic,
+                    "properties": {"ipConfigurations": [{"name": "ip", "properties": {
+                        "primary": true, "privateIPAddress": "127.0.0.1", "privateIPAllocationMethod": "Dynamic"}}]}
+                })),
+                None => error(404, "NotFound", &format!("Resource '{nic}' was not found."), None),
+            };
+        }
+        let prefix = format!(
+            "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Compute/virtualMachines",
+            w.sub, w.rg
+        );
+        let Some(rest) = path.strip_prefix(&prefix) else {
+            return error(
+                404,
+                "ResourceGroupNotFound",
+                &format!("Resource group or subscription of '{path}' could not be found."),
+                None,
+            );
+        };
+        let segs: Vec<&str> = rest
+            .trim_start_matches('/')
+            .split('/')
+            .filter(|x| !x.is_empty())
+            .collect();
+        let method = req.method.as_str();
+        match (method, segs.as_slice()) {
+            ("GET", []) => {
+                s.calls.list.fetch_add(1, Ordering::Relaxed);
+                list(&w, &query, &base, &prefix)
+            }
+            ("PUT", [name]) => {
+                s.calls.put.fetch_add(1, Ordering::Relaxed);
+                put(&mut w, s, req, name, &base)
+            }
+            ("PATCH", [name]) => {
+                s.calls.other.fetch_add(1, Ordering::Relaxed);
+                patch(&mut w, s, req, name, &base)
+            }
+            ("GET", [name]) => {
+                s.calls.other.fetch_add(1, Ordering::Relaxed);
+                let w = &*w;
+                match w.vms.get(*name) {
+                    Some(v) => {
+                        let mut b = vm_json(w, name, v);
+                        if query.get("$expand").map(String::as_str) == Some("instanceView") {
+                            b["properties"]["instanceView"] = instance_view(v);
+                        }
+                        ResponseTemplate::new(200).set_body_json(b)
+                    }
+                    None => not_found(w, name),
+                }
+            }
+            ("GET", [name, "instanceView"]) => {
+                s.calls.other.fetch_add(1, Ordering::Relaxed);
+                match w.vms.get(*name) {
+                    Some(v) => ResponseTemplate::new(200).set_body_json(instance_view(v)),
+                    None => not_found(&w, name),
+                }
+            }
+            ("DELETE", [name]) => {
+                s.calls.other.fetch_add(1, Ordering::Relaxed);
+                act(&mut w, s, name, "delete", &base)
+            }
+            ("POST", [name, action @ ("deallocate" | "start")]) => {
+                s.calls.other.fetch_add(1, Ordering::Relaxed);
+                act(&mut w, s, name, action, &base)
+            }
+            _ => error(
+                400,
+                "InvalidRequestFormat",
+                &format!("no such call: {method} {path}"),
+                None,
+            ),
+        }
+    }
+}
+
+fn op_json(id: &str, op: &Op, t: &Timing) -> Value {
+    let done = op.start.elapsed() >= t.operation;
+    let mut o = json!({"name": id, "startTime": "2026-12-01T00:00:00.0000000+00:00",
+        "status": if !done { "InProgress" } else if op.error.is_some() { "Failed" } else { "Succeeded" }});
+    if done {
+        o["endTime"] = json!("2026-12-01T00:00:01.0000000+00:00");
+        if let Some((code, message)) = &op.error {
+            o["error"] = json!({"code": code, "message": message});
+        }
+    }
+    o
+}
+
+/// Starts an operation; the headers of the answer that names it.
+fn new_op(w: &mut World, error: Option<(String, String)>, base: &str) -> (String, String) {
+    w.next += 1;
+    let id = format!("{:08x}-0000-4000-8000-{:012x}", w.next, w.next);
+    w.ops.insert(
+        id.clone(),
+        Op {
+            start: Instant::now(),
+            error,
+        },
+    );
+    let url = format!(
+        "{base}/subscriptions/{}/providers/Microsoft.Compute/locations/{}/operations/{id}?api-version=2024-07-01",
+        w.sub, w.location
+    );
+    (id, url)
+}
+
+fn accepted(status: u16, op_url: &str, body: Option<Value>) -> ResponseTemplate {
+    let mut r = ResponseTemplate::new(status)
+        .insert_header("Azure-AsyncOperation", op_url)
+        .insert_header("Retry-After", "10");
+    if status == 202 {
+        r = r.insert_header("Location", format!("{op_url}&monitor=true").as_str());
+    }
+    match body {
+        Some(b) => r.set_body_json(b),
+        None => r,
+    }
+}
+
+/// Checks a create body as Compute would: the first problem, as (target, message).
+fn check_body(b: &Value, location: &str) -> Result<(), (String, String)> {
+    let bad = |t: &str, m: &str| Err((t.to_string(), m.to_string()));
+    match b.get("location").and_then(Value::as_str) {
+        Some(l) if l.eq_ignore_ascii_case(location) => {}
+        Some(l) => {
+            return bad(
+                "location",
+                &format!(
+                    "The resource group is in '{location}'; this fake serves only it, not '{l}'."
+                ),
+            );
+        }
+        None => {
+            return bad(
+                "location",
+                "The location property is required for this definition.",
+            );
+        }
+    }
+    let p = b.get("properties").cloned().unwrap_or(Value::Null);
+    if p.get("hardwareProfile")
+        .and_then(|h| h.get("vmSize"))
+        .and_then(Value::as_str)
+        .is_none()
+    {
+        return bad(
+            "hardwareProfile.vmSize",
+            "The value of parameter vmSize is invalid.",
+        );
+    }
+    let image = p
+        .get("storageProfile")
+        .and_then(|s| s.get("imageReference"));
+    let has_image = image.is_some_and(|i| {
+        i.get("id").is_some()
+            || ["publisher", "offer", "sku"]
+                .iter()
+                .all(|k| i.get(*k).and_then(Value::as_str).is_some())
+    });
+    if !has_image {
+        return bad(
+            "imageReference",
+            "The image reference is required (publisher, offer, sku, version, or id).",
+        );
+    }
+    let os = p.get("osProfile").cloned().unwrap_or(Value::Null);
+    if os.get("adminUsername").and_then(Value::as_str).is_none() {
+        return bad(
+            "osProfile.adminUsername",
+            "Required parameter 'adminUsername' is missing (null).",
+        );
+    }
+    let keys = os
+        .get("linuxConfiguration")
+        .and_then(|l| l.get("ssh"))
+        .and_then(|s| s.get("publicKeys"))
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    if keys == 0 && os.get("adminPassword").is_none() {
+        return bad(
+            "linuxConfiguration.ssh.publicKeys",
+            "Authentication using either SSH or by user name and password must be enabled in Linux profile.",
+        );
+    }
+    if let Some(cd) = os.get("customData") {
+        let decoded = cd
+            .as_str()
+            .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok());
+        match decoded {
+            None => {
+                return bad(
+                    "customData",
+                    "Custom data in OSProfile must be in Base64 encoding.",
+                );
+            }
+            Some(d) if d.len() > 65535 => {
+                return bad(
+                    "customData",
+                    "Custom data in OSProfile must be at most 65535 bytes.",
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    let net = p.get("networkProfile").cloned().unwrap_or(Value::Null);
+    let configs = net
+        .get("networkInterfaceConfigurations")
+        .and_then(Value::as_array);
+    let nics = net.get("networkInterfaces").and_then(Value::as_array);
+    match (configs, nics) {
+        (Some(c), _) if !c.is_empty() => {
+            if net
+                .get("networkApiVersion")
+                .and_then(Value::as_str)
+                .is_none()
+            {
+                return bad(
+                    "networkProfile.networkApiVersion",
+                    "networkApiVersion must be specified when networkInterfaceConfigurations are given.",
+                );
+            }
+            for n in c {
+                let ipc = n
+                    .get("properties")
+                    .and_then(|p| p.get("ipConfigurations"))
+                    .and_then(Value::as_array);
+                let ok = ipc.is_some_and(|ips| {
+                    !ips.is_empty()
+                        && ips.iter().all(|ip| {
+                            ip.get("properties")
+                                .and_then(|p| p.get("subnet"))
+                                .and_then(|s| s.get("id"))
+                                .and_then(Value::as_str)
+                                .is_some_and(|id| id.contains("/subnets/"))
+                        })
+                });
+                if !ok {
+                    return bad(
+                        "networkInterfaceConfigurations.ipConfigurations",
+                        "Each network interface configuration needs ipConfigurations on a subnet.",
+                    );
+                }
+            }
+        }
+        (_, Some(n)) if !n.is_empty() => {}
+        _ => {
+            return bad(
+                "networkProfile",
+                "At least one network interface is required.",
+            );
+        }
+    }
+    Ok(())
+}
+
+fn put(w: &mut World, s: &Shared, req: &Request, name: &str, base: &str) -> ResponseTemplate {
+    {
+        let mut f = lock(&s.faults);
+        if f.throttle_puts > 0 {
+            f.throttle_puts -= 1;
+            return error(
+                429,
+                "TooManyRequests",
+                "The request is being throttled (injected).",
+                None,
+            )
+            .insert_header("Retry-After", "0");
+        }
+        if !f.put_errors.is_empty() {
+            let (status, code) = f.put_errors.remove(0);
+            return error(status, &code, &format!("{code} (injected)"), None);
+        }
+    }
+    let valid_name = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
+    if !valid_name {
+        return error(
+            400,
+            "InvalidParameter",
+            &format!("The VM name '{name}' is invalid."),
+            Some("vmName"),
+        );
+    }
+    if let Some(v) = w.vms.get(name) {
+        // The PUT of a VM that exists: an update; rayscale's replay changes nothing.
+        let b = vm_json(w, name, v);
+        return ResponseTemplate::new(200).set_body_json(b);
+    }
+    let body: Value = match serde_json::from_slice(&req.body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                400,
+                "InvalidRequestFormat",
+                &format!("The body is not JSON: {e}"),
+                None,
+            );
+        }
+    };
+    if let Err((target, message)) = check_body(&body, &w.location) {
+        return error(400, "InvalidParameter", &message, Some(&target));
+    }
+    let size = body["properties"]["hardwareProfile"]["vmSize"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let zonal = body
+        .get("zones")
+        .and_then(Value::as_array)
+        .is_some_and(|z| !z.is_empty());
+    let alloc_error = {
+        let mut f = lock(&s.faults);
+        if f.sku_not_available.contains(&size) {
+            return error(
+                409,
+                "SkuNotAvailable",
+                &format!(
+                    "The requested VM size for resource 'Following SKUs have failed for Capacity Restrictions: {size}' is currently not available in location '{}'. Please try another size or deploy to a different location or different zone. See https://aka.ms/azureskunotavailable for details.",
+                    w.location
+                ),
+                None,
+            );
+        }
+        if f.quota.contains(&size) {
+            return error(
+                409,
+                "OperationNotAllowed",
+                &format!(
+                    "Operation could not be completed as it results in exceeding approved {size} Family Cores quota. Additional details - Deployment Model: Resource Manager, Location: {}, Current Limit: 0.",
+                    w.location
+                ),
+                None,
+            );
+        }
+        match f.capacity.get_mut(&size) {
+            Some(0) => Some(if zonal {
+                ("ZonalAllocationFailed".to_string(), "Allocation failed. We do not have sufficient capacity for the requested VM size in this zone.".to_string())
+            } else {
+                ("AllocationFailed".to_string(), "Allocation failed. We do not have sufficient capacity for the requested VM size in this region.".to_string())
+            }),
+            Some(n) => {
+                *n -= 1;
+                None
+            }
+            None => None,
+        }
+    };
+    *lock(&s.calls.by_size).entry(size).or_insert(0) += 1;
+    let now = Instant::now();
+    let t = s.timing;
+    let failed = alloc_error.is_some();
+    let (_, url) = new_op(w, alloc_error, base);
+    w.next += 1;
+    let vm_id = format!("{:08x}-1111-4000-8000-{:012x}", w.next, w.next);
+    let next = if failed {
+        vec![(now + t.operation, Change::Prov("Failed"))]
+    } else {
+        let mut n = vec![
+            (now + t.operation.min(t.boot), Change::Power("starting")),
+            (now + t.operation, Change::Prov("Succeeded")),
+            (now + t.boot, Change::Power("running")),
+        ];
+        n.sort_by_key(|(at, _)| *at);
+        n
+    };
+    let v = Vm {
+        body: body.as_object().cloned().unwrap_or_default(),
+        vm_id,
+        prov: "Creating".into(),
+        power: None,
+        next,
+    };
+    let b = vm_json(w, name, &v);
+    w.vms.insert(name.to_string(), v);
+    accepted(201, &url, Some(b))
+}
+
+fn patch(w: &mut World, _s: &Shared, req: &Request, name: &str, base: &str) -> ResponseTemplate {
+    let body: Value = match serde_json::from_slice(&req.body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                400,
+                "InvalidRequestFormat",
+                &format!("The body is not JSON: {e}"),
+                None,
+            );
+        }
+    };
+    if !w.vms.contains_key(name) {
+        return not_found(w, name);
+    }
+    let (_, url) = new_op(w, None, base);
+    let Some(v) = w.vms.get_mut(name) else {
+        return not_found(w, name);
+    };
+    if let Some(t) = body.get("tags") {
+        v.body.insert("tags".into(), t.clone());
+    }
+    let b = {
+        let v = v.clone();
+        vm_json(w, name, &v)
+    };
+    accepted(200, &url, Some(b))
+}
+
+fn act(w: &mut World, s: &Shared, name: &str, action: &str, base: &str) -> ResponseTemplate {
+    if !w.vms.contains_key(name) {
+        return if action == "delete" {
+            ResponseTemplate::new(204)
+        } else {
+            not_found(w, name)
+        };
+    }
+    let t = s.timing;
+    let now = Instant::now();
+    let (_, url) = new_op(w, None, base);
+    let Some(v) = w.vms.get_mut(name) else {
+        return not_found(w, name);
+    };
+    match action {
+        "delete" => {
+            v.prov = "Deleting".into();
+            v.next = vec![(now + t.operation, Change::Gone)];
+        }
+        "deallocate" => {
+            v.prov = "Updating".into();
+            v.power = Some("deallocating");
+            v.next = vec![
+                (now + t.operation, Change::Power("deallocated")),
+                (now + t.operation, Change::Prov("Succeeded")),
+            ];
+        }
+        _ => {
+            v.prov = "Updating".into();
+            v.power = Some("starting");
+            let mut n = vec![
+                (now + t.operation, Change::Prov("Succeeded")),
+                (now + t.boot, Change::Power("running")),
+            ];
+            n.sort_by_key(|(at, _)| *at);
+            v.next = n;
+        }
+    }
+    accepted(202, &url, None)
+}
+
+fn list(w: &World, query: &BTreeMap<String, String>, base: &str, prefix: &str) -> ResponseTemplate {
+    let from: usize = query
+        .get("$skiptoken")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    let all: Vec<(&String, &Vm)> = w.vms.iter().collect();
+    let page: Vec<Value> = all
+        .iter()
+        .skip(from)
+        .take(w.page_size)
+        .map(|(n, v)| vm_json(w, n, v))
+        .collect();
+    let mut out = json!({ "value": page });
+    if from + w.page_size < all.len() {
+        out["nextLink"] = json!(format!(
+            "{base}{prefix}?api-version=2024-07-01&$skiptoken={}",
+            from + w.page_size
+        ));
+    }
+    ResponseTemplate::new(200).set_body_json(out)
+}
