@@ -62,24 +62,7 @@ pub const MAX_CUSTOM_DATA: usize = 65535;
 /// replayed create is a PUT of the same VM), the cluster part shortened to keep the name
 /// within 64 characters.
 pub fn vm_name(cluster: &str, kind: NodeKind, request_id: &str, index: u64) -> String {
-    let token = rayscale_core::provider::idempotency_token(request_id, index);
-    let hex = &token[..8];
-    let kind = kind.tag_value();
-    let fixed = "ray-".len() + 1 + kind.len() + 1 + hex.len();
-    let mut c: String = cluster
-        .chars()
-        .map(|c| c.to_ascii_lowercase())
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .take(MAX_NAME.saturating_sub(fixed))
-        .collect();
-    while c.ends_with('-') {
-        c.pop();
-    }
-    if c.is_empty() {
-        format!("ray-{kind}-{hex}")
-    } else {
-        format!("ray-{c}-{kind}-{hex}")
-    }
+    rayscale_core::provider::cloud::node_name(cluster, kind, request_id, index, MAX_NAME, None)
 }
 
 /// Ray's tags for a node of `node_type` and `kind`.

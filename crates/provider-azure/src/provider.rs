@@ -699,32 +699,13 @@ impl AzureProvider {
                 Made::Failed(e) => failures.push(e),
             }
         }
-        if failures.is_empty() || made.len() as u64 >= req.count {
-            for e in &failures {
-                tracing::info!("launch {} of {t}: made up for: {e}", req.request_id);
-            }
-            return Ok(LaunchOutcome {
-                instances: made,
-                shortfall: None,
-            });
-        }
-        // The error to report: a capacity one first (it moves the demand elsewhere).
-        failures.sort_by_key(|e| !matches!(e.kind(), ProviderErrorKind::Capacity { .. }));
-        let first = failures.swap_remove(0);
-        let short = req.count.saturating_sub(made.len() as u64);
-        tracing::info!(
-            "launch {} of {t}: {short} of {} not made: {first}",
-            req.request_id,
-            req.count
-        );
-        if made.is_empty() {
-            Err(first.into_provider(launch_op(req.count)))
-        } else {
-            Ok(LaunchOutcome {
-                instances: made,
-                shortfall: Some(first.into_provider(launch_op(short))),
-            })
-        }
+        cloud::launch_outcome(
+            req,
+            made,
+            failures,
+            AzureError::kind,
+            AzureError::into_provider,
+        )
     }
 
     /// Deletes (or, with cached workers, deallocates) `ids`: workers, or with `head` the
@@ -924,35 +905,29 @@ impl CloudInstanceProvider for AzureProvider {
         let state = load(config, self.head_ip.as_deref())
             .map_err(|e| e.into_provider(ProviderOp::Other))?;
         let old = self.state();
-        for (what, a, b) in [
+        // The instances made so far would no longer be seen (and so leak).
+        cloud::refuse_moves(&[
             (
                 "provider.subscription_id",
-                &old.cfg.subscription_id,
-                &state.cfg.subscription_id,
+                old.cfg.subscription_id.as_str(),
+                state.cfg.subscription_id.as_str(),
             ),
             (
                 "provider.resource_group",
-                &old.cfg.resource_group,
-                &state.cfg.resource_group,
+                old.cfg.resource_group.as_str(),
+                state.cfg.resource_group.as_str(),
             ),
-            ("provider.location", &old.cfg.location, &state.cfg.location),
+            (
+                "provider.location",
+                old.cfg.location.as_str(),
+                state.cfg.location.as_str(),
+            ),
             (
                 "cluster_name",
-                &old.cfg.cluster_name,
-                &state.cfg.cluster_name,
+                old.cfg.cluster_name.as_str(),
+                state.cfg.cluster_name.as_str(),
             ),
-        ] {
-            if a != b {
-                // The VMs made so far would no longer be seen (and so leak).
-                return Err(ProviderError::new(
-                    ProviderOp::Other,
-                    ProviderErrorKind::InvalidConfig,
-                    format!(
-                        "{what} changed from {a:?} to {b:?}: restart rayscale to move the cluster"
-                    ),
-                ));
-            }
-        }
+        ])?;
         match self.state.write() {
             Ok(mut c) => *c = Arc::new(state),
             Err(p) => *p.into_inner() = Arc::new(state),

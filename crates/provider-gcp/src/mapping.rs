@@ -84,24 +84,14 @@ pub fn label_value(s: &str) -> String {
 /// (so a replayed insert names the same instance), the cluster part shortened to keep
 /// the name within 63 characters.
 pub fn instance_name(cluster: &str, kind: NodeKind, request_id: &str, index: u64) -> String {
-    let token = rayscale_core::provider::idempotency_token(request_id, index);
-    let hex = &token[..8];
-    let kind = kind.tag_value();
-    let fixed = "ray-".len() + 1 + kind.len() + 1 + hex.len() + 1 + NAME_SUFFIX.len();
-    let mut c: String = cluster
-        .chars()
-        .map(|c| c.to_ascii_lowercase())
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .take(MAX_NAME.saturating_sub(fixed))
-        .collect();
-    while c.ends_with('-') {
-        c.pop();
-    }
-    if c.is_empty() {
-        format!("ray-{kind}-{hex}-{NAME_SUFFIX}")
-    } else {
-        format!("ray-{c}-{kind}-{hex}-{NAME_SUFFIX}")
-    }
+    rayscale_core::provider::cloud::node_name(
+        cluster,
+        kind,
+        request_id,
+        index,
+        MAX_NAME,
+        Some(NAME_SUFFIX),
+    )
 }
 
 /// Ray's labels for a node of `node_type` and `kind` (values as label values).

@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::boot::{BootTarget, HeadBootTarget, render_head, render_worker};
-use super::{LaunchRequest, NodeKind, ProviderError, ProviderErrorKind, ProviderOp};
+use super::{
+    CloudInstance, LaunchOutcome, LaunchRequest, NodeKind, ProviderError, ProviderErrorKind,
+    ProviderOp,
+};
 use crate::CoreError;
 use crate::config::ClusterConfig;
 
@@ -106,6 +109,98 @@ pub fn refuse_terminate(id: &str, as_head: bool) -> ProviderError {
             format!("refusing to terminate {id}: it is the cluster's head")
         },
     )
+}
+
+/// The outcome of a launch of `req` that made `made` and met `failures` (one per
+/// instance not made): all made (failures made up for) is a success; some made is a
+/// success with a shortfall; none made is the error. The error reported is a capacity
+/// one first (it moves the demand elsewhere); `kind` tells an error's kind,
+/// `into_provider` makes it the contract's error of an op.
+pub fn launch_outcome<E: std::fmt::Display>(
+    req: &LaunchRequest,
+    made: Vec<CloudInstance>,
+    mut failures: Vec<E>,
+    kind: impl Fn(&E) -> ProviderErrorKind,
+    into_provider: impl Fn(E, ProviderOp) -> ProviderError,
+) -> Result<LaunchOutcome, ProviderError> {
+    let t = &req.node_type;
+    let op = |count: u64| ProviderOp::Launch {
+        request_id: req.request_id.clone(),
+        node_type: req.node_type.clone(),
+        count,
+    };
+    if failures.is_empty() || made.len() as u64 >= req.count {
+        for e in &failures {
+            tracing::info!("launch {} of {t}: made up for: {e}", req.request_id);
+        }
+        return Ok(LaunchOutcome {
+            instances: made,
+            shortfall: None,
+        });
+    }
+    failures.sort_by_key(|e| !matches!(kind(e), ProviderErrorKind::Capacity { .. }));
+    let first = failures.swap_remove(0);
+    let short = req.count.saturating_sub(made.len() as u64);
+    tracing::info!(
+        "launch {} of {t}: {short} of {} not made: {first}",
+        req.request_id,
+        req.count
+    );
+    if made.is_empty() {
+        Err(into_provider(first, op(req.count)))
+    } else {
+        Ok(LaunchOutcome {
+            instances: made,
+            shortfall: Some(into_provider(first, op(short))),
+        })
+    }
+}
+
+/// The name of the `index`-th node of `request_id`, as Ray names cloud nodes:
+/// `ray-<cluster>-<kind>-<8 hex>` and `-<suffix>` if any, the hex derived from the
+/// request and index (so a replayed launch names the same nodes), the cluster part
+/// lowercased, non-alphanumerics as `-`, and shortened to keep the name within `max`.
+pub fn node_name(
+    cluster: &str,
+    kind: NodeKind,
+    request_id: &str,
+    index: u64,
+    max: usize,
+    suffix: Option<&str>,
+) -> String {
+    let token = super::idempotency_token(request_id, index);
+    let hex = &token[..8];
+    let kind = kind.tag_value();
+    let tail = suffix.map(|s| format!("-{s}")).unwrap_or_default();
+    let fixed = "ray-".len() + 1 + kind.len() + 1 + hex.len() + tail.len();
+    let mut c: String = cluster
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(max.saturating_sub(fixed))
+        .collect();
+    while c.ends_with('-') {
+        c.pop();
+    }
+    if c.is_empty() {
+        format!("ray-{kind}-{hex}{tail}")
+    } else {
+        format!("ray-{c}-{kind}-{hex}{tail}")
+    }
+}
+
+/// The refusal of a new config that moves the cluster: each `(what, old, new)` that
+/// differs (a project, region, resource group or cluster name) would hide the instances
+/// made so far, which would leak.
+pub fn refuse_moves(changes: &[(&str, &str, &str)]) -> Result<(), ProviderError> {
+    match changes.iter().find(|(_, a, b)| a != b) {
+        None => Ok(()),
+        Some((what, a, b)) => Err(ProviderError::new(
+            ProviderOp::Other,
+            ProviderErrorKind::InvalidConfig,
+            format!("{what} changed from {a:?} to {b:?}: restart rayscale to move the cluster"),
+        )),
+    }
 }
 
 /// How a cloud's instance learns who it is at boot, and whether the cloud runs its boot
