@@ -62,7 +62,19 @@ async fn state_decodes_converts_and_unknown_nodes() {
     );
     let client = head.client(ClientOptions::default());
 
-    let raw = client.get_cluster_resource_state(0).await.expect("state");
+    // Right after start a head may report RUNNING for a moment (Ray's own start-up
+    // work) before it settles IDLE: read until it is idle, for a bounded time.
+    let mut raw = client.get_cluster_resource_state(0).await.expect("state");
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(30)
+        && !raw
+            .node_states
+            .iter()
+            .any(|n| is_head_node(n) && n.status == pb::NodeStatus::Idle as i32)
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        raw = client.get_cluster_resource_state(0).await.expect("state");
+    }
     assert!(raw.cluster_resource_state_version > 0, "{raw:?}");
     assert!(raw.cluster_session_name.starts_with("session_"), "{raw:?}");
     let heads: Vec<_> = raw.node_states.iter().filter(|n| is_head_node(n)).collect();
