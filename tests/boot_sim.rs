@@ -564,6 +564,33 @@ impl DataPlane for AzurePlane {
     }
 }
 
+/// Kubernetes' data plane (the kubelet): running pods of the fake API server, not being
+/// deleted, each running its Ray container's command with its environment.
+pub struct KubePlane {
+    fake: Arc<crate::fakes::kube::KubeFake>,
+    heads: bool,
+}
+
+impl KubePlane {
+    /// The worker pods of `fake`.
+    pub fn new(fake: Arc<crate::fakes::kube::KubeFake>) -> Self {
+        KubePlane { fake, heads: false }
+    }
+}
+
+#[async_trait::async_trait]
+impl DataPlane for KubePlane {
+    async fn running(&self) -> Result<Vec<(String, String)>, String> {
+        Ok(self
+            .fake
+            .running_pods()
+            .into_iter()
+            .filter(|(_, _, head)| self.heads || !head)
+            .map(|(n, s, _)| (n, s))
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,17 +51,25 @@ impl FileConfig {
             last: None,
             first: None,
         };
-        let first = source.poll().map_err(anyhow::Error::msg)?;
+        let first = source.read().map_err(anyhow::Error::msg)?;
         source.first = first;
         Ok(source)
     }
 }
 
+#[async_trait::async_trait]
 impl ConfigSource for FileConfig {
-    fn poll(&mut self) -> Result<Option<Reloaded>, String> {
+    async fn poll(&mut self) -> Result<Option<Reloaded>, String> {
         if let Some(first) = self.first.take() {
             return Ok(Some(first));
         }
+        self.read()
+    }
+}
+
+impl FileConfig {
+    /// Reads the file; `None` when its text did not change.
+    fn read(&mut self) -> Result<Option<Reloaded>, String> {
         let origin = self.path.display().to_string();
         let text = std::fs::read_to_string(&self.path)
             .map_err(|e| format!("cannot read {origin}: {e}"))?;
@@ -92,7 +100,7 @@ pub async fn run_loop(
     gcs: GcsClient,
     provider: Arc<dyn CloudInstanceProvider>,
     cluster: &str,
-    source: FileConfig,
+    source: Box<dyn ConfigSource>,
     options: DriverOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
@@ -102,7 +110,7 @@ pub async fn run_loop(
         Arc::new(gcs),
         provider,
         SystemClock,
-        Box::new(source),
+        source,
         DriverOptions {
             holder: holder(),
             id_seed: seed,

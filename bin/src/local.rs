@@ -101,20 +101,20 @@ fn mentions_dir(cmdline: &str, dir: &str) -> bool {
     })
 }
 
-async fn gcs_answers(addr: &str) -> bool {
+pub(crate) async fn gcs_answers(addr: &str) -> bool {
     let Ok(c) = gcs_client(addr, 2, 1) else {
         return false;
     };
     c.get_cluster_resource_state(0).await.is_ok()
 }
 
-fn loop_client(addr: &str) -> Result<GcsClient> {
+pub(crate) fn loop_client(addr: &str) -> Result<GcsClient> {
     gcs_client(addr, 5, 3)
 }
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM (what Kubernetes and systemd send): the loop
 /// then stops between iterations, after the effects under way.
-async fn ctrl_c() {
+pub(crate) async fn ctrl_c() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -174,7 +174,7 @@ pub async fn up(args: UpArgs) -> Result<String> {
         loop_client(&addr)?,
         provider,
         &config.cluster_name,
-        source,
+        Box::new(source),
         DriverOptions::default(),
         ctrl_c(),
     )
@@ -391,7 +391,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
         gcs,
         provider,
         &config.cluster_name,
-        source,
+        Box::new(source),
         DriverOptions {
             interval: Duration::from_secs_f64(args.interval),
             ..Default::default()

@@ -3,6 +3,8 @@
 mod cluster;
 mod driver;
 mod expander;
+#[cfg(feature = "kuberay")]
+mod kuberay;
 mod launch;
 mod local;
 mod logging;
@@ -44,6 +46,10 @@ enum Command {
     RequestResources(cluster::RequestArgs),
     /// Write a `plan` scenario (JSON) of the live cluster, to replay a decision offline.
     Snapshot(cluster::SnapshotArgs),
+    /// Autoscale a RayCluster as its head pod's sidecar, in place of Ray's autoscaler
+    /// (the flags of `ray kuberay-autoscaler`).
+    #[cfg(feature = "kuberay")]
+    Kuberay(kuberay::KubeRayArgs),
     /// Print the script a new worker of a node type runs at boot (its cloud's user data).
     BootScript(providers::BootScriptArgs),
 }
@@ -97,6 +103,8 @@ fn main() -> ExitCode {
         Command::Snapshot(args) => {
             run_async("snapshot", async move { cluster::snapshot(&args).await })
         }
+        #[cfg(feature = "kuberay")]
+        Command::Kuberay(args) => run_async("kuberay", kuberay::run(args)),
         Command::BootScript(args) => match providers::boot_script(&args) {
             Ok(s) => {
                 print!("{s}");

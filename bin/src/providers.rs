@@ -155,7 +155,10 @@ const TYPES: &[(&str, Served)] = &[
     ("aws", Served::Feature("aws", cfg!(feature = "aws"))),
     ("gcp", Served::Feature("gcp", cfg!(feature = "gcp"))),
     ("azure", Served::Feature("azure", cfg!(feature = "azure"))),
-    ("kuberay", Served::Planned("kuberay")),
+    (
+        "kuberay",
+        Served::Feature("kuberay", cfg!(feature = "kuberay")),
+    ),
     // Ray's v1 node providers, through the node-provider adapter.
     ("external", Served::Planned("adapter")),
     ("local", Served::Planned("adapter")),
@@ -239,6 +242,10 @@ async fn build_featured(
                 rayscale_provider_azure::AzureProvider::from_environment(config, Some(&head_ip))?,
             ))
         }
+        "kuberay" => bail!(
+            "provider.type \"kuberay\": the RayCluster is the config; run `rayscale kuberay \
+             --cluster-name NAME --cluster-namespace NS` as the head pod's sidecar"
+        ),
         t => bail!("provider.type {t:?} is not compiled into this build"),
     }
 }

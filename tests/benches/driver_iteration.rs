@@ -80,8 +80,9 @@ available_node_types:
 
 struct Once(Option<Reloaded>);
 
+#[async_trait::async_trait]
 impl ConfigSource for Once {
-    fn poll(&mut self) -> Result<Option<Reloaded>, String> {
+    async fn poll(&mut self) -> Result<Option<Reloaded>, String> {
         Ok(self.0.take())
     }
 }

@@ -5,3 +5,4 @@ pub mod aws;
 pub mod azure;
 pub mod ec2_pages;
 pub mod gce;
+pub mod kube;

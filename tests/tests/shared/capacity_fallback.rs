@@ -26,8 +26,9 @@ pub trait Capacity {
 /// The config once (it never changes).
 struct Fixed(Option<ClusterConfig>);
 
+#[async_trait::async_trait]
 impl ConfigSource for Fixed {
-    fn poll(&mut self) -> Result<Option<Reloaded>, String> {
+    async fn poll(&mut self) -> Result<Option<Reloaded>, String> {
         let Some(config) = self.0.take() else {
             return Ok(None);
         };

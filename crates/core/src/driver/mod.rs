@@ -70,11 +70,12 @@ pub struct Reloaded {
 }
 
 /// Where the config comes from (a file in `bin/`, the RayCluster for KubeRay). Polled on
-/// every step.
+/// every step; async because a RayCluster is read over the network.
+#[async_trait::async_trait]
 pub trait ConfigSource: Send {
     /// The config when it changed since the last call (the first call always returns
     /// it), `None` when unchanged, or one line saying why the current text is unusable.
-    fn poll(&mut self) -> Result<Option<Reloaded>, String>;
+    async fn poll(&mut self) -> Result<Option<Reloaded>, String>;
 }
 
 /// The driver's timing and limits.
@@ -373,7 +374,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
     }
 
     async fn poll_config(&mut self) {
-        match self.source.poll() {
+        match self.source.poll().await {
             Ok(Some(r)) => {
                 // The lease, the table and the provider belong to one cluster.
                 if r.config.cluster_name != self.cluster {

@@ -30,8 +30,9 @@ struct TextSource {
     last: Option<String>,
 }
 
+#[async_trait::async_trait]
 impl ConfigSource for TextSource {
-    fn poll(&mut self) -> Result<Option<Reloaded>, String> {
+    async fn poll(&mut self) -> Result<Option<Reloaded>, String> {
         let now = self.text.get();
         if self.last.as_deref() == Some(now.as_str()) {
             return Ok(None);

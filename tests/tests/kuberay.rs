@@ -1,0 +1,457 @@
+//! The KubeRay provider on the fake API server with its mini operator
+//! (`tests/fakes/kube.rs`): the provider conformance suite, then what only KubeRay has
+//! (the config derived from the RayCluster and checked against Ray's own derivation,
+//! the maxReplicas cap, a conflict retried, the per-group guard while a delete is slow,
+//! lists cleared, a RayCluster edit picked up, a launch replayed by a new process).
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rayscale_core::provider::{
+    CloudInstanceProvider, CloudInstanceState, LaunchRequest, NodeKind, ProviderErrorKind,
+};
+use rayscale_provider_kuberay::{KubeRayConfig, KubeRayProvider};
+use rayscale_tests::conformance::{Provoke, Report, Subject, run_all};
+use rayscale_tests::fakes::kube::{KubeFake, OperatorTiming, raycluster};
+use serde_json::{Value, json};
+
+const NS: &str = "ray";
+const HEAD_ADDR: &str = "127.0.0.1:1";
+
+async fn provider(fake: &KubeFake, name: &str) -> KubeRayProvider {
+    let mut cfg = KubeRayConfig::new(name, NS).unwrap();
+    cfg.head_pod_name = None;
+    KubeRayProvider::new(fake.client().await, cfg)
+}
+
+fn req(id: &str, t: &str, n: u64) -> LaunchRequest {
+    LaunchRequest {
+        request_id: id.into(),
+        node_type: t.into(),
+        count: n,
+        launch_config_hash: String::new(),
+    }
+}
+
+fn replicas(fake: &KubeFake, cluster: &str, group: usize) -> u64 {
+    fake.cluster(cluster).unwrap()["spec"]["workerGroupSpecs"][group]["replicas"]
+        .as_u64()
+        .unwrap()
+}
+
+fn to_delete(fake: &KubeFake, cluster: &str, group: usize) -> Vec<String> {
+    fake.cluster(cluster).unwrap()["spec"]["workerGroupSpecs"][group]["scaleStrategy"]
+        ["workersToDelete"]
+        .as_array()
+        .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let t = tokio::time::Instant::now();
+    while !f().await {
+        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn live_workers(p: &KubeRayProvider, t: &str) -> Vec<String> {
+    p.list()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.kind == NodeKind::Worker && c.node_type == t)
+        .map(|c| c.cloud_instance_id)
+        .collect()
+}
+
+/// What the fake can be made to answer.
+struct KubeProvoke(Arc<KubeFake>, String);
+
+#[async_trait::async_trait]
+impl Provoke for KubeProvoke {
+    async fn error(&self, kind: &ProviderErrorKind, request_id: &str) -> Option<LaunchRequest> {
+        // A cap set for an earlier capacity error is lifted first.
+        self.unlimit_capacity("cpu").await;
+        let code = match kind {
+            ProviderErrorKind::Capacity { .. } => {
+                // The group at its maxReplicas.
+                let now = replicas(&self.0, &self.1, 0);
+                self.0.edit_cluster(&self.1, |rc| {
+                    rc["spec"]["workerGroupSpecs"][0]["maxReplicas"] = json!(now)
+                });
+                return Some(req(request_id, "cpu", 1));
+            }
+            ProviderErrorKind::InvalidConfig => return Some(req(request_id, "no-such-group", 1)),
+            // A ResourceQuota stops the operator's pod creation, not the patch: nothing
+            // answers a launch with it.
+            ProviderErrorKind::Quota => return None,
+            ProviderErrorKind::Throttled => 429,
+            ProviderErrorKind::Auth => 403,
+            ProviderErrorKind::NotFound => 404,
+            ProviderErrorKind::Transient => 503,
+        };
+        self.0.faults().patch.push_back(code);
+        Some(req(request_id, "cpu", 1))
+    }
+    async fn limit_capacity(&self, _node_type: &str, n: u64) -> bool {
+        let now = replicas(&self.0, &self.1, 0);
+        self.0.edit_cluster(&self.1, |rc| {
+            rc["spec"]["workerGroupSpecs"][0]["maxReplicas"] = json!(now + n)
+        });
+        true
+    }
+    async fn unlimit_capacity(&self, _node_type: &str) {
+        self.0.edit_cluster(&self.1, |rc| {
+            rc["spec"]["workerGroupSpecs"][0]["maxReplicas"] = json!(1000)
+        });
+    }
+}
+
+fn print(name: &str, r: &Report) {
+    eprintln!("{name}: passed {:?}", r.passed);
+    for (n, why) in &r.skipped {
+        eprintln!("{name}: skipped {n}: {why}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_on_the_fake_api_server() {
+    let fake = KubeFake::start(NS).await;
+    // Small pages: every list crosses pages.
+    fake.set_page_cap(3);
+    fake.put_cluster(raycluster("conf", &[("cpu", 0, 1000, 2)]));
+    // Pods go soon after they are marked: the suite launches again right after a
+    // terminate, which the per-group guard holds back while the pod exists.
+    fake.start_operator(
+        HEAD_ADDR,
+        OperatorTiming {
+            boot: Duration::from_millis(300),
+            delete: Duration::from_millis(50),
+        },
+    );
+    let p = Arc::new(provider(&fake, "conf").await);
+    wait_for("the head pod", Duration::from_secs(5), async || {
+        p.list().await.unwrap().iter().any(|c| c.is_head())
+    })
+    .await;
+    let subject = Subject {
+        provider: p.clone(),
+        node_type: "cpu".into(),
+        head_id: Some("conf-head".into()),
+        head_type: None,
+        settle: Duration::from_secs(5),
+        provoke: Box::new(KubeProvoke(fake.clone(), "conf".into())),
+    };
+    let report = run_all(&subject).await;
+    print("kuberay", &report);
+    assert_eq!(
+        report
+            .skipped
+            .iter()
+            .map(|s| s.0.as_str())
+            .collect::<Vec<_>>(),
+        ["error_kind_quota"]
+    );
+    // The head is listed as the head group's, running.
+    let head = p
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.is_head())
+        .unwrap();
+    assert_eq!(
+        (head.node_type.as_str(), head.state),
+        ("headgroup", CloudInstanceState::Running)
+    );
+    // Paged lists, every one guarded by the head pod's version.
+    assert!(
+        fake.calls()
+            .get_pod
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+}
+
+/// The config derived from a RayCluster matches Ray 2.60's own derivation
+/// (`_derive_autoscaling_config_from_ray_cr`) of the same object, run as the oracle.
+#[test]
+fn config_matches_rays_derivation() {
+    let mut rc = raycluster("oracle", &[("cpu", 1, 5, 2), ("gpu", 0, 3, 8)]);
+    rc["metadata"]["namespace"] = json!(NS);
+    let g = &mut rc["spec"]["workerGroupSpecs"];
+    // GPU from the container's limits, memory from rayStartParams, custom resources as
+    // Ray's escaped string, idle timeout per group, two hosts per replica, labels.
+    g[1]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
+    g[1]["rayStartParams"]["memory"] = json!("1000000000");
+    g[1]["rayStartParams"]["resources"] = json!("\"{\\\"accel\\\": 4}\"");
+    g[1]["numOfHosts"] = json!(2);
+    g[1]["idleTimeoutSeconds"] = json!(30);
+    g[0]["labels"] = json!({"zone": "a"});
+    g[0]["rayStartParams"]
+        .as_object_mut()
+        .unwrap()
+        .remove("num-cpus");
+    g[0]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("1500m");
+    rc["spec"]["autoscalerOptions"] =
+        json!({"idleTimeoutSeconds": 90, "upscalingMode": "Conservative"});
+
+    let ours = rayscale_provider_kuberay::mapping::cluster_config_value(&rc, None).unwrap();
+    let (python, _) = rayscale_tests::ray_head::ray_from_env();
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(
+            "import json,sys\n\
+             from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr as d\n\
+             print(json.dumps(d(json.loads(sys.argv[1]))))",
+        )
+        .arg(rc.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rays: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "cluster_name",
+        "head_node_type",
+        "max_workers",
+        "idle_timeout_minutes",
+        "upscaling_speed",
+    ] {
+        assert_eq!(
+            ours[key]
+                .as_f64()
+                .map(|f| json!(f))
+                .unwrap_or(ours[key].clone()),
+            rays[key]
+                .as_f64()
+                .map(|f| json!(f))
+                .unwrap_or(rays[key].clone()),
+            "{key}"
+        );
+    }
+    for t in ["headgroup", "cpu", "gpu"] {
+        for key in ["min_workers", "max_workers", "resources", "labels"] {
+            let (a, b) = (
+                &ours["available_node_types"][t][key],
+                &rays["available_node_types"][t][key],
+            );
+            let empty = |v: &Value| v.is_null() || v == &json!({});
+            assert!(
+                a == b || (empty(a) && empty(b)),
+                "{t}.{key}: ours {a}, Ray's {b}"
+            );
+        }
+        let (a, b) = (
+            &ours["available_node_types"][t]["idle_timeout_s"],
+            &rays["available_node_types"][t]["idle_timeout_s"],
+        );
+        assert_eq!(a.as_f64(), b.as_f64(), "{t}.idle_timeout_s");
+    }
+    assert_eq!(
+        ours["available_node_types"]["gpu"]["resources"]["GPU"],
+        json!(2)
+    );
+    assert_eq!(
+        ours["available_node_types"]["cpu"]["resources"]["CPU"],
+        json!(2)
+    );
+
+    // A broken RayCluster is one line naming where.
+    let mut bad = rc.clone();
+    bad["spec"]["workerGroupSpecs"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("maxReplicas");
+    let e = rayscale_provider_kuberay::mapping::cluster_config_value(&bad, None)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "RayCluster.spec.workerGroupSpecs[0].maxReplicas: missing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_replicas_caps_a_launch_and_a_conflict_is_retried() {
+    let fake = KubeFake::start(NS).await;
+    fake.put_cluster(raycluster("cap", &[("cpu", 0, 3, 2)]));
+    fake.start_operator(HEAD_ADDR, OperatorTiming::default());
+    let p = provider(&fake, "cap").await;
+    p.list().await.unwrap();
+    // Another writer edits the RayCluster between our read and our patch: the patch's
+    // test fails (409), the provider reads again and patches on top of the edit.
+    fake.faults().concurrent_edits = 1;
+    let o = p.launch(&req("lr-1", "cpu", 5)).await.unwrap();
+    let short = o.shortfall.expect("over maxReplicas");
+    assert_eq!(short.capacity().map(|c| c.0), Some("cpu"));
+    assert!(
+        matches!(
+            short.op,
+            rayscale_core::provider::ProviderOp::Launch { count: 2, .. }
+        ),
+        "{short:?}"
+    );
+    assert_eq!(replicas(&fake, "cap", 0), 3);
+    let rc = fake.cluster("cap").unwrap();
+    assert!(
+        rc["metadata"]["annotations"]["someone-else"].is_string(),
+        "the other edit kept"
+    );
+    assert_eq!(
+        fake.calls()
+            .conflicts
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    wait_for("3 workers", Duration::from_secs(5), async || {
+        live_workers(&p, "cpu").await.len() == 3
+    })
+    .await;
+    // At the cap: nothing is made, the whole request is a capacity error.
+    let e = p.launch(&req("lr-2", "cpu", 1)).await.unwrap_err();
+    assert_eq!(e.capacity().map(|c| c.0), Some("cpu"), "{e}");
+    assert_eq!(replicas(&fake, "cap", 0), 3);
+    // Conflicts without end give up after the retries, in one line.
+    fake.faults().concurrent_edits = 10;
+    let e = p.launch(&req("lr-3", "cpu", 0)).await;
+    fake.faults().concurrent_edits = 0;
+    if let Err(e) = e {
+        assert!(
+            e.message.contains("409") && !e.message.contains('\n'),
+            "{e}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_delete_holds_back_only_its_own_group_and_lists_are_cleared() {
+    let fake = KubeFake::start(NS).await;
+    fake.put_cluster(raycluster("guard", &[("cpu", 0, 10, 2), ("big", 0, 10, 8)]));
+    fake.start_operator(
+        HEAD_ADDR,
+        OperatorTiming {
+            boot: Duration::from_millis(100),
+            delete: Duration::from_secs(3),
+        },
+    );
+    let p = provider(&fake, "guard").await;
+    p.list().await.unwrap();
+    p.launch(&req("a", "cpu", 2)).await.unwrap();
+    wait_for("2 cpu workers", Duration::from_secs(5), async || {
+        live_workers(&p, "cpu").await.len() == 2
+    })
+    .await;
+    let victim = live_workers(&p, "cpu").await[0].clone();
+    p.terminate(std::slice::from_ref(&victim), "t1")
+        .await
+        .unwrap();
+    assert_eq!(replicas(&fake, "guard", 0), 1);
+    assert_eq!(to_delete(&fake, "guard", 0), std::slice::from_ref(&victim));
+    // The same terminate again (a replay) changes nothing.
+    p.terminate(std::slice::from_ref(&victim), "t1")
+        .await
+        .unwrap();
+    assert_eq!(replicas(&fake, "guard", 0), 1);
+    wait_for(
+        "the victim marked deleted",
+        Duration::from_secs(3),
+        async || !live_workers(&p, "cpu").await.contains(&victim),
+    )
+    .await;
+    // While the victim's pod still exists, cpu may not grow; big may.
+    let e = p.launch(&req("b", "cpu", 1)).await.unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::Transient, "{e}");
+    assert!(e.message.contains(&victim), "{e}");
+    p.launch(&req("c", "big", 1)).await.unwrap();
+    assert_eq!(replicas(&fake, "guard", 1), 1);
+    // Once the pod is gone the list clears itself and cpu grows again.
+    wait_for("the list cleared", Duration::from_secs(8), async || {
+        p.list().await.unwrap();
+        to_delete(&fake, "guard", 0).is_empty()
+    })
+    .await;
+    p.launch(&req("d", "cpu", 1)).await.unwrap();
+    assert_eq!(replicas(&fake, "guard", 0), 2);
+    // The head is never deleted.
+    let e = p
+        .terminate(&["guard-head".to_string()], "t2")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::InvalidConfig);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_is_picked_up_and_a_new_process_replays_nothing_twice() {
+    let fake = KubeFake::start(NS).await;
+    fake.put_cluster(raycluster("edit", &[("cpu", 0, 4, 2)]));
+    fake.start_operator(HEAD_ADDR, OperatorTiming::default());
+    let p = provider(&fake, "edit").await;
+    let c = p.cluster_config(None).await.unwrap();
+    assert_eq!(c.node_type("cpu").unwrap().max_workers, Some(4));
+    assert_eq!(c.idle_timeout_s(), 60.0);
+    fake.edit_cluster("edit", |rc| {
+        rc["spec"]["workerGroupSpecs"][0]["maxReplicas"] = json!(8);
+        let mut g = rc["spec"]["workerGroupSpecs"][0].clone();
+        g["groupName"] = json!("mem");
+        g["rayStartParams"]["num-cpus"] = json!("16");
+        rc["spec"]["workerGroupSpecs"]
+            .as_array_mut()
+            .unwrap()
+            .push(g);
+    });
+    let c = p.cluster_config(None).await.unwrap();
+    assert_eq!(c.node_type("cpu").unwrap().max_workers, Some(8));
+    assert_eq!(
+        c.node_type("mem").unwrap().resources.get("CPU"),
+        c.node_type("cpu")
+            .unwrap()
+            .resources
+            .get("CPU")
+            .map(|two| two * 8)
+    );
+    assert_eq!(c.max_workers, Some(16));
+    // A `rayscale:` block from a cluster YAML rides along.
+    let c = p
+        .cluster_config(Some(&json!({"expander": {"chain": ["least-waste"]}})))
+        .await
+        .unwrap();
+    assert_eq!(c.expander.chain, ["least-waste"]);
+
+    p.list().await.unwrap();
+    p.launch(&req("lr-x", "cpu", 2)).await.unwrap();
+    assert_eq!(replicas(&fake, "edit", 0), 2);
+    // A second process (after a crash) replays the same request: no new replicas.
+    let p2 = provider(&fake, "edit").await;
+    p2.list().await.unwrap();
+    p2.launch(&req("lr-x", "cpu", 2)).await.unwrap();
+    assert_eq!(replicas(&fake, "edit", 0), 2);
+    assert_eq!(fake.replicas_history(), [("cpu".to_string(), 2)]);
+}
+
+/// The example manifest in `deploy/kuberay/` is a RayCluster rayscale reads.
+#[test]
+fn the_example_manifest_loads() {
+    let path = rayscale_tests::e2e::root().join("deploy/kuberay/raycluster.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let rc = rayscale_core::config::parse_yaml(&text, "raycluster.yaml").unwrap();
+    let c = rayscale_provider_kuberay::config_of(&rc, None, "default/raycluster-rayscale").unwrap();
+    assert_eq!(c.cluster_name, "raycluster-rayscale");
+    assert_eq!(c.max_workers, Some(14));
+    let gpu = c.node_type("gpu").unwrap();
+    assert_eq!(
+        gpu.resources.get("GPU"),
+        Some(rayscale_core::model::resources::to_fixed(1.0))
+    );
+    assert_eq!(
+        gpu.resources.get("CPU"),
+        Some(rayscale_core::model::resources::to_fixed(8.0))
+    );
+    assert_eq!(c.idle_timeout_s(), 60.0);
+}
