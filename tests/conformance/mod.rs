@@ -58,6 +58,19 @@ pub struct Report {
 }
 
 impl Report {
+    /// Prints what passed and what was skipped (and why), under `subject`'s name.
+    pub fn print(&self, subject: &str) {
+        println!("{subject}: passed {:?}", self.passed);
+        for (check, why) in &self.skipped {
+            println!("{subject}: skipped {check}: {why}");
+        }
+    }
+
+    /// The names of the skipped checks.
+    pub fn skipped_names(&self) -> Vec<&str> {
+        self.skipped.iter().map(|s| s.0.as_str()).collect()
+    }
+
     fn pass(&mut self, name: &str) {
         self.passed.push(name.to_string());
     }

@@ -8,11 +8,12 @@
 //!   `NotFound` Status when absent).
 //! - `PATCH` of the same path with `Content-Type: application/json-patch+json` (RFC 6902;
 //!   "Patch operations" in the API concepts; other patch types answer 415): applied
-//!   atomically to the stored object. A failed `test` of `/metadata/resourceVersion`
-//!   answers 409 `Conflict` ("the object has been modified"), as the server does for a
-//!   stale `resourceVersion` precondition; any other failed operation answers 422
-//!   `Invalid`. A success bumps `metadata.resourceVersion` (and `generation` when the spec
-//!   changed), and answers the object. A patch may not change the name, namespace or uid.
+//!   atomically to the stored object. A failed operation (a `test` among them) answers 422
+//!   `Invalid` with the server's generic message; a patched object whose
+//!   `metadata.resourceVersion` is not the stored one answers 409 `Conflict` ("the object
+//!   has been modified"), the server's optimistic-concurrency precondition. A success
+//!   bumps `metadata.resourceVersion` (and `generation` when the spec changed), and
+//!   answers the object. A patch may not change the name, namespace or uid.
 //! - `GET /api/v1/namespaces/{ns}/pods` — a `PodList` with `labelSelector` (equality
 //!   `k=v`, `k==v`, `k!=v`, existence `k`, comma = AND), `limit` and `continue`
 //!   ("Retrieving large results sets in chunks"), and `resourceVersion` with
@@ -86,6 +87,8 @@ pub struct Calls {
     pub get_pod: AtomicU64,
     /// Pod list pages.
     pub list_pods: AtomicU64,
+    /// Pod watch answers.
+    pub watch_pods: AtomicU64,
     /// Bytes of every response body.
     pub bytes: AtomicU64,
 }
@@ -97,6 +100,7 @@ impl Calls {
             + self.patch_cluster.load(Ordering::Relaxed)
             + self.get_pod.load(Ordering::Relaxed)
             + self.list_pods.load(Ordering::Relaxed)
+            + self.watch_pods.load(Ordering::Relaxed)
     }
 }
 
@@ -121,6 +125,21 @@ struct World {
     replicas_history: Vec<(String, u64)>,
     /// Every pod name a patch added to a `workersToDelete`, in order.
     named_for_deletion: Vec<String>,
+    /// Pod changes for watches, oldest first: (resourceVersion, type, object).
+    events: VecDeque<(u64, &'static str, Value)>,
+    /// Watches from a version older than this answer 410 (compacted).
+    events_start: u64,
+    /// How many pod changes are kept for watches.
+    events_kept: usize,
+}
+
+fn emit(w: &mut World, kind: &'static str, obj: Value) {
+    w.events.push_back((w.rv, kind, obj));
+    while w.events.len() > w.events_kept {
+        if let Some((rv, ..)) = w.events.pop_front() {
+            w.events_start = rv;
+        }
+    }
 }
 
 struct Shared {
@@ -180,6 +199,7 @@ impl KubeFake {
                 rv: 1000,
                 namespace: namespace.to_string(),
                 page_cap: 500,
+                events_kept: 50_000,
                 ..World::default()
             }),
             faults: Mutex::new(Faults::default()),
@@ -318,6 +338,11 @@ impl KubeFake {
     /// Every pod name ever added to a `workersToDelete`, in order.
     pub fn named_for_deletion(&self) -> Vec<String> {
         lock(&self.shared.world).named_for_deletion.clone()
+    }
+
+    /// How many pod changes are kept for watches (older versions answer 410).
+    pub fn set_events_kept(&self, n: usize) {
+        lock(&self.shared.world).events_kept = n.max(1);
     }
 
     /// The most items a list page carries.
@@ -463,6 +488,7 @@ fn make_pod(
         },
         "status": {"phase": "Pending", "conditions": []},
     });
+    emit(w, "ADDED", pod.clone());
     w.pods.insert(
         name.to_string(),
         PodRec {
@@ -507,6 +533,7 @@ fn operator_step(w: &mut World, head_address: &str, t: &OperatorTiming) {
             {
                 let Some(v) = victim.as_str() else { continue };
                 let rv = w.rv + 1;
+                let mut changed = None;
                 if let Some(p) = w.pods.get_mut(v)
                     && in_group(p)
                     && p.deleting_since.is_none()
@@ -514,7 +541,11 @@ fn operator_step(w: &mut World, head_address: &str, t: &OperatorTiming) {
                     p.deleting_since = Some(Instant::now());
                     p.obj["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
                     p.obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+                    changed = Some(p.obj.clone());
+                }
+                if let Some(obj) = changed {
                     w.rv = rv;
+                    emit(w, "MODIFIED", obj);
                 }
             }
             let hosts = g["numOfHosts"].as_u64().unwrap_or(1).max(1);
@@ -529,6 +560,29 @@ fn operator_step(w: &mut World, head_address: &str, t: &OperatorTiming) {
                 let name = format!("{cname}-{gname}-worker-{}", suffix(w.next_pod));
                 make_pod(w, rc, g, &name, false, head_address);
             }
+        }
+    }
+    // The operator writes the RayCluster's status as its pods change (which moves the
+    // RayCluster's resourceVersion under a concurrent autoscaler, as KubeRay's does).
+    let names: Vec<String> = w.clusters.keys().cloned().collect();
+    for cname in names {
+        let ready = w
+            .pods
+            .values()
+            .filter(|p| {
+                p.obj["metadata"]["labels"]["ray.io/cluster"] == cname.as_str()
+                    && p.obj["metadata"]["labels"]["ray.io/node-type"] == "worker"
+                    && p.deleting_since.is_none()
+                    && p.obj["status"]["phase"] == "Running"
+            })
+            .count();
+        let rv = w.rv + 1;
+        if let Some(rc) = w.clusters.get_mut(&cname)
+            && rc["status"]["readyWorkerReplicas"] != json!(ready)
+        {
+            rc["status"] = json!({"state": "ready", "readyWorkerReplicas": ready, "availableWorkerReplicas": ready});
+            rc["metadata"]["resourceVersion"] = json!(rv.to_string());
+            w.rv = rv;
         }
     }
     // Pods boot, and deleted ones go.
@@ -548,7 +602,10 @@ fn operator_step(w: &mut World, head_address: &str, t: &OperatorTiming) {
     }
     for n in gone {
         w.rv += 1;
-        w.pods.remove(&n);
+        if let Some(mut p) = w.pods.remove(&n) {
+            p.obj["metadata"]["resourceVersion"] = json!(w.rv.to_string());
+            emit(w, "DELETED", p.obj);
+        }
     }
     for n in bumped {
         w.rv += 1;
@@ -565,6 +622,8 @@ fn operator_step(w: &mut World, head_address: &str, t: &OperatorTiming) {
                 }],
             });
             p.obj["metadata"]["resourceVersion"] = json!(rv);
+            let obj = p.obj.clone();
+            emit(w, "MODIFIED", obj);
         }
     }
 }
@@ -649,6 +708,13 @@ fn route(s: &Shared, req: &Request) -> ResponseTemplate {
             s.calls.patch_cluster.fetch_add(1, Ordering::Relaxed);
             patch_cluster(s, req, name)
         }
+        ("GET", ["api", "v1", "namespaces", ns, "pods"])
+            if ns_ok(ns)
+                && matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
+        {
+            s.calls.watch_pods.fetch_add(1, Ordering::Relaxed);
+            watch_pods(s, &query)
+        }
         ("GET", ["api", "v1", "namespaces", ns, "pods"]) if ns_ok(ns) => {
             s.calls.list_pods.fetch_add(1, Ordering::Relaxed);
             if let Some(code) = s.faults.lock().ok().and_then(|mut f| f.list.pop_front()) {
@@ -719,29 +785,25 @@ fn patch_cluster(s: &Shared, req: &Request, name: &str) -> ResponseTemplate {
         );
     };
     let mut doc = current.clone();
-    if let Err(e) = json_patch::patch(&mut doc, &ops) {
-        s.calls.conflicts.fetch_add(
-            u64::from(
-                matches!(e.kind, json_patch::PatchErrorKind::TestFailed)
-                    && e.path.as_str() == "/metadata/resourceVersion",
-            ),
-            Ordering::Relaxed,
-        );
-        if matches!(e.kind, json_patch::PatchErrorKind::TestFailed)
-            && e.path.as_str() == "/metadata/resourceVersion"
-        {
-            return status(
-                409,
-                "Conflict",
-                &format!(
-                    "Operation cannot be fulfilled on rayclusters.ray.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
-                ),
-            );
-        }
+    // A failed operation (a `test` among them) answers 422 with the server's generic
+    // message, which does not say which operation failed (apiserver `applyJSPatch`).
+    if json_patch::patch(&mut doc, &ops).is_err() {
         return status(
             422,
             "Invalid",
-            &format!("the server rejected our request due to an error in our request: {e}"),
+            "the server rejected our request due to an error in our request",
+        );
+    }
+    // A `resourceVersion` in the patched object is a precondition of the update
+    // ("Concurrency control and consistency"): another version answers 409.
+    if doc["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"] {
+        s.calls.conflicts.fetch_add(1, Ordering::Relaxed);
+        return status(
+            409,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on rayclusters.ray.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+            ),
         );
     }
     for key in ["name", "namespace", "uid"] {
@@ -921,4 +983,56 @@ pub fn raycluster(name: &str, groups: &[(&str, u64, u64, u64)]) -> Value {
             "workerGroupSpecs": workers,
         },
     })
+}
+
+/// A watch ("Efficient detection of changes"): the pod changes after `resourceVersion`
+/// matching the selector, one JSON event per line. wiremock cannot hold a stream open, so
+/// each answer ends at once, as a watch ends at its `timeoutSeconds`, and the client
+/// watches again from the last version it saw; an answer with no change is a BOOKMARK of
+/// the current version sent after 200 ms. A version older than the kept changes answers
+/// an ERROR event with a 410 `Expired` Status, as the server does.
+fn watch_pods(s: &Shared, q: &BTreeMap<String, String>) -> ResponseTemplate {
+    let w = lock(&s.world);
+    let from = match q.get("resourceVersion").map(|v| v.parse::<u64>()) {
+        None => w.rv,
+        Some(Ok(v)) => v,
+        Some(Err(_)) => return status(400, "BadRequest", "invalid resourceVersion"),
+    };
+    let selector = q.get("labelSelector").cloned().unwrap_or_default();
+    let mut lines: Vec<Value> = Vec::new();
+    if from < w.events_start {
+        lines.push(json!({"type": "ERROR", "object": {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("too old resource version: {from} ({})", w.events_start),
+            "reason": "Expired", "code": 410,
+        }}));
+    } else {
+        for (rv, kind, obj) in &w.events {
+            if *rv > from && selects(&selector, &obj["metadata"]["labels"]) {
+                lines.push(json!({"type": kind, "object": obj}));
+            }
+        }
+    }
+    let idle = lines.is_empty();
+    if idle && q.get("allowWatchBookmarks").map(String::as_str) == Some("true") {
+        lines.push(json!({"type": "BOOKMARK", "object": {
+            "kind": "Pod", "apiVersion": "v1",
+            "metadata": {"resourceVersion": w.rv.to_string()},
+        }}));
+    }
+    drop(w);
+    let mut body = String::new();
+    for l in &lines {
+        body.push_str(&l.to_string());
+        body.push('\n');
+    }
+    s.calls
+        .bytes
+        .fetch_add(body.len() as u64, Ordering::Relaxed);
+    let r = ResponseTemplate::new(200).set_body_raw(body, "application/json");
+    if idle {
+        r.set_delay(Duration::from_millis(200))
+    } else {
+        r
+    }
 }

@@ -12,14 +12,7 @@ use rayscale_core::config::ClusterConfig;
 use rayscale_core::provider::{LaunchRequest, ProviderErrorKind};
 use rayscale_core::testing::{FakeProvider, FaultOn};
 use rayscale_provider_local::{LocalProcessConfig, LocalProcessProvider};
-use rayscale_tests::conformance::{Provoke, Report, Subject, run_all};
-
-fn print(name: &str, r: &Report) {
-    println!("{name}: passed {:?}", r.passed);
-    for (check, why) in &r.skipped {
-        println!("{name}: skipped {check}: {why}");
-    }
-}
+use rayscale_tests::conformance::{Provoke, Subject, run_all};
 
 struct FakeProvoke(Arc<FakeProvider>);
 
@@ -60,7 +53,7 @@ async fn fake_provider_conforms() {
         provoke: Box::new(FakeProvoke(fake.clone())),
     };
     let report = run_all(&subject).await;
-    print("fake", &report);
+    report.print("fake");
     assert!(report.skipped.is_empty(), "{:?}", report.skipped);
     assert!(fake.pages_served() > 3, "listing walked the pages");
 }
@@ -119,7 +112,7 @@ available_node_types:
         provoke: Box::new(LocalProvoke),
     };
     let report = run_all(&subject).await;
-    print("local_processes", &report);
+    report.print("local_processes");
     assert!(
         report
             .passed

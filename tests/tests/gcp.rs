@@ -16,7 +16,7 @@ use rayscale_core::provider::{
     CloudInstanceProvider, CloudInstanceState, LaunchRequest, NodeKind, ProviderErrorKind,
 };
 use rayscale_provider_gcp::{GcpProvider, Polling};
-use rayscale_tests::conformance::{Provoke, Report, Subject, run_all};
+use rayscale_tests::conformance::{Provoke, Subject, run_all};
 use rayscale_tests::fakes::gce::{GceFake, Timing};
 
 const PROJECT: &str = "proj";
@@ -108,13 +108,6 @@ impl Provoke for GceProvoke {
     }
 }
 
-fn print(name: &str, r: &Report) {
-    println!("{name}: passed {:?}", r.passed);
-    for (check, why) in &r.skipped {
-        println!("{name}: skipped {check}: {why}");
-    }
-}
-
 /// A head of `cluster` made the way `ray up` makes one (Ray's labels, Ray's name).
 async fn make_head(p: &GcpProvider, cfg: &ClusterConfig) -> String {
     let out = p.launch_head(&req(cfg, "head-1", "head", 1)).await.unwrap();
@@ -136,15 +129,8 @@ async fn gcp_provider_conforms_on_the_fake() {
         provoke: Box::new(GceProvoke(fake.clone())),
     };
     let report = run_all(&subject).await;
-    print("gcp", &report);
-    assert_eq!(
-        report
-            .skipped
-            .iter()
-            .map(|s| s.0.as_str())
-            .collect::<Vec<_>>(),
-        ["error_kind_not_found"]
-    );
+    report.print("gcp");
+    assert_eq!(report.skipped_names(), ["error_kind_not_found"]);
     // Every instance is one insert: Compute Engine has no batch insert of named
     // instances; a replay sends none for instances its request made.
     let inserts = fake

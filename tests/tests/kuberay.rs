@@ -13,7 +13,7 @@ use rayscale_core::provider::{
     CloudInstanceProvider, CloudInstanceState, LaunchRequest, NodeKind, ProviderErrorKind,
 };
 use rayscale_provider_kuberay::{KubeRayConfig, KubeRayProvider};
-use rayscale_tests::conformance::{Provoke, Report, Subject, run_all};
+use rayscale_tests::conformance::{Provoke, Subject, run_all};
 use rayscale_tests::fakes::kube::{KubeFake, OperatorTiming, raycluster};
 use serde_json::{Value, json};
 
@@ -110,15 +110,17 @@ impl Provoke for KubeProvoke {
     }
 }
 
-fn print(name: &str, r: &Report) {
-    eprintln!("{name}: passed {:?}", r.passed);
-    for (n, why) in &r.skipped {
-        eprintln!("{name}: skipped {n}: {why}");
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_on_the_fake_api_server_with_the_pod_watch() {
+    conformance(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_on_the_fake_api_server() {
+async fn conformance_on_the_fake_api_server_listing_every_time() {
+    conformance(false).await;
+}
+
+async fn conformance(watch: bool) {
     let fake = KubeFake::start(NS).await;
     // Small pages: every list crosses pages.
     fake.set_page_cap(3);
@@ -132,7 +134,10 @@ async fn conformance_on_the_fake_api_server() {
             delete: Duration::from_millis(50),
         },
     );
-    let p = Arc::new(provider(&fake, "conf").await);
+    let mut cfg = KubeRayConfig::new("conf", NS).unwrap();
+    cfg.head_pod_name = None;
+    cfg.watch_pods = watch;
+    let p = Arc::new(KubeRayProvider::new(fake.client().await, cfg));
     wait_for("the head pod", Duration::from_secs(5), async || {
         p.list().await.unwrap().iter().any(|c| c.is_head())
     })
@@ -146,15 +151,8 @@ async fn conformance_on_the_fake_api_server() {
         provoke: Box::new(KubeProvoke(fake.clone(), "conf".into())),
     };
     let report = run_all(&subject).await;
-    print("kuberay", &report);
-    assert_eq!(
-        report
-            .skipped
-            .iter()
-            .map(|s| s.0.as_str())
-            .collect::<Vec<_>>(),
-        ["error_kind_quota"]
-    );
+    report.print("kuberay");
+    assert_eq!(report.skipped_names(), ["error_kind_quota"]);
     // The head is listed as the head group's, running.
     let head = p
         .list()
@@ -167,13 +165,23 @@ async fn conformance_on_the_fake_api_server() {
         (head.node_type.as_str(), head.state),
         ("headgroup", CloudInstanceState::Running)
     );
-    // Paged lists, every one guarded by the head pod's version.
-    assert!(
-        fake.calls()
-            .get_pod
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0
-    );
+    // Paged lists guarded by the head pod's version; with the watch, one list and then
+    // changes only.
+    let calls = fake.calls();
+    let lists = calls.list_pods.load(std::sync::atomic::Ordering::Relaxed);
+    let watches = calls.watch_pods.load(std::sync::atomic::Ordering::Relaxed);
+    let head_reads = calls.get_pod.load(std::sync::atomic::Ordering::Relaxed);
+    if watch {
+        assert!(watches > 0, "no watch");
+        assert!(lists <= 5, "{lists} list pages with the watch on");
+    } else {
+        assert_eq!(watches, 0);
+        assert!(lists > 20, "{lists}");
+        assert!(
+            head_reads > 0,
+            "lists not guarded by the head pod's version"
+        );
+    }
 }
 
 /// The config derived from a RayCluster matches Ray 2.60's own derivation
@@ -319,15 +327,67 @@ async fn max_replicas_caps_a_launch_and_a_conflict_is_retried() {
     assert_eq!(e.capacity().map(|c| c.0), Some("cpu"), "{e}");
     assert_eq!(replicas(&fake, "cap", 0), 3);
     // Conflicts without end give up after the retries, in one line.
+    let before = fake
+        .calls()
+        .conflicts
+        .load(std::sync::atomic::Ordering::Relaxed);
     fake.faults().concurrent_edits = 10;
-    let e = p.launch(&req("lr-3", "cpu", 0)).await;
+    let e = p.launch(&req("lr-3", "cpu", 0)).await.unwrap_err();
     fake.faults().concurrent_edits = 0;
-    if let Err(e) = e {
-        assert!(
-            e.message.contains("409") && !e.message.contains('\n'),
-            "{e}"
-        );
-    }
+    assert_eq!(e.kind, ProviderErrorKind::Transient, "{e}");
+    assert!(
+        e.message.contains("409") && !e.message.contains('\n'),
+        "{e}"
+    );
+    let after = fake
+        .calls()
+        .conflicts
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(after - before, 4, "the first try and 3 retries");
+}
+
+/// The pod watch: changes arrive without a list; a watch whose version was compacted
+/// away (410) makes the next read list again, and the view is right after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_watch_follows_changes_and_lists_again_after_a_410() {
+    let fake = KubeFake::start(NS).await;
+    fake.put_cluster(raycluster("w", &[("cpu", 0, 50, 2)]));
+    fake.start_operator(HEAD_ADDR, OperatorTiming::default());
+    let p = provider(&fake, "w").await;
+    wait_for("the head pod", Duration::from_secs(5), async || {
+        p.list().await.unwrap().iter().any(|c| c.is_head())
+    })
+    .await;
+    let lists = || {
+        fake.calls()
+            .list_pods
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let first = lists();
+    let running = async |n: usize| {
+        p.list()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|c| !c.is_head() && c.is_running())
+            .count()
+            == n
+    };
+    p.launch(&req("w1", "cpu", 3)).await.unwrap();
+    wait_for("3 running workers", Duration::from_secs(5), async || {
+        running(3).await
+    })
+    .await;
+    assert_eq!(lists(), first, "the watch brought the changes, no list");
+    // Compaction: the watch falls behind 20 changes with 2 kept, is told 410, and the
+    // next read lists again.
+    fake.set_events_kept(2);
+    p.launch(&req("w2", "cpu", 10)).await.unwrap();
+    wait_for("13 running workers", Duration::from_secs(10), async || {
+        running(13).await
+    })
+    .await;
+    assert!(lists() > first, "listed again after the 410");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,6 +21,9 @@ pub struct KubeRayConfig {
     pub reuse_window: Duration,
     /// Patches tried again after a conflict (a concurrent edit), each on a fresh read.
     pub conflict_retries: u32,
+    /// Keep the pods by one list and a watch (true), or list them every iteration as
+    /// Ray does (false).
+    pub watch_pods: bool,
 }
 
 impl KubeRayConfig {
@@ -48,6 +51,7 @@ impl KubeRayConfig {
                 .filter(|s| !s.is_empty()),
             reuse_window: Duration::from_millis(500),
             conflict_retries: 3,
+            watch_pods: true,
         })
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! The API server answers a failed call with an HTTP status and a `Status` object
 //! (`reason`, `message`; API concepts, "Status"). The table:
-//! - 409 `Conflict` (a stale `resourceVersion`), and 422 from a JSON patch whose `test`
-//!   operation failed: a concurrent edit; the provider re-reads and retries;
+//! - 409 `Conflict` (the `resourceVersion` a patch carries is stale): a concurrent edit;
+//!   the provider re-reads and retries;
 //! - 429 `TooManyRequests` (API priority and fairness): throttled;
 //! - 401/403: auth (the service account lacks a permission: see the RBAC manifest);
 //! - 404: not found (the RayCluster or a pod);
@@ -63,7 +63,7 @@ impl KubeRayError {
                 status: Some(409),
                 ..
             }
-        ) || matches!(self, KubeRayError::Call { status: Some(422), message, .. } if message.contains("test"))
+        )
     }
 
     /// As a contract error of `op`.
@@ -98,7 +98,7 @@ pub fn classify(e: &kube::Error) -> (Option<u16>, ProviderErrorKind, String) {
                 },
                 s.message.replace('\n', " ")
             );
-            (Some(code), kind_of(code, &s.message), message)
+            (Some(code), kind_of(code), message)
         }
         other => (
             None,
@@ -108,11 +108,10 @@ pub fn classify(e: &kube::Error) -> (Option<u16>, ProviderErrorKind, String) {
     }
 }
 
-/// The kind of an HTTP status (with the server's message for 422).
-pub fn kind_of(code: u16, message: &str) -> ProviderErrorKind {
+/// The kind of an HTTP status.
+pub fn kind_of(code: u16) -> ProviderErrorKind {
     match code {
         409 => ProviderErrorKind::Transient,
-        422 if message.contains("test") => ProviderErrorKind::Transient,
         429 => ProviderErrorKind::Throttled,
         401 | 403 => ProviderErrorKind::Auth,
         404 => ProviderErrorKind::NotFound,
@@ -127,19 +126,12 @@ mod tests {
 
     #[test]
     fn the_table() {
-        assert_eq!(kind_of(429, ""), ProviderErrorKind::Throttled);
-        assert_eq!(kind_of(403, ""), ProviderErrorKind::Auth);
-        assert_eq!(kind_of(404, ""), ProviderErrorKind::NotFound);
-        assert_eq!(kind_of(409, ""), ProviderErrorKind::Transient);
-        assert_eq!(
-            kind_of(422, "testing value /metadata/resourceVersion failed"),
-            ProviderErrorKind::Transient
-        );
-        assert_eq!(
-            kind_of(422, "spec.replicas: Invalid"),
-            ProviderErrorKind::InvalidConfig
-        );
-        assert_eq!(kind_of(503, ""), ProviderErrorKind::Transient);
-        assert_eq!(kind_of(504, ""), ProviderErrorKind::Transient);
+        assert_eq!(kind_of(429), ProviderErrorKind::Throttled);
+        assert_eq!(kind_of(403), ProviderErrorKind::Auth);
+        assert_eq!(kind_of(404), ProviderErrorKind::NotFound);
+        assert_eq!(kind_of(409), ProviderErrorKind::Transient);
+        assert_eq!(kind_of(422), ProviderErrorKind::InvalidConfig);
+        assert_eq!(kind_of(503), ProviderErrorKind::Transient);
+        assert_eq!(kind_of(504), ProviderErrorKind::Transient);
     }
 }

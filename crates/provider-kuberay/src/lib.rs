@@ -7,16 +7,18 @@
 //! `rayStartParams` or the Ray container's limits, idle timeout and upscaling mode from
 //! `autoscalerOptions`), as Ray's `autoscaling_config.py` does. Launches raise a group's
 //! `replicas` (capped at `maxReplicas`), terminations name pods in the group's
-//! `workersToDelete`; KubeRay's operator makes and deletes the pods; a list reads the
-//! pods (`ray.io/cluster=<name>`) at least as new as the head pod.
+//! `workersToDelete`; KubeRay's operator makes and deletes the pods. The pods
+//! (`ray.io/cluster=<name>`) are listed once, at least as new as the head pod, and then
+//! kept by a watch (`client::PodCache`); `watch_pods: false` lists them every iteration,
+//! as Ray does.
 //!
 //! Where it does better than Ray's: every patch is guarded by a `test` of the
 //! `resourceVersion` (a concurrent edit is read again, never overwritten); a pending
 //! delete holds back only its own group's scale-up, not the whole cluster's; a launch
 //! request is recorded in the RayCluster in the same patch (`rayscale.io/launch-ledger`),
 //! so a replay after a restart adds nothing twice; the config read and the list of one
-//! iteration share one GET of the RayCluster; the Ray container's status is found by
-//! name.
+//! iteration share one GET of the RayCluster; an idle iteration reads no pod again (the
+//! watch); the Ray container's status is found by name.
 //!
 //! What it must not do: delete or patch a pod (the operator owns pods), touch the head,
 //! decide anything (the reconciler does), hold global state or create a runtime, or send

@@ -364,7 +364,12 @@ pub fn quantity_ceil(s: &str) -> Option<u64> {
         return None;
     }
     let digits = format!("{int}{frac}");
-    let mantissa: u128 = digits.trim_start_matches('0').parse().unwrap_or(0);
+    let significant = digits.trim_start_matches('0');
+    let mantissa: u128 = if significant.is_empty() {
+        0
+    } else {
+        significant.parse().ok()?
+    };
     // value = mantissa * mul / 10^(frac.len() + div10)
     let mut div10 = frac.len() as u32;
     let mut mul: u128 = 1;
@@ -596,10 +601,15 @@ fn escape(segment: &str) -> String {
     segment.replace('~', "~0").replace('/', "~1")
 }
 
-/// The guard every patch starts with: the RayCluster is still the version read.
+/// The guard every patch starts with: the RayCluster is still the version read. The
+/// patch sets `metadata.resourceVersion` to the version read, which the API server checks
+/// as an optimistic-concurrency precondition after applying the patch: a concurrent edit
+/// answers 409 Conflict ("Patch operations" and "Concurrency control" in the API
+/// concepts). A JSON-patch `test` of the version would be refused too, but as a 422 whose
+/// message does not say why, indistinguishable from a wrong patch.
 pub fn guard(rc: &Value) -> Value {
     json!({
-        "op": "test",
+        "op": "replace",
         "path": "/metadata/resourceVersion",
         "value": rc.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null),
     })
@@ -642,11 +652,11 @@ pub fn plan_launch(
             .filter(|n| !group.to_delete.iter().any(|d| d == *n))
             .count() as u64
     });
-    let base = group
-        .replicas
-        .max(group.min_replicas)
-        .max(live.div_ceil(group.hosts));
-    let want = base + count.div_ceil(group.hosts);
+    // In nodes, as Ray: max(replicas, minReplicas) x numOfHosts, or the live workers when
+    // more, plus the request; back to replicas rounding down (Ray's `//`), so a request
+    // never makes more than its count.
+    let nodes = (group.replicas.max(group.min_replicas) * group.hosts).max(live) + count;
+    let want = nodes / group.hosts;
     let target = group.max_replicas.map_or(want, |m| want.min(m));
     let rejected = ((want - target) * group.hosts).min(count);
     if count > 0 && target <= group.replicas && rejected >= count {
@@ -785,5 +795,7 @@ mod tests {
         assert_eq!(quantity_ceil("abc"), None);
         assert_eq!(quantity_ceil("-1"), None);
         assert_eq!(quantity_ceil("1Xi"), None);
+        assert_eq!(quantity_ceil("0.000"), Some(0));
+        assert_eq!(quantity_ceil(&"9".repeat(60)), None);
     }
 }

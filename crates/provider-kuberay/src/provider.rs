@@ -15,7 +15,7 @@ use rayscale_core::provider::{
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::client::KubeClient;
+use crate::client::{KubeClient, PodCache};
 use crate::config::KubeRayConfig;
 use crate::errors::KubeRayError;
 use crate::mapping::{self, LaunchPlan, Observed};
@@ -39,6 +39,10 @@ pub struct KubeRayProvider {
     client: KubeClient,
     config: KubeRayConfig,
     state: Mutex<State>,
+    cache: PodCache,
+    /// One patch at a time: the loop runs effects concurrently, and patches computed from
+    /// the same read would only conflict with each other.
+    patching: tokio::sync::Mutex<()>,
 }
 
 impl KubeRayProvider {
@@ -48,6 +52,8 @@ impl KubeRayProvider {
             client: KubeClient::new(client, &config.namespace, &config.cluster_name),
             config,
             state: Mutex::new(State::default()),
+            cache: PodCache::default(),
+            patching: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -107,6 +113,7 @@ impl KubeRayProvider {
         &self,
         mut plan: impl FnMut(&Value, &Observed) -> Result<(Option<Vec<Value>>, T), KubeRayError>,
     ) -> Result<T, KubeRayError> {
+        let _one_at_a_time = self.patching.lock().await;
         let mut attempt = 0;
         loop {
             let rc = if attempt == 0 {
@@ -187,23 +194,31 @@ impl CloudInstanceProvider for KubeRayProvider {
             .recent_cluster()
             .await
             .map_err(|e| e.into_provider(ProviderOp::List))?;
-        let head = self
-            .config
-            .head_pod_name
-            .clone()
-            .or_else(|| self.lock().head_pod.clone());
-        let rv = match head {
-            Some(h) => match self.client.pod_resource_version(&h).await {
-                Ok(rv) => rv,
-                Err(e) => return Err(e.into_provider(ProviderOp::List)),
-            },
-            None => None,
+        // A list (every time, or the watch's first) is at least as new as the head pod,
+        // as Ray's; a watch after it never goes back in time.
+        let rv = if self.config.watch_pods && self.cache.synced() {
+            None
+        } else {
+            let head = self
+                .config
+                .head_pod_name
+                .clone()
+                .or_else(|| self.lock().head_pod.clone());
+            match head {
+                Some(h) => self
+                    .client
+                    .pod_resource_version(&h)
+                    .await
+                    .map_err(|e| e.into_provider(ProviderOp::List))?,
+                None => None,
+            }
         };
-        let pods = self
-            .client
-            .list_pods(rv.as_deref())
-            .await
-            .map_err(|e| e.into_provider(ProviderOp::List))?;
+        let pods = if self.config.watch_pods {
+            self.cache.pods(&self.client, rv.as_deref()).await
+        } else {
+            self.client.list_pods(rv.as_deref()).await
+        }
+        .map_err(|e| e.into_provider(ProviderOp::List))?;
         let views: Vec<_> = pods.iter().filter_map(mapping::pod_view).collect();
         let observed = Observed::from_views(&views);
         let instances: Vec<CloudInstance> = views.into_iter().filter_map(|v| v.instance).collect();
@@ -215,6 +230,7 @@ impl CloudInstanceProvider for KubeRayProvider {
         // Groups whose `workersToDelete` pods are all gone get their list cleared (one
         // guarded patch; a conflict waits for the next list).
         if let Some(patch) = mapping::plan_clear(&rc, &observed) {
+            let _one_at_a_time = self.patching.lock().await;
             match self.client.patch_cluster(patch).await {
                 Ok(rc) => {
                     self.remember(&rc);
