@@ -45,11 +45,16 @@ struct RayClusterSource {
     rayscale: Option<Value>,
     expander: ExpanderArgs,
     last: Option<Value>,
+    /// The config read at start, handed to the loop's first poll.
+    first: Option<Reloaded>,
 }
 
 #[async_trait::async_trait]
 impl ConfigSource for RayClusterSource {
     async fn poll(&mut self) -> Result<Option<Reloaded>, String> {
+        if let Some(first) = self.first.take() {
+            return Ok(Some(first));
+        }
         let config = self
             .provider
             .cluster_config(self.rayscale.as_ref())
@@ -113,11 +118,11 @@ pub async fn run(args: KubeRayArgs) -> Result<String> {
         rayscale,
         expander: args.expander,
         last: None,
+        first: None,
     };
-    // A bad RayCluster or expander flags fail now, in one line.
-    let first = source.poll().await.map_err(anyhow::Error::msg)?;
-    source.last = None;
-    drop(first);
+    // A bad RayCluster or expander flags fail now, in one line; the loop's first poll
+    // takes what was read.
+    source.first = source.poll().await.map_err(anyhow::Error::msg)?;
     let gcs = loop_client(&gcs_address)?;
     // The sidecar starts beside the head: wait for its GCS, as Ray's does.
     let mut waited = 0u64;

@@ -672,7 +672,7 @@ fn route(s: &Shared, req: &Request) -> ResponseTemplate {
     let ns_ok = |ns: &str| lock(&s.world).namespace == ns;
     match (method, segs.as_slice()) {
         (
-            "GET",
+            "GET" | "PATCH",
             [
                 "apis",
                 "ray.io",
@@ -683,6 +683,10 @@ fn route(s: &Shared, req: &Request) -> ResponseTemplate {
                 name,
             ],
         ) if ns_ok(ns) => {
+            if method == "PATCH" {
+                s.calls.patch_cluster.fetch_add(1, Ordering::Relaxed);
+                return patch_cluster(s, req, name);
+            }
             s.calls.get_cluster.fetch_add(1, Ordering::Relaxed);
             match lock(&s.world).clusters.get(*name).cloned() {
                 Some(rc) => ok(s, rc),
@@ -692,21 +696,6 @@ fn route(s: &Shared, req: &Request) -> ResponseTemplate {
                     &format!("rayclusters.ray.io \"{name}\" not found"),
                 ),
             }
-        }
-        (
-            "PATCH",
-            [
-                "apis",
-                "ray.io",
-                "v1",
-                "namespaces",
-                ns,
-                "rayclusters",
-                name,
-            ],
-        ) if ns_ok(ns) => {
-            s.calls.patch_cluster.fetch_add(1, Ordering::Relaxed);
-            patch_cluster(s, req, name)
         }
         ("GET", ["api", "v1", "namespaces", ns, "pods"])
             if ns_ok(ns)

@@ -58,13 +58,11 @@ impl KubeRayProvider {
     }
 
     /// A provider with a client configured from the environment (in-cluster or
-    /// kubeconfig); the RayCluster is read once so a wrong name or a missing permission
-    /// fails here, in one line.
+    /// kubeconfig). Nothing is read yet: the first [`Self::cluster_config`] fails in one
+    /// line on a wrong name or a missing permission.
     pub async fn from_environment(config: KubeRayConfig) -> Result<Self, KubeRayError> {
         let client = crate::client::from_environment().await?;
-        let p = KubeRayProvider::new(client, config);
-        p.cluster().await?;
-        Ok(p)
+        Ok(KubeRayProvider::new(client, config))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
