@@ -10,9 +10,11 @@
 //! epoch, or could not renew for `renew_deadline` (shorter than `duration`), stops acting
 //! before its next effect (client-go's leader election has the same three durations).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::gcs::Gcs;
@@ -261,4 +263,50 @@ impl Lease {
         tracing::info!("released the autoscaler lease (epoch {epoch})");
         Ok(())
     }
+}
+
+/// Holds the lease until told to stop, then releases it.
+pub(super) async fn hold_lease<G: Gcs + 'static>(
+    mut lease: Lease,
+    gcs: Arc<G>,
+    tx: watch::Sender<LeaseView>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let every = lease.settings().renew_every;
+    // A slow GCS (the client's own retries) must not hold a round past the next one.
+    let bound = every * 2;
+    let mut said_error = false;
+    loop {
+        let round = tokio::time::timeout(bound, lease.tick(gcs.as_ref()))
+            .await
+            .unwrap_or_else(|_| {
+                Err(CoreError::gcs(
+                    "lease",
+                    format!("no answer within {bound:?}"),
+                ))
+            });
+        match round {
+            Ok(view) => {
+                said_error = false;
+                tx.send_replace(view);
+            }
+            Err(e) => {
+                if !said_error {
+                    tracing::warn!("cannot reach the lease: {e}");
+                    said_error = true;
+                }
+                tx.send_replace(lease.view());
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+    match tokio::time::timeout(bound, lease.release(gcs.as_ref())).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("cannot release the lease: {e}"),
+        Err(_) => tracing::warn!("cannot release the lease: no answer within {bound:?}"),
+    }
+    tx.send_replace(lease.view());
 }

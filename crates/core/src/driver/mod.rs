@@ -24,6 +24,7 @@ pub mod clock;
 pub mod effects;
 pub mod gcs;
 pub mod lease;
+mod replay;
 pub mod table;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,8 +45,7 @@ use crate::config::ClusterConfig;
 use crate::error::CoreError;
 use crate::expander::{ExpanderChain, SeededRng};
 use crate::instance::{InMemoryStorage, Instance, InstanceManager, InstanceStorage};
-use crate::model::InstanceStatus;
-use crate::provider::{CloudInstance, CloudInstanceProvider, LaunchRequest, ProviderError};
+use crate::provider::{CloudInstance, CloudInstanceProvider, ProviderError};
 use crate::reconciler::{
     DrainRejection, Effect, IdSource, Observed, ReconcilerSettings, reconcile,
 };
@@ -251,7 +251,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         let (tx, lease_rx) = watch::channel(LeaseView::default());
         let (lease_stop, stop_rx) = watch::channel(false);
         let lease = Lease::new(NAMESPACE, cluster, &options.holder, options.lease);
-        let lease_task = tokio::spawn(hold_lease(lease, gcs.clone(), tx, stop_rx));
+        let lease_task = tokio::spawn(lease::hold_lease(lease, gcs.clone(), tx, stop_rx));
         Driver {
             ids: RandomIds(SeededRng::new(options.id_seed)),
             gcs,
@@ -479,7 +479,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 0
             }
         };
-        let pending = replays(&storage, &mut self.ids);
+        let pending = replay::replays(&storage, &mut self.ids);
         Ok(Active {
             epoch,
             saved_avail: avail.state(),
@@ -704,108 +704,6 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         );
         Ok(())
     }
-}
-
-/// Holds the lease until told to stop, then releases it.
-async fn hold_lease<G: Gcs + 'static>(
-    mut lease: Lease,
-    gcs: Arc<G>,
-    tx: watch::Sender<LeaseView>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let every = lease.settings().renew_every;
-    // A slow GCS (the client's own retries) must not hold a round past the next one.
-    let bound = every * 2;
-    let mut said_error = false;
-    loop {
-        let round = tokio::time::timeout(bound, lease.tick(gcs.as_ref()))
-            .await
-            .unwrap_or_else(|_| {
-                Err(CoreError::gcs(
-                    "lease",
-                    format!("no answer within {bound:?}"),
-                ))
-            });
-        match round {
-            Ok(view) => {
-                said_error = false;
-                tx.send_replace(view);
-            }
-            Err(e) => {
-                if !said_error {
-                    tracing::warn!("cannot reach the lease: {e}");
-                    said_error = true;
-                }
-                tx.send_replace(lease.view());
-            }
-        }
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = tokio::time::sleep(every) => {}
-        }
-    }
-    match tokio::time::timeout(bound, lease.release(gcs.as_ref())).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!("cannot release the lease: {e}"),
-        Err(_) => tracing::warn!("cannot release the lease: no answer within {bound:?}"),
-    }
-    tx.send_replace(lease.view());
-}
-
-/// What a process that takes the lease replays from the stored table: the launch requests
-/// of REQUESTED records (re-sent as they were: same request id, type and size; the
-/// provider makes nothing twice), the stops of RAY_STOP_REQUESTED records, and the
-/// terminations of TERMINATING records.
-fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<Effect> {
-    let (_, instances) = storage.load().unwrap_or_default();
-    let mut by_request: BTreeMap<(String, String), (u64, String)> = BTreeMap::new();
-    let mut out = Vec::new();
-    let mut terminate = Vec::new();
-    for i in &instances {
-        match i.status {
-            InstanceStatus::Requested => {
-                let e = by_request
-                    .entry((i.launch_request_id.clone(), i.node_type.clone()))
-                    .or_insert((0, i.launch_config_hash.clone()));
-                // A record of an older table has no size: send what is requested.
-                e.0 = if i.launch_request_size > 0 {
-                    i.launch_request_size
-                } else {
-                    e.0 + 1
-                };
-            }
-            InstanceStatus::RayStopRequested => {
-                if let Some(node) = &i.node_id {
-                    tracing::info!("replaying the stop of ray on {}", i.instance_id);
-                    out.push(Effect::Drain {
-                        instance_id: i.instance_id.clone(),
-                        node_id_hex: node.clone(),
-                        reason: "replayed after a restart".into(),
-                        idle: i.idle_stop(),
-                    });
-                }
-            }
-            InstanceStatus::Terminating => terminate.extend(i.cloud_instance_id.clone()),
-            _ => {}
-        }
-    }
-    for ((request_id, node_type), (count, launch_config_hash)) in by_request {
-        tracing::info!("replaying launch request {request_id} ({count} x {node_type})");
-        out.push(Effect::Launch(LaunchRequest {
-            request_id,
-            node_type,
-            count,
-            launch_config_hash,
-        }));
-    }
-    if !terminate.is_empty() {
-        tracing::info!("replaying the termination of {}", terminate.join(", "));
-        out.push(Effect::Terminate {
-            cloud_instance_ids: terminate,
-            request_id: ids.request_id(),
-        });
-    }
-    out
 }
 
 #[cfg(test)]

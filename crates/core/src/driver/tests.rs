@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 
 use super::*;
+use crate::model::InstanceStatus;
 use crate::provider::CloudInstance;
 use crate::testing::{FakeGcs, FakeProvider, FaultOn, demand};
 

@@ -1,0 +1,64 @@
+//! What a process that takes the lease re-sends from the stored table.
+
+use std::collections::BTreeMap;
+
+use crate::instance::{InMemoryStorage, InstanceStorage};
+use crate::model::InstanceStatus;
+use crate::provider::LaunchRequest;
+use crate::reconciler::{Effect, IdSource};
+
+/// What a process that takes the lease replays from the stored table: the launch requests
+/// of REQUESTED records (re-sent as they were: same request id, type and size; the
+/// provider makes nothing twice), the stops of RAY_STOP_REQUESTED records, and the
+/// terminations of TERMINATING records.
+pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<Effect> {
+    let (_, instances) = storage.load().unwrap_or_default();
+    let mut by_request: BTreeMap<(String, String), (u64, String)> = BTreeMap::new();
+    let mut out = Vec::new();
+    let mut terminate = Vec::new();
+    for i in &instances {
+        match i.status {
+            InstanceStatus::Requested => {
+                let e = by_request
+                    .entry((i.launch_request_id.clone(), i.node_type.clone()))
+                    .or_insert((0, i.launch_config_hash.clone()));
+                // A record of an older table has no size: send what is requested.
+                e.0 = if i.launch_request_size > 0 {
+                    i.launch_request_size
+                } else {
+                    e.0 + 1
+                };
+            }
+            InstanceStatus::RayStopRequested => {
+                if let Some(node) = &i.node_id {
+                    tracing::info!("replaying the stop of ray on {}", i.instance_id);
+                    out.push(Effect::Drain {
+                        instance_id: i.instance_id.clone(),
+                        node_id_hex: node.clone(),
+                        reason: "replayed after a restart".into(),
+                        idle: i.idle_stop(),
+                    });
+                }
+            }
+            InstanceStatus::Terminating => terminate.extend(i.cloud_instance_id.clone()),
+            _ => {}
+        }
+    }
+    for ((request_id, node_type), (count, launch_config_hash)) in by_request {
+        tracing::info!("replaying launch request {request_id} ({count} x {node_type})");
+        out.push(Effect::Launch(LaunchRequest {
+            request_id,
+            node_type,
+            count,
+            launch_config_hash,
+        }));
+    }
+    if !terminate.is_empty() {
+        tracing::info!("replaying the termination of {}", terminate.join(", "));
+        out.push(Effect::Terminate {
+            cloud_instance_ids: terminate,
+            request_id: ids.request_id(),
+        });
+    }
+    out
+}
