@@ -145,8 +145,6 @@ enum Served {
     Always,
     /// Behind a cargo feature; `true` when this build has it.
     Feature(&'static str, bool),
-    /// A provider whose crate is not written yet; the cargo feature it will come behind.
-    Planned(&'static str),
 }
 
 /// Ray's provider types (and rayscale's `local_processes`), with where each is served.
@@ -159,12 +157,27 @@ const TYPES: &[(&str, Served)] = &[
         "kuberay",
         Served::Feature("kuberay", cfg!(feature = "kuberay")),
     ),
-    // Ray's v1 node providers, through the node-provider adapter.
-    ("external", Served::Planned("adapter")),
-    ("local", Served::Planned("adapter")),
-    ("fake_multinode", Served::Planned("adapter")),
-    ("vsphere", Served::Planned("adapter")),
-    ("aliyun", Served::Planned("adapter")),
+    // Ray's v1 node providers, through the node-provider adapter and its Python bridge.
+    (
+        "external",
+        Served::Feature("adapter", cfg!(feature = "adapter")),
+    ),
+    (
+        "local",
+        Served::Feature("adapter", cfg!(feature = "adapter")),
+    ),
+    (
+        "fake_multinode",
+        Served::Feature("adapter", cfg!(feature = "adapter")),
+    ),
+    (
+        "vsphere",
+        Served::Feature("adapter", cfg!(feature = "adapter")),
+    ),
+    (
+        "aliyun",
+        Served::Feature("adapter", cfg!(feature = "adapter")),
+    ),
 ];
 
 /// Builds the provider `config.provider.type` names. A type that is not compiled in, or
@@ -181,11 +194,6 @@ pub async fn build(
             "provider.type {t:?}: this rayscale was built without the {t} provider (rebuild \
              with `cargo build --release -p rayscale --features {feature}`); available in \
              this build: {}",
-            available().join(", ")
-        ),
-        Some((_, Served::Planned(feature))) => bail!(
-            "provider.type {t:?}: this rayscale has no {t} provider yet (it is planned, behind \
-             cargo feature {feature:?}); available in this build: {}",
             available().join(", ")
         ),
         None => bail!(
@@ -242,12 +250,47 @@ async fn build_featured(
                 rayscale_provider_azure::AzureProvider::from_environment(config, Some(&head_ip))?,
             ))
         }
+        #[cfg(feature = "adapter")]
+        t if rayscale_node_provider_adapter::PROVIDER_TYPES.contains(&t) => {
+            adapter(config, env).await
+        }
         "kuberay" => bail!(
             "provider.type \"kuberay\": the RayCluster is the config; run `rayscale kuberay \
              --cluster-name NAME --cluster-namespace NS` as the head pod's sidecar"
         ),
         t => bail!("provider.type {t:?} is not compiled into this build"),
     }
+}
+
+/// A Ray v1 node provider through the adapter: Ray's own Python class in the bridge's
+/// child process, started now so that a wrong interpreter or provider fails at start-up.
+#[cfg(feature = "adapter")]
+async fn adapter(
+    config: &ClusterConfig,
+    env: &ProviderEnv,
+) -> Result<Arc<dyn CloudInstanceProvider>> {
+    use rayscale_node_provider_adapter as a;
+    // Workers reach the head at --head-ip, else at the GCS host (on-premise hosts and
+    // Ray's fake_multinode share the head's network).
+    let head_ip = match &env.head_ip {
+        Some(ip) => ip.clone(),
+        None => env
+            .gcs_address
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
+            .unwrap_or_else(|| env.gcs_address.clone()),
+    };
+    let bridge = Arc::new(a::PythonBridge::new(a::BridgeConfig::new(
+        config,
+        &env.gcs_address,
+    )?));
+    let pid = bridge.start().await?;
+    tracing::info!(
+        "provider {}: Ray's v1 provider runs in the python bridge (pid {pid})",
+        config.provider_type
+    );
+    let cfg = a::AdapterConfig::new(config, &head_ip)?;
+    Ok(Arc::new(a::NodeProviderAdapter::new(bridge, cfg, config)))
 }
 
 /// The provider of a cloud cluster for the launcher (`up`, `down`) on this machine: it
@@ -271,7 +314,7 @@ pub async fn build_for_launcher(config: &ClusterConfig) -> Result<Arc<dyn CloudI
             "provider.type {t:?}: rayscale does not launch its head; start the head as it \
              documents and run `rayscale run` there"
         ),
-        // Not built in, planned or unknown: the same one-line errors as `run`.
+        // Not built in or unknown: the same one-line errors as `run`.
         _ => {
             build(
                 config,
@@ -396,6 +439,11 @@ mod tests {
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(e.contains("feature \"adapter\""), "{e}");
+        let want = if cfg!(feature = "adapter") {
+            "provider.module: is required"
+        } else {
+            "--features adapter"
+        };
+        assert!(e.contains(want) && !e.contains('\n'), "{e}");
     }
 }

@@ -123,12 +123,12 @@ impl ExpanderSettings {
             let p = join(path, k);
             match k.as_str() {
                 "expander" => s.read_expander(val, &p, node_types)?,
-                // Read by the cluster config.
-                "unavailable_type_ttl_s" => {}
+                // Read by the cluster config; `bridge` by the node-provider adapter.
+                "unavailable_type_ttl_s" | "bridge" => {}
                 _ => {
                     return Err(CoreError::invalid(
                         p,
-                        "unknown key (known: expander, unavailable_type_ttl_s)",
+                        "unknown key (known: expander, unavailable_type_ttl_s, bridge)",
                     ));
                 }
             }

@@ -137,6 +137,12 @@ fn timed_out(e: &Effect, deadline: Duration) {
         Effect::Drain { instance_id, .. } => {
             tracing::warn!("stopping ray on {instance_id} did not answer within {deadline:?}")
         }
+        Effect::InstallRay {
+            cloud_instance_id, ..
+        } => tracing::warn!(
+            "starting the install of ray on {cloud_instance_id} did not answer within \
+             {deadline:?}: it fails when RAY_INSTALLING times out"
+        ),
     }
 }
 
@@ -226,6 +232,22 @@ async fn run_one<G: Gcs + ?Sized>(
                         tracing::warn!("stopping ray on {instance_id} failed: {err}");
                         rejected(format!("stopping ray failed: {err}"))
                     }
+                }
+            }
+        }
+        Effect::InstallRay {
+            instance_id,
+            cloud_instance_id,
+            node_type,
+        } => {
+            tracing::info!("installing ray on {cloud_instance_id} ({instance_id}, {node_type})");
+            match provider.install_ray(cloud_instance_id, node_type).await {
+                Ok(()) => One::Done,
+                Err(err) => {
+                    tracing::warn!("install of ray on {cloud_instance_id} failed: {err}");
+                    One::Errors(vec![err.for_op(ProviderOp::InstallRay {
+                        cloud_instance_id: cloud_instance_id.clone(),
+                    })])
                 }
             }
         }

@@ -403,7 +403,10 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                     a.last = None;
                 }
                 self.config = Some(Loaded {
-                    settings: ReconcilerSettings::from_config(&r.config),
+                    settings: ReconcilerSettings {
+                        install_ray: self.provider.installs_ray(),
+                        ..ReconcilerSettings::from_config(&r.config)
+                    },
                     config: r.config,
                     chain: r.chain,
                 });

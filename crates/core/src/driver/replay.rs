@@ -10,7 +10,7 @@ use crate::reconciler::{Effect, IdSource};
 /// What a process that takes the lease replays from the stored table: the launch requests
 /// of REQUESTED records (re-sent as they were: same request id, type and size; the
 /// provider makes nothing twice), the stops of RAY_STOP_REQUESTED records, and the
-/// terminations of TERMINATING records.
+/// terminations of TERMINATING records, and the installs of RAY_INSTALLING ones.
 pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<Effect> {
     let (_, instances) = storage.load().unwrap_or_default();
     let mut by_request: BTreeMap<(String, String), (u64, String)> = BTreeMap::new();
@@ -41,6 +41,18 @@ pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<
                 }
             }
             InstanceStatus::Terminating => terminate.extend(i.cloud_instance_id.clone()),
+            // An install cut short by the restart starts again (the provider keeps none
+            // across processes).
+            InstanceStatus::RayInstalling => {
+                if let Some(cid) = &i.cloud_instance_id {
+                    tracing::info!("replaying the install of ray on {cid}");
+                    out.push(Effect::InstallRay {
+                        instance_id: i.instance_id.clone(),
+                        cloud_instance_id: cid.clone(),
+                        node_type: i.node_type.clone(),
+                    });
+                }
+            }
             _ => {}
         }
     }

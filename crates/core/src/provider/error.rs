@@ -24,6 +24,12 @@ pub enum ProviderOp {
         /// Its node type.
         node_type: String,
     },
+    /// Installing Ray on an instance (over SSH, by Ray's node updater) failed, after its
+    /// retries.
+    InstallRay {
+        /// The instance.
+        cloud_instance_id: String,
+    },
     /// Terminating an instance failed.
     Terminate {
         /// The instance.

@@ -217,6 +217,32 @@ pub trait CloudInstanceProvider: Send + Sync {
             format!("provider {} does not terminate heads", self.provider_type()),
         ))
     }
+    /// Whether Ray is installed on this provider's instances by the autoscaler (Ray's node
+    /// updater over SSH: the v1 node-provider adapter without `disable_node_updaters`),
+    /// rather than by the instance's own boot. When true, a running ALLOCATED worker goes
+    /// to RAY_INSTALLING and [`install_ray`](Self::install_ray) is called for it.
+    fn installs_ray(&self) -> bool {
+        false
+    }
+    /// Starts installing Ray on a running worker and returns at once (idempotent per
+    /// instance: a call for an install in progress does nothing). Success is observed when
+    /// the node joins the GCS; a failure comes back from
+    /// [`poll_errors`](Self::poll_errors) as a [`ProviderOp::InstallRay`] error, after
+    /// the provider's retries. By default: refused.
+    async fn install_ray(
+        &self,
+        cloud_instance_id: &str,
+        node_type: &str,
+    ) -> Result<(), ProviderError> {
+        let _ = node_type;
+        Err(ProviderError::new(
+            ProviderOp::InstallRay {
+                cloud_instance_id: cloud_instance_id.to_string(),
+            },
+            ProviderErrorKind::InvalidConfig,
+            format!("provider {} does not install ray", self.provider_type()),
+        ))
+    }
     /// The cluster config changed (the loop re-reads it every iteration, as Ray does):
     /// launches from now on follow `config`. An error keeps the last config everywhere.
     /// Providers that read nothing of the config after construction keep the default.

@@ -39,7 +39,7 @@ impl World {
                         self.errors.push(err);
                     }
                 }
-                Effect::Drain { .. } => {}
+                Effect::Drain { .. } | Effect::InstallRay { .. } => {}
             }
         }
         self.errors.extend(block_on(cloud.poll_errors()));
@@ -436,4 +436,93 @@ fn a_dead_raylet_without_a_successor_still_stops_the_instance() {
             .iter()
             .any(|e| matches!(e, Effect::Terminate { .. }))
     );
+}
+
+#[test]
+fn a_provider_that_installs_ray_takes_running_workers_through_ray_installing() {
+    let mut w = World::new(CONFIG);
+    w.settings.install_ray = true;
+    w.ray.pending_resource_requests = cpu_demand(4);
+    let out = w.tick();
+    w.cloud_fulfils(&out);
+    // The first cloud instance is still booting: it stays ALLOCATED; the running one is
+    // handed to the installer.
+    w.cloud[0].state = CloudInstanceState::Pending;
+    w.now += SEC;
+    let out = w.tick();
+    let installs: Vec<(String, String)> = out
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::InstallRay {
+                instance_id,
+                cloud_instance_id,
+                ..
+            } => Some((instance_id.clone(), cloud_instance_id.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(w.instance("i1").status, InstanceStatus::Allocated);
+    assert_eq!(w.instance("i2").status, InstanceStatus::RayInstalling);
+    assert_eq!(
+        installs,
+        [("i2".to_string(), w.cloud[1].cloud_instance_id.clone())]
+    );
+    // Nothing twice: the next iteration asks for no install of i2.
+    w.now += SEC;
+    let out = w.tick();
+    assert!(
+        !out.effects
+            .iter()
+            .any(|e| matches!(e, Effect::InstallRay { instance_id, .. } if instance_id == "i2")),
+        "{:?}",
+        out.effects
+    );
+    // i1 boots and is installed; i2's install fails: RAY_INSTALL_FAILED, then terminated.
+    w.cloud[0].state = CloudInstanceState::Running;
+    let c2 = w.cloud[1].cloud_instance_id.clone();
+    w.errors.push(ProviderError::new(
+        ProviderOp::InstallRay {
+            cloud_instance_id: c2.clone(),
+        },
+        ProviderErrorKind::Transient,
+        "ray install failed: update-failed",
+    ));
+    w.now += SEC;
+    let out = w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::RayInstalling);
+    let i2 = w.instance("i2");
+    assert_eq!(i2.status, InstanceStatus::Terminating);
+    assert!(
+        i2.status_history
+            .iter()
+            .any(|h| h.status == InstanceStatus::RayInstallFailed),
+        "{:?}",
+        i2.status_history
+    );
+    assert_eq!(
+        i2.last_error.as_deref(),
+        Some("ray install failed: update-failed")
+    );
+    assert!(out.effects.iter().any(
+        |e| matches!(e, Effect::Terminate { cloud_instance_ids, .. } if cloud_instance_ids == &[c2.clone()])
+    ));
+    // i1's raylet joins: RAY_RUNNING.
+    w.cloud.retain(|c| c.cloud_instance_id != c2);
+    w.ray_joins();
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::RayRunning);
+    // An install that hangs fails after Ray's 30 minutes.
+    let mut w2 = World::new(CONFIG);
+    w2.settings.install_ray = true;
+    w2.ray.pending_resource_requests = cpu_demand(2);
+    let out = w2.tick();
+    w2.cloud_fulfils(&out);
+    w2.now += SEC;
+    w2.tick();
+    assert_eq!(w2.instance("i1").status, InstanceStatus::RayInstalling);
+    w2.now += 1800 * SEC;
+    w2.tick();
+    assert_eq!(w2.instance("i1").status, InstanceStatus::Terminating);
 }

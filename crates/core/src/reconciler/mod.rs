@@ -15,7 +15,8 @@
 //!    (timeouts, requeue with a retry limit), the scheduler's decision (new QUEUED
 //!    instances, RAY_STOP_REQUESTED for nodes to stop, with the cause, TERMINATING for
 //!    pending ones),
-//!    termination of stopped/failed instances, and paced launches (QUEUED -> REQUESTED).
+//!    termination of stopped/failed instances, paced launches (QUEUED -> REQUESTED), and,
+//!    where the provider installs Ray, running ALLOCATED workers to RAY_INSTALLING.
 //!
 //! Side effects are never performed here: each active transition yields an [`Effect`]
 //! (launch, drain, terminate) that the driver runs after the table has been stored. Their
@@ -78,6 +79,9 @@ pub struct ReconcilerSettings {
     pub launch_backoff_s: i64,
     /// The longest launch backoff.
     pub max_launch_backoff_s: i64,
+    /// The provider installs Ray (`CloudInstanceProvider::installs_ray`): running
+    /// ALLOCATED workers go to RAY_INSTALLING with an [`Effect::InstallRay`].
+    pub install_ray: bool,
 }
 
 impl Default for ReconcilerSettings {
@@ -94,6 +98,7 @@ impl Default for ReconcilerSettings {
             failed_report_s: 600,
             launch_backoff_s: 5,
             max_launch_backoff_s: 300,
+            install_ray: false,
         }
     }
 }
@@ -157,6 +162,16 @@ pub enum Effect {
         reason: String,
         /// Idle termination (a rejectable drain) rather than a stop.
         idle: bool,
+    },
+    /// Install Ray on a running worker (Ray's node updater); the provider reports a
+    /// failure through `poll_errors`, success is the node joining the GCS.
+    InstallRay {
+        /// The instance.
+        instance_id: String,
+        /// Its cloud instance.
+        cloud_instance_id: String,
+        /// Its node type.
+        node_type: String,
     },
     /// Ask the cloud to terminate instances.
     Terminate {
@@ -399,6 +414,16 @@ impl<S: InstanceStorage> Run<'_, S> {
                 }),
                 InstanceStatus::Terminating => {
                     self.to_terminate.extend(i.cloud_instance_id.clone());
+                }
+                // Ray's ThreadedRayInstaller subscribes to RAY_INSTALLING.
+                InstanceStatus::RayInstalling => {
+                    if let Some(cid) = &i.cloud_instance_id {
+                        self.out.effects.push(Effect::InstallRay {
+                            instance_id: i.instance_id.clone(),
+                            cloud_instance_id: cid.clone(),
+                            node_type: i.node_type.clone(),
+                        });
+                    }
                 }
                 _ => {}
             }

@@ -276,6 +276,33 @@ impl<S: InstanceStorage> Run<'_, S> {
             });
         }
         self.pace(s, ids)?;
+        if s.install_ray {
+            self.install(obs)?;
+        }
         self.report(s)
+    }
+
+    /// 5. Install Ray on running ALLOCATED workers (Ray's `_handle_ray_install`): the
+    ///    transition's effect asks the provider to run Ray's node updater.
+    fn install(&mut self, obs: Observed<'_>) -> Result<(), CoreError> {
+        let running: BTreeSet<&str> = obs
+            .cloud
+            .iter()
+            .filter(|c| c.is_running())
+            .map(|c| c.cloud_instance_id.as_str())
+            .collect();
+        let table = self.table()?;
+        let events: Vec<InstanceUpdateEvent> = table
+            .iter()
+            .filter(|i| {
+                i.status == InstanceStatus::Allocated
+                    && !i.is_head
+                    && i.cloud_instance_id
+                        .as_deref()
+                        .is_some_and(|c| running.contains(c))
+            })
+            .map(|i| Self::ev(i, InstanceStatus::RayInstalling, "installing ray"))
+            .collect();
+        self.apply(events)
     }
 }

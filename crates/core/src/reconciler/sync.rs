@@ -205,6 +205,39 @@ impl<S: InstanceStorage> Run<'_, S> {
                 );
             }
         }
+        // 4b. Install failures (Ray's RayInstallError): RAY_INSTALLING -> RAY_INSTALL_FAILED.
+        let install_errors: BTreeMap<&str, &str> = obs
+            .provider_errors
+            .iter()
+            .filter_map(|e| match &e.op {
+                ProviderOp::InstallRay { cloud_instance_id } => {
+                    Some((cloud_instance_id.as_str(), e.message.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        for i in table
+            .iter()
+            .filter(|i| i.status == InstanceStatus::RayInstalling)
+        {
+            // One event per instance per batch (a vanished instance is already TERMINATED).
+            if events
+                .iter()
+                .any(|e: &InstanceUpdateEvent| e.instance_id == i.instance_id)
+            {
+                continue;
+            }
+            if let Some(msg) = i
+                .cloud_instance_id
+                .as_deref()
+                .and_then(|c| install_errors.get(c))
+            {
+                events.push(
+                    Self::ev(i, InstanceStatus::RayInstallFailed, "failed to install ray")
+                        .with_error(*msg),
+                );
+            }
+        }
         self.apply(events)?;
 
         // 5. Adopt cloud instances no record knows (e.g. launched just before a crash
