@@ -33,6 +33,11 @@ B) rayscale: a plain head (`ray start --head ... --num-cpus=0`), a cluster YAML 
    processes); two `ray start`s can pick the same name and the loser's raylet dies
    ("bind: Address already in use" in PlasmaStore::PlasmaStore), which `ray start`
    only reports when its 30 s registration wait runs out.
+D) --fake-multinode runs Ray (A) against "rayscale-fmn": rayscale driving the same
+   FakeMultiNodeProvider class through its node-provider adapter and Python bridge
+   (`provider: {type: fake_multinode}`), with a head started as A's (the fake head id,
+   RAY_FAKE_CLUSTER=1) but with --no-monitor: the same provider and the same in-process
+   raylet boots on both sides, so the autoscalers' latencies compare fairly.
 C) --also-own-temp-dirs adds a variant "rayscale-ut" (a benchmark-side workaround, NOT
    rayscale as shipped): rayscale is given a `ray` wrapper that adds a per-worker
    `--temp-dir` to `ray start`, so every worker has its own session dir and sockets.
@@ -366,6 +371,30 @@ def ray_cluster_config(gcs: str) -> Dict[str, Any]:
     }
 
 
+RAYSCALE_FMN_YAML = """\
+# written by scripts/bench_live.py: Ray's fake_multinode provider through rayscale's bridge
+cluster_name: {name}
+max_workers: {n}
+upscaling_speed: 100
+idle_timeout_minutes: 0.25
+head_node_type: ray.head.default
+provider:
+  type: fake_multinode
+  head_node_id: {head}
+rayscale:
+  bridge: {{python: {python}}}
+available_node_types:
+  ray.head.default:
+    resources: {{CPU: 0}}
+    node_config: {{}}
+    max_workers: 0
+  {worker}:
+    resources: {{CPU: {cpus}}}
+    min_workers: 0
+    max_workers: {n}
+    node_config: {{}}
+"""
+
 RAYSCALE_YAML = """\
 # written by scripts/bench_live.py (the shape of examples/local-cluster.yaml)
 cluster_name: {name}
@@ -396,7 +425,7 @@ class Run:
         self.ray_bin = str(Path(sys.executable).parent / "ray")
         self.is_rs = kind.startswith("rayscale")
         self.tag = f"rsb{os.getpid()}-{kind}-{idx}"
-        letter = {"ray": "r", "rayscale": "s"}.get(kind, "u")
+        letter = {"ray": "r", "rayscale": "s", "rayscale-fmn": "f"}.get(kind, "u")
         self.temp_dir = f"/tmp/rsb-{os.getpid()}-{letter}{idx}"
         self.cluster = f"rsb-{os.getpid()}-{letter}{idx}" if self.is_rs else None
         self.work = Path(tempfile.mkdtemp(prefix=f"rsb-{os.getpid()}-{kind}{idx}-work-"))
@@ -432,6 +461,15 @@ class Run:
             f"--dashboard-agent-listen-port={agent_port}",
         ]
         extra: Dict[str, str] = {}
+        if self.kind == "rayscale-fmn":
+            cmd.append("--no-monitor")
+            extra = {
+                "RAY_FAKE_CLUSTER": "1",
+                "RAY_enable_autoscaler_v2": "1",
+                "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
+                "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID,
+                "RAY_NODE_TYPE_NAME": "ray.head.default",
+            }
         if self.kind == "ray":
             cfg = self.work / "ray-autoscaling.json"
             cfg.write_text(json.dumps(ray_cluster_config(self.gcs), indent=1))
@@ -461,7 +499,12 @@ class Run:
     def start_autoscaler(self):
         if self.is_rs:
             yaml_path = self.work / "cluster.yaml"
-            yaml_path.write_text(RAYSCALE_YAML.format(name=self.cluster, n=N_WORKERS, cpus=TASK_CPUS))
+            if self.kind == "rayscale-fmn":
+                yaml_path.write_text(RAYSCALE_FMN_YAML.format(
+                    name=self.cluster, n=N_WORKERS, cpus=TASK_CPUS, head=FAKE_HEAD_NODE_ID,
+                    python=sys.executable, worker=WORKER_TYPE))
+            else:
+                yaml_path.write_text(RAYSCALE_YAML.format(name=self.cluster, n=N_WORKERS, cpus=TASK_CPUS))
             self.rayscale_log = self.work / "rayscale.log"
             ray_for_workers = self.ray_bin
             if self.kind == "rayscale-ut":
@@ -485,8 +528,10 @@ class Run:
             ]
             say(f"{self.kind} #{self.idx}: {' '.join(cmd)}")
             self._as_log = open(self.rayscale_log, "wb")
+            # The bridge and the raylets it starts inherit the cluster marker.
             self.autoscaler = self.popen(
-                cmd, self.env({}), stdout=subprocess.DEVNULL, stderr=self._as_log
+                cmd, self.env({"RAYSCALE_CLUSTER": self.cluster}),
+                stdout=subprocess.DEVNULL, stderr=self._as_log,
             )
         # Both: wait for the autoscaler's first ReportAutoscalingState.
         deadline = time.time() + 90
@@ -764,7 +809,7 @@ def median(vals):
 def report(results: List[Dict[str, Any]]) -> None:
     ok = [r for r in results if "error" not in r]
     ray = [r for r in ok if r["kind"] == "ray"]
-    rs = [r for r in ok if r["kind"] == "rayscale"]
+    rs = [r for r in ok if r["kind"] in ("rayscale", "rayscale-fmn")]
     us = [r for r in ok if r["kind"] == "rayscale-ut"]
     print()
     print(f"Medians over {len(ray)} Ray run(s) and {len(rs)} rayscale run(s); seconds from task submission")
@@ -829,7 +874,9 @@ def main() -> int:
     ap.add_argument("--driver", metavar="GCS", help=argparse.SUPPRESS)
     ap.add_argument("--runs", type=int, default=3, help="runs per autoscaler (default 3)")
     ap.add_argument("--first", choices=["ray", "rayscale"], default="ray")
-    ap.add_argument("--only", choices=["ray", "rayscale", "rayscale-ut"])
+    ap.add_argument("--only", choices=["ray", "rayscale", "rayscale-ut", "rayscale-fmn"])
+    ap.add_argument("--fake-multinode", action="store_true",
+                    help="Ray against rayscale + its bridge + Ray's FakeMultiNodeProvider (D)")
     ap.add_argument("--also-own-temp-dirs", action="store_true",
                     help="also run rayscale with a `ray` wrapper giving each worker its own --temp-dir")
     ap.add_argument("--rayscale", default=str(REPO / "target" / "release" / "rayscale"))
@@ -858,7 +905,8 @@ def main() -> int:
     if not (Path(sys.executable).parent / "ray").exists():
         die(f"no `ray` executable next to {sys.executable}")
     rayscale_bin = None
-    kinds = [args.only] if args.only else (["ray", "rayscale"] if args.first == "ray" else ["rayscale", "ray"])
+    second = "rayscale-fmn" if args.fake_multinode else "rayscale"
+    kinds = [args.only] if args.only else (["ray", second] if args.first == "ray" else [second, "ray"])
     if args.also_own_temp_dirs and args.only is None:
         kinds.append("rayscale-ut")
     snap_dir = Path(tempfile.mkdtemp(prefix=f"rsb-{os.getpid()}-bin-"))

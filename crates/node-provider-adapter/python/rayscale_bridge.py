@@ -15,10 +15,16 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-# The protocol keeps the real stdout; everything else (Ray's prints, the node updater's
-# command output, child processes) goes to stderr, which rayscale forwards to its logs.
+# The protocol keeps the real stdin and stdout on private descriptors (not inherited):
+# child processes (the node updater's ssh, which reads its stdin) get /dev/null, and
+# everything printed (Ray's prints, the updater's command output) goes to stderr, which
+# rayscale forwards to its logs.
+_proto_in = os.fdopen(os.dup(0), "r")
 _proto = os.fdopen(os.dup(1), "w", buffering=1)
+_devnull = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_devnull, 0)
 os.dup2(2, 1)
+sys.stdin = open(os.devnull)
 sys.stdout = sys.stderr
 _write_lock = threading.Lock()
 
@@ -76,11 +82,22 @@ class Bridge:
         # Ray's v2 config object, for Ray's RayInstaller (made once; Ray fills defaults).
         with self._config_lock:
             if self._autoscaling_config is None:
+                from ray.autoscaler._private.util import (
+                    fillout_defaults,
+                    merge_setup_commands,
+                )
                 from ray.autoscaler.v2.instance_manager.config import AutoscalingConfig
 
                 raw = {k: v for k, v in self.cluster_config.items() if k != "rayscale"}
-                if (raw.get("provider") or {}).get("type") == "external":
-                    # Ray has no defaults file for an external module's provider.
+                kind = (raw.get("provider") or {}).get("type")
+                # Ray's config object fills in the provider's defaults and merges
+                # `setup_commands` itself, except for an on-premise config that names
+                # its node type (it takes that for one `ray up` already prepared): do
+                # what `ray up` would have done. An external module has no defaults.
+                if kind == "local":
+                    raw = fillout_defaults(raw)
+                    merge_setup_commands(raw)
+                elif kind == "external":
                     for key in _EMPTY_LISTS:
                         raw.setdefault(key, [])
                     for key in ("file_mounts", "auth"):
@@ -200,7 +217,13 @@ def main():
         level=logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    first = sys.stdin.readline()
+    try:  # plain lines, no colours, for the logs
+        from ray.autoscaler._private.cli_logger import cli_logger
+
+        cli_logger.configure(log_style="record", color_mode="false")
+    except Exception:  # noqa: BLE001 - cosmetic
+        pass
+    first = _proto_in.readline()
     try:
         init = json.loads(first)
         bridge = Bridge(init["provider_type"], init["cluster_config"])
@@ -209,7 +232,7 @@ def main():
         return 1
     _send({"ready": True, "pid": os.getpid()})
     pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="rayscale-bridge")
-    for line in sys.stdin:
+    for line in _proto_in:
         line = line.strip()
         if not line:
             continue
