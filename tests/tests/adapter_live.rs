@@ -114,7 +114,10 @@ fn fake_multinode_through_the_bridge_scales_up_runs_tasks_and_scales_down() {
     options.env.extend([
         ("RAY_FAKE_CLUSTER".to_string(), "1".to_string()),
         ("RAY_CLOUD_INSTANCE_ID".to_string(), FAKE_HEAD.to_string()),
-        ("RAY_OVERRIDE_NODE_ID_FOR_TESTING".to_string(), FAKE_HEAD.to_string()),
+        (
+            "RAY_OVERRIDE_NODE_ID_FOR_TESTING".to_string(),
+            FAKE_HEAD.to_string(),
+        ),
     ]);
     let head = RayHead::start_with(options);
     let config = scratch.path("cluster.yaml");
@@ -134,8 +137,14 @@ fn fake_multinode_through_the_bridge_scales_up_runs_tasks_and_scales_down() {
     let lp = Loop::start(&head, &config, scratch.path("rayscale.log"), &cluster);
     let (ok, out) = workload(&head, &["tasks", "8", "1", "3"]);
     let log = lp.log();
-    assert!(ok && out.contains("done 8"), "workload: {out}\nrayscale log:\n{log}");
-    assert!(log.contains("python bridge for provider fake_multinode started"), "{log}");
+    assert!(
+        ok && out.contains("done 8"),
+        "workload: {out}\nrayscale log:\n{log}"
+    );
+    assert!(
+        log.contains("python bridge for provider fake_multinode started"),
+        "{log}"
+    );
     assert!(log.contains("launching"), "{log}");
     let workers = head.alive_workers();
     assert!(
@@ -145,8 +154,15 @@ fn fake_multinode_through_the_bridge_scales_up_runs_tasks_and_scales_down() {
     // Idle for 12 s: drained and terminated through Ray's provider.
     let gone = wait_until(Duration::from_secs(120), || head.alive_workers().is_empty());
     let log = lp.log();
-    assert!(gone, "workers still alive: {:?}\n{log}", head.alive_workers());
-    assert!(log.contains("draining") && log.contains("terminating"), "{log}");
+    assert!(
+        gone,
+        "workers still alive: {:?}\n{log}",
+        head.alive_workers()
+    );
+    assert!(
+        log.contains("draining") && log.contains("terminating"),
+        "{log}"
+    );
     assert!(!log.contains("ERROR"), "{log}");
 }
 
@@ -297,7 +313,10 @@ fn local_provider_over_ssh_installs_ray_with_rays_node_updater() {
         .collect();
     hosts.sort();
     assert_eq!(hosts, ["127.0.0.2", "127.0.0.3"], "{marks}");
-    for l in log.lines().filter(|l| l.contains("installing ray on") || l.contains("ray installed on")) {
+    for l in log
+        .lines()
+        .filter(|l| l.contains("installing ray on") || l.contains("ray installed on"))
+    {
         eprintln!("{l}");
     }
     // Idle: drained, released back to the provider (its hosts free again).
@@ -308,7 +327,12 @@ fn local_provider_over_ssh_installs_ray_with_rays_node_updater() {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    assert!(gone, "workers still alive: {:?}\n{}", head.alive_workers(), events(lp.log()));
+    assert!(
+        gone,
+        "workers still alive: {:?}\n{}",
+        head.alive_workers(),
+        events(lp.log())
+    );
     let released = wait_until(Duration::from_secs(30), || {
         lp.log().contains("terminating 127.0.0.")
     });
