@@ -87,6 +87,9 @@ fn types_of(config: &ClusterConfig) -> HashMap<String, NodeTypeConfig> {
         .collect()
 }
 
+/// What one create call made (the ids it reported, if any).
+type Created = Result<Option<Vec<String>>, AdapterError>;
+
 /// One launch's create calls, run in the background (see [`NodeProviderAdapter::launch`]).
 struct Launch {
     v1: Arc<dyn NodeProvider>,
@@ -112,32 +115,23 @@ impl Launch {
             left -= n;
         }
         let node_config = self.node_type.node_config.clone();
-        let results: Vec<(u64, Result<Option<Vec<String>>, AdapterError>)> =
-            futures_util::stream::iter(sizes.into_iter().map(|n| {
-                let v1 = self.v1.clone();
-                let (node_config, tags, resources, labels) =
-                    (&node_config, &self.tags, &resources, &labels);
-                async move {
-                    let r = v1
-                        .create_node_with_resources_and_labels(
-                            node_config,
-                            tags,
-                            n,
-                            resources,
-                            labels,
-                        )
-                        .await;
-                    (n, r)
-                }
-            }))
-            .buffer_unordered(self.concurrency.max(1))
-            .collect()
-            .await;
+        let results: Vec<Created> = futures_util::stream::iter(sizes.into_iter().map(|n| {
+            let v1 = self.v1.clone();
+            let (node_config, tags, resources, labels) =
+                (&node_config, &self.tags, &resources, &labels);
+            async move {
+                v1.create_node_with_resources_and_labels(node_config, tags, n, resources, labels)
+                    .await
+            }
+        }))
+        .buffer_unordered(self.concurrency.max(1))
+        .collect()
+        .await;
         let t = &self.request.node_type;
         let mut reported: Vec<String> = Vec::new();
         let mut all_reported = true;
         let mut first_error: Option<AdapterError> = None;
-        for (_, r) in results {
+        for r in results {
             match r {
                 Ok(Some(ids)) => reported.extend(ids),
                 Ok(None) => all_reported = false,

@@ -505,7 +505,7 @@ fn a_provider_that_installs_ray_takes_running_workers_through_ray_installing() {
         Some("ray install failed: update-failed")
     );
     assert!(out.effects.iter().any(
-        |e| matches!(e, Effect::Terminate { cloud_instance_ids, .. } if cloud_instance_ids == &[c2.clone()])
+        |e| matches!(e, Effect::Terminate { cloud_instance_ids, .. } if cloud_instance_ids.as_slice() == std::slice::from_ref(&c2))
     ));
     // i1's raylet joins: RAY_RUNNING.
     w.cloud.retain(|c| c.cloud_instance_id != c2);
