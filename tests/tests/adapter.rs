@@ -197,7 +197,18 @@ async fn a_hung_child_times_out_and_is_replaced() {
     files.set(json!({}));
     let listed = adapter.list().await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_ne!(bridge.child_pid().await.unwrap(), first, "a new child");
+    let second = bridge.child_pid().await.unwrap();
+    assert_ne!(second, first, "a new child");
+    // A caller that gives up before the bridge's deadline (the loop's own deadlines)
+    // does not leave the hung child alive: the deadline is the bridge's own.
+    files.set(json!({"hang_on": "non_terminated_nodes"}));
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), adapter.list()).await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(bridge.child_pid().await, None, "the hung child was killed");
+    files.set(json!({}));
+    assert_eq!(adapter.list().await.unwrap().len(), 1);
+    assert_eq!(bridge.starts(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

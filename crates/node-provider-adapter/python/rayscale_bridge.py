@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 # child processes (the node updater's ssh, which reads its stdin) get /dev/null, and
 # everything printed (Ray's prints, the updater's command output) goes to stderr, which
 # rayscale forwards to its logs.
-_proto_in = os.fdopen(os.dup(0), "r")
-_proto = os.fdopen(os.dup(1), "w", buffering=1)
+_proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
+_proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
 _devnull = os.open(os.devnull, os.O_RDONLY)
 os.dup2(_devnull, 0)
 os.dup2(2, 1)
@@ -116,9 +116,13 @@ class Bridge:
                 tags = self.provider.node_tags(node_id)
                 running = bool(self.provider.is_running(node_id))
                 ip = self.provider.internal_ip(node_id)
-            except Exception as e:  # gone between the list and the read
+            except Exception as e:
+                # Skipped only when it is gone since the list; any other failure fails
+                # the whole answer (a node left out would look terminated).
+                if node_id in self.provider.non_terminated_nodes({}):
+                    raise
                 logging.getLogger("rayscale.bridge").info(
-                    "node %s skipped: %s", node_id, _one_line(e)
+                    "node %s gone while read: %s", node_id, _one_line(e)
                 )
                 continue
             out.append(
@@ -232,6 +236,9 @@ def main():
         return 1
     _send({"ready": True, "pid": os.getpid()})
     pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="rayscale-bridge")
+    # Installs (minutes each) have their own threads, as many as Ray's
+    # max_concurrent_installs, so that they never hold up the other calls.
+    installs = ThreadPoolExecutor(max_workers=50, thread_name_prefix="rayscale-install")
     for line in _proto_in:
         line = line.strip()
         if not line:
@@ -241,9 +248,10 @@ def main():
         except ValueError:
             logging.getLogger("rayscale.bridge").warning("not a request: %.200s", line)
             continue
-        pool.submit(_serve, bridge, request)
-    # rayscale closed the pipe: finish what runs, then leave.
-    pool.shutdown(wait=False)
+        (installs if request.get("method") == "install_ray" else pool).submit(
+            _serve, bridge, request
+        )
+    # rayscale closed the pipe (it exited): leave at once; calls in flight die with us.
     return 0
 
 

@@ -149,8 +149,18 @@ impl PythonBridge {
         let provider_type = self.cfg.provider_type.clone();
         let tag = provider_type.clone();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            // Bytes, not text: a non-UTF-8 line (a remote command's output) must not stop
+            // the forwarding (the child's prints would then fail on a closed pipe).
+            let mut err = BufReader::new(stderr);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match err.read_until(b'\n', &mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                let line = String::from_utf8_lossy(&buf);
+                let line = line.trim_end();
                 if line.contains("ERROR") || line.contains("Traceback") || line.contains("WARNING")
                 {
                     tracing::warn!(target: "rayscale::bridge", "{tag}[{pid}]: {line}");
@@ -283,27 +293,34 @@ impl PythonBridge {
                 source,
             });
         }
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(_)) => Err(crashed()),
-            Err(_) => {
-                self.forget(&s, id);
-                if kill_on_timeout {
-                    // The next call starts a new child at once.
-                    s.exited.store(true, Ordering::Release);
-                    tracing::warn!(
-                        "python bridge (pid {}): {method} did not answer within {timeout:?}: \
-                         restarting the bridge",
-                        s.pid
-                    );
-                    s.kill.notify_one();
-                }
-                Err(AdapterError::Timeout {
-                    method: method.to_string(),
-                    timeout,
-                })
+        // The deadline is kept by a watchdog of its own, not by this caller: a caller that
+        // gives up first (the loop's shorter deadlines) must not leave a hung child alive.
+        let watched = s.clone();
+        let name = method.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            let entry = match watched.pending.lock() {
+                Ok(mut p) => p.remove(&id),
+                Err(p) => p.into_inner().remove(&id),
+            };
+            let Some((_, tx)) = entry else {
+                return; // answered
+            };
+            if kill_on_timeout && !watched.exited.swap(true, Ordering::AcqRel) {
+                // The next call starts a new child at once.
+                tracing::warn!(
+                    "python bridge (pid {}): {name} did not answer within {timeout:?}: \
+                     restarting the bridge",
+                    watched.pid
+                );
+                watched.kill.notify_one();
             }
-        }
+            let _ = tx.send(Err(AdapterError::Timeout {
+                method: name,
+                timeout,
+            }));
+        });
+        rx.await.unwrap_or_else(|_| Err(crashed()))
     }
 
     fn forget(&self, s: &Session, id: u64) {

@@ -7,7 +7,8 @@
 //! rayscale:
 //!   bridge:
 //!     python: /opt/venv/bin/python  # default: $RAYSCALE_PYTHON, else python3
-//!     call_timeout_s: 60            # every call but launches and installs
+//!     call_timeout_s: 20            # every call but creates and installs (under the
+//!                                   # loop's own 30 s deadline of a list)
 //!     launch_timeout_s: 300         # one create_node call
 //!     install_timeout_s: 1800       # one attempt of Ray's node updater
 //! ```
@@ -86,7 +87,8 @@ pub struct BridgeConfig {
     pub cluster_config: Value,
     /// Extra environment of the child.
     pub env: Vec<(String, String)>,
-    /// Deadline of every call but creates and installs.
+    /// Deadline of every call but creates and installs (20 s: under the loop's 30 s
+    /// deadline of a list, so a hung child is replaced before the next iteration).
     pub call_timeout: Duration,
     /// Deadline of one create call.
     pub launch_timeout: Duration,
@@ -179,7 +181,7 @@ impl BridgeConfig {
             provider_type: config.provider_type.clone(),
             cluster_config,
             env,
-            call_timeout: secs(block, "call_timeout_s", 60)?,
+            call_timeout: secs(block, "call_timeout_s", 20)?,
             launch_timeout: secs(block, "launch_timeout_s", 300)?,
             install_timeout: secs(block, "install_timeout_s", 1800)?,
             start_timeout: Duration::from_secs(120),

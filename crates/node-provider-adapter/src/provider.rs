@@ -22,6 +22,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Removes a launch request from `launching` when dropped (the launch returned early, its
+/// caller gave up, or its task ended).
+struct Launching {
+    shared: Arc<Shared>,
+    request_id: String,
+}
+
+impl Drop for Launching {
+    fn drop(&mut self) {
+        lock(&self.shared.launching).remove(&self.request_id);
+    }
+}
+
 /// Shared with the background launches and installs.
 #[derive(Default)]
 struct Shared {
@@ -143,7 +156,9 @@ impl Launch {
         }
         // What was made: the ids the provider returned, or, when a call returned none,
         // what the request's tag now counts.
-        let made = if all_reported {
+        // A create that failed (a timeout, a killed child) may have made nodes all the
+        // same: count by the tag then too.
+        let made = if all_reported && first_error.is_none() {
             reported.len() as u64
         } else {
             let filter = Tags::from([(
@@ -244,16 +259,16 @@ impl CloudInstanceProvider for NodeProviderAdapter {
         if !lock(&self.shared.launching).insert(request.request_id.clone()) {
             return Ok(LaunchOutcome::accepted());
         }
-        let existing = match self.request_nodes(&request.request_id).await {
-            Ok(n) => n,
-            Err(e) => {
-                lock(&self.shared.launching).remove(&request.request_id);
-                return Err(self.error(op(), &e, &request.node_type));
-            }
+        let guard = Launching {
+            shared: self.shared.clone(),
+            request_id: request.request_id.clone(),
         };
+        let existing = self
+            .request_nodes(&request.request_id)
+            .await
+            .map_err(|e| self.error(op(), &e, &request.node_type))?;
         let to_make = request.count.saturating_sub(existing as u64);
         if to_make == 0 {
-            lock(&self.shared.launching).remove(&request.request_id);
             return Ok(LaunchOutcome::accepted());
         }
         let launch = Launch {
@@ -272,29 +287,30 @@ impl CloudInstanceProvider for NodeProviderAdapter {
             concurrency: self.cfg.concurrent_batches,
             provider_type: self.v1.provider_type().to_string(),
         };
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = oneshot::channel::<LaunchOutcome>();
         let shared = self.shared.clone();
-        let rid = request.request_id.clone();
         tokio::spawn(async move {
             let outcome = launch.run().await;
-            lock(&shared.launching).remove(&rid);
-            let _ = tx.send(outcome);
+            drop(guard);
+            // Nobody waits any more (the wait ran out, or the caller gave up): the
+            // shortfall, if any, comes back from poll_errors.
+            if let Err(outcome) = tx.send(outcome)
+                && let Some(short) = outcome.shortfall
+            {
+                lock(&shared.errors).push(short);
+            }
         });
         let mut rx = rx;
         match tokio::time::timeout(self.cfg.launch_wait, &mut rx).await {
             Ok(Ok(outcome)) => Ok(outcome),
+            // The task ended without an answer (it panicked): the reconciler's request
+            // timeout requeues what never shows.
             Ok(Err(_)) => Ok(LaunchOutcome::accepted()),
             Err(_) => {
-                // Still creating: its shortfall, if any, comes back from poll_errors.
-                let shared = self.shared.clone();
-                tokio::spawn(async move {
-                    if let Ok(outcome) = rx.await
-                        && let Some(short) = outcome.shortfall
-                    {
-                        lock(&shared.errors).push(short);
-                    }
-                });
-                Ok(LaunchOutcome::accepted())
+                // Closed first, so an outcome is either taken here or refused to the task
+                // (which then hands its shortfall to poll_errors), never lost between.
+                rx.close();
+                Ok(rx.try_recv().unwrap_or_else(|_| LaunchOutcome::accepted()))
             }
         }
     }
@@ -402,9 +418,14 @@ impl CloudInstanceProvider for NodeProviderAdapter {
                         tracing::warn!(
                             "installing ray on {id}: attempt {attempt} of {attempts} failed: {e}"
                         );
-                        let unsupported = matches!(e, AdapterError::Unsupported { .. });
+                        // An attempt that timed out may still run in the child (a thread
+                        // cannot be stopped): a second updater on the node would race it.
+                        let last_try = matches!(
+                            e,
+                            AdapterError::Unsupported { .. } | AdapterError::Timeout { .. }
+                        );
                         last = Some(e);
-                        if unsupported || attempt == attempts {
+                        if last_try || attempt == attempts {
                             break;
                         }
                         tokio::time::sleep(wait).await;

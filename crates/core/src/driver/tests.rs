@@ -465,3 +465,26 @@ async fn a_save_that_fails_part_way_rewrites_what_it_wrote() {
     let loaded = KvTable::new("t").load(&gcs).await.expect("load");
     assert_eq!(loaded.instances, vec![a]);
 }
+
+#[test]
+fn a_new_leader_replays_the_installs_a_crash_cut_short() {
+    let mut a = Instance::new(
+        "im-1",
+        "w",
+        InstanceStatus::RayInstalling,
+        1,
+        "installing ray",
+    );
+    a.cloud_instance_id = Some("10.0.0.2".into());
+    let b = Instance::new("im-2", "w", InstanceStatus::Allocated, 1, "allocated");
+    let storage = InMemoryStorage::with_instances(3, [a, b]);
+    let effects = replay::replays(&storage, &mut RandomIds(SeededRng::new(1)));
+    assert_eq!(
+        effects,
+        [Effect::InstallRay {
+            instance_id: "im-1".into(),
+            cloud_instance_id: "10.0.0.2".into(),
+            node_type: "w".into(),
+        }]
+    );
+}

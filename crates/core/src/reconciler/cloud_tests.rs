@@ -526,3 +526,68 @@ fn a_provider_that_installs_ray_takes_running_workers_through_ray_installing() {
     w2.tick();
     assert_eq!(w2.instance("i1").status, InstanceStatus::Terminating);
 }
+
+#[test]
+fn a_host_used_again_is_not_stopped_by_its_last_lifes_dead_node() {
+    // On-premise hosts (Ray's `local` provider) are their cloud ids: the GCS still holds
+    // the dead node of the host's last use when the host is launched again.
+    let mut w = World::new(CONFIG);
+    w.settings.install_ray = true;
+    w.ray.pending_resource_requests = cpu_demand(2);
+    let out = w.tick();
+    w.cloud_fulfils(&out);
+    let host = w.cloud[0].cloud_instance_id.clone();
+    let mut old = node(9, &host, "w", &[("CPU", 2.0)], &[("CPU", 2.0)]);
+    old.status = Some(NodeStatus::Dead);
+    w.ray.node_states.push(old);
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::RayInstalling);
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::RayInstalling);
+    // Its new raylet joins: RAY_RUNNING with the new node.
+    w.ray
+        .node_states
+        .push(node(10, &host, "w", &[("CPU", 2.0)], &[("CPU", 2.0)]));
+    w.now += SEC;
+    w.tick();
+    let i1 = w.instance("i1");
+    assert_eq!(i1.status, InstanceStatus::RayRunning);
+    assert_eq!(i1.node_id.as_deref(), Some(hex(&[10; 4]).as_str()));
+}
+
+#[test]
+fn ray_is_not_installed_where_it_already_runs() {
+    // A raylet restart makes a new record (ALLOCATED) for an instance Ray runs on: a
+    // provider that installs Ray must not run its updater there.
+    let mut w = with_idle_worker();
+    w.settings.install_ray = true;
+    w.ray.node_states[1].status = Some(NodeStatus::Dead);
+    let mut new = w.ray.node_states[1].clone();
+    new.node_id = vec![0x77; 4];
+    new.status = Some(NodeStatus::Idle);
+    w.ray.node_states.push(new);
+    for _ in 0..3 {
+        w.now += SEC;
+        let out = w.tick();
+        assert!(
+            !out.effects
+                .iter()
+                .any(|e| matches!(e, Effect::InstallRay { .. })),
+            "{:?}",
+            out.effects
+        );
+    }
+    let (_, table) = w.im.get_instances().expect("table");
+    assert!(
+        table
+            .iter()
+            .all(|i| i.times_entered(InstanceStatus::RayInstalling) == 0),
+        "{table:#?}"
+    );
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

@@ -291,12 +291,25 @@ impl<S: InstanceStorage> Run<'_, S> {
             .filter(|c| c.is_running())
             .map(|c| c.cloud_instance_id.as_str())
             .collect();
+        // Never on an instance whose Ray already runs (a raylet restarted under a new
+        // record): the updater's start commands would stop it.
+        let ray_runs: BTreeSet<&str> = obs
+            .ray
+            .node_states
+            .iter()
+            .filter(|n| n.status != Some(NodeStatus::Dead))
+            .map(|n| n.instance_id.as_str())
+            .collect();
         let table = self.table()?;
         let events: Vec<InstanceUpdateEvent> = table
             .iter()
             .filter(|i| {
                 i.status == InstanceStatus::Allocated
                     && !i.is_head
+                    && !i
+                        .cloud_instance_id
+                        .as_deref()
+                        .is_some_and(|c| ray_runs.contains(c))
                     && i.cloud_instance_id
                         .as_deref()
                         .is_some_and(|c| running.contains(c))

@@ -371,13 +371,6 @@ impl<S: InstanceStorage> Run<'_, S> {
             .zip(&hexes)
             .map(|(n, hex)| (hex.as_str(), n.status))
             .collect();
-        let live_clouds: HashSet<&str> = obs
-            .ray
-            .node_states
-            .iter()
-            .filter(|n| is_live(n))
-            .map(|n| n.instance_id.as_str())
-            .collect();
         // A raylet that restarted on a healthy instance: a live node under the cloud id of
         // a record whose own node is dead (or gone from the GCS). The old node's record is
         // retired (TERMINATED: no terminate call, the instance is kept) and a new record
@@ -452,11 +445,14 @@ impl<S: InstanceStorage> Run<'_, S> {
                 _ => true,
             };
             // A node of an earlier life of this cloud id (the GCS keeps dead nodes) is not
-            // this instance's; nor is a dead node when a live one runs on the instance; and
-            // one event per instance per batch.
+            // this instance's: a record that has not seen its node alive is claimed by a
+            // live node only (on-premise hosts and Ray's fake_multinode reuse cloud ids,
+            // and a host used again would be stopped by its last life's dead node; a
+            // raylet that dies before it is ever seen alive leaves its record to the
+            // ALLOCATED / RAY_INSTALLING timeouts). One event per instance per batch.
             let other_node = match &i.node_id {
                 Some(n) => n != hex,
-                None => !is_live(ns) && live_clouds.contains(ns.instance_id.as_str()),
+                None => !is_live(ns),
             };
             if i.status != target
                 && passive_ok
