@@ -88,3 +88,27 @@ pub fn wait_until(timeout: std::time::Duration, mut f: impl FnMut() -> bool) -> 
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+/// A scratch directory of one test (`<tmp>/rayscale-<name>-<pid>`), emptied when made and
+/// removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    /// A fresh directory for `name`.
+    pub fn new(name: &str) -> Self {
+        let d = std::env::temp_dir().join(format!("rayscale-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        Scratch(d)
+    }
+    /// A path inside it.
+    pub fn path(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -18,32 +18,12 @@ use std::time::{Duration, Instant};
 
 use rayscale_tests::e2e::finish;
 use rayscale_tests::ray_head::{RayHead, RayHeadOptions, free_ports, ray_from_env};
-use rayscale_tests::{processes_with_env, wait_until, workspace_bin};
+use rayscale_tests::{Scratch, processes_with_env, wait_until, workspace_bin};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Ray's fake head node id (`fake_multi_node/node_provider.py`).
 const FAKE_HEAD: &str = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000";
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("rayscale-v1live-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// `rayscale run` with the cluster marker in its environment (so every process it and
 /// Ray's provider start can be found and killed at the end).
@@ -108,7 +88,7 @@ fn fake_multinode_through_the_bridge_scales_up_runs_tasks_and_scales_down() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (python, _) = ray_from_env();
     let cluster = format!("fmn{}", std::process::id());
-    let scratch = Scratch::new("fmn");
+    let scratch = Scratch::new("v1live-fmn");
     // The head as Ray's own fake-cluster harness starts it: the provider's fake head id.
     let mut options = RayHeadOptions::external_autoscaler("ray.head.default");
     options.env.extend([
@@ -261,7 +241,7 @@ fn local_provider_over_ssh_installs_ray_with_rays_node_updater() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (python, ray) = ray_from_env();
     let cluster = format!("ssh{}", std::process::id());
-    let scratch = Scratch::new("ssh");
+    let scratch = Scratch::new("v1live-ssh");
     let sshd = Sshd::start(&scratch.0);
     let head = RayHead::start_with(RayHeadOptions::external_autoscaler("head"));
     let config = scratch.path("cluster.yaml");

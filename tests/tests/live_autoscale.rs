@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rayscale_gcs_client::client::ClientOptions;
+use rayscale_tests::Scratch;
 use rayscale_tests::ray_head::{RayHead, RayHeadOptions};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -25,27 +26,6 @@ fn root() -> PathBuf {
 
 fn rayscale_bin() -> PathBuf {
     rayscale_tests::workspace_bin("rayscale")
-}
-
-/// A scratch directory for one test.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let d = std::env::temp_dir().join(format!("rayscale-live-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("scratch dir");
-        Scratch(d)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn config_text(cluster: &str, idle_minutes: f64) -> String {
@@ -214,7 +194,7 @@ impl Fixture {
     fn with_head(name: &str, idle_minutes: f64, options: RayHeadOptions) -> Fixture {
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let cluster = format!("{name}{}", std::process::id());
-        let scratch = Scratch::new(name);
+        let scratch = Scratch::new(&format!("live-{name}"));
         let config = scratch.path("cluster.yaml");
         std::fs::write(&config, config_text(&cluster, idle_minutes)).expect("config");
         Fixture {
@@ -569,7 +549,7 @@ fn a_gcs_restart_is_survived() {
 fn bad_input_fails_with_one_line_and_starts_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = format!("bad{}", std::process::id());
-    let scratch = Scratch::new("bad");
+    let scratch = Scratch::new("live-bad");
     let good = scratch.path("good.yaml");
     std::fs::write(&good, config_text(&cluster, 5.0)).expect("config");
     let broken = scratch.path("broken.yaml");

@@ -373,6 +373,16 @@ fn an_instance_that_fails_on_its_own_fails_its_record_not_a_sibling() {
     );
 }
 
+/// The idle worker's raylet dies and comes back on the same instance under node id
+/// 0x77777777; the GCS lists the dead node first.
+fn restart_raylet(w: &mut World) {
+    w.ray.node_states[1].status = Some(NodeStatus::Dead);
+    let mut new = w.ray.node_states[1].clone();
+    new.node_id = vec![0x77; 4];
+    new.status = Some(NodeStatus::Idle);
+    w.ray.node_states.push(new);
+}
+
 #[test]
 fn a_raylet_restart_keeps_the_instance() {
     let mut w = with_idle_worker();
@@ -382,13 +392,7 @@ fn a_raylet_restart_keeps_the_instance() {
         .clone()
         .expect("allocated");
     let old_node = w.instance("i1").node_id.clone().expect("node");
-    // The raylet dies and comes back on the same instance under a new node id; the GCS
-    // lists the dead node first.
-    w.ray.node_states[1].status = Some(NodeStatus::Dead);
-    let mut new = w.ray.node_states[1].clone();
-    new.node_id = vec![0x77; 4];
-    new.status = Some(NodeStatus::Idle);
-    w.ray.node_states.push(new);
+    restart_raylet(&mut w);
     for _ in 0..3 {
         w.now += SEC;
         let out = w.tick();
@@ -563,11 +567,7 @@ fn ray_is_not_installed_where_it_already_runs() {
     // provider that installs Ray must not run its updater there.
     let mut w = with_idle_worker();
     w.settings.install_ray = true;
-    w.ray.node_states[1].status = Some(NodeStatus::Dead);
-    let mut new = w.ray.node_states[1].clone();
-    new.node_id = vec![0x77; 4];
-    new.status = Some(NodeStatus::Idle);
-    w.ray.node_states.push(new);
+    restart_raylet(&mut w);
     for _ in 0..3 {
         w.now += SEC;
         let out = w.tick();
