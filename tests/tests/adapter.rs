@@ -182,6 +182,26 @@ async fn a_crashed_child_fails_its_calls_and_the_next_call_restarts_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_child_dies_after_making_the_nodes_counts_them() {
+    let files = Files::new("crash-after");
+    let (bridge, adapter) = subject(&files, "");
+    files.set(json!({"crash_after": "create_node"}));
+    let o = adapter.launch(&req("lr-made", 3)).await.unwrap();
+    // The call failed, but the nodes exist: nothing fell short.
+    assert!(o.shortfall.is_none(), "{:?}", o.shortfall);
+    files.set(json!({}));
+    let workers = adapter
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|c| !c.is_head())
+        .count();
+    assert_eq!(workers, 3);
+    assert_eq!(bridge.starts(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_child_times_out_and_is_replaced() {
     let files = Files::new("hang");
     let (bridge, adapter) = subject(&files, ", call_timeout_s: 2");
