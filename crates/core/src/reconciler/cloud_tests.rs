@@ -442,13 +442,20 @@ fn a_dead_raylet_without_a_successor_still_stops_the_instance() {
     );
 }
 
-#[test]
-fn a_provider_that_installs_ray_takes_running_workers_through_ray_installing() {
+/// A provider that installs Ray: `cpus` CPUs of demand launched and allocated (all
+/// cloud instances running, no raylet yet).
+fn launched_with_installs(cpus: u64) -> World {
     let mut w = World::new(CONFIG);
     w.settings.install_ray = true;
-    w.ray.pending_resource_requests = cpu_demand(4);
+    w.ray.pending_resource_requests = cpu_demand(cpus);
     let out = w.tick();
     w.cloud_fulfils(&out);
+    w
+}
+
+#[test]
+fn a_provider_that_installs_ray_takes_running_workers_through_ray_installing() {
+    let mut w = launched_with_installs(4);
     // The first cloud instance is still booting: it stays ALLOCATED; the running one is
     // handed to the installer.
     w.cloud[0].state = CloudInstanceState::Pending;
@@ -518,11 +525,7 @@ fn a_provider_that_installs_ray_takes_running_workers_through_ray_installing() {
     w.tick();
     assert_eq!(w.instance("i1").status, InstanceStatus::RayRunning);
     // An install that hangs fails after Ray's 30 minutes.
-    let mut w2 = World::new(CONFIG);
-    w2.settings.install_ray = true;
-    w2.ray.pending_resource_requests = cpu_demand(2);
-    let out = w2.tick();
-    w2.cloud_fulfils(&out);
+    let mut w2 = launched_with_installs(2);
     w2.now += SEC;
     w2.tick();
     assert_eq!(w2.instance("i1").status, InstanceStatus::RayInstalling);
@@ -535,11 +538,7 @@ fn a_provider_that_installs_ray_takes_running_workers_through_ray_installing() {
 fn a_host_used_again_is_not_stopped_by_its_last_lifes_dead_node() {
     // On-premise hosts (Ray's `local` provider) are their cloud ids: the GCS still holds
     // the dead node of the host's last use when the host is launched again.
-    let mut w = World::new(CONFIG);
-    w.settings.install_ray = true;
-    w.ray.pending_resource_requests = cpu_demand(2);
-    let out = w.tick();
-    w.cloud_fulfils(&out);
+    let mut w = launched_with_installs(2);
     let host = w.cloud[0].cloud_instance_id.clone();
     let mut old = node(9, &host, "w", &[("CPU", 2.0)], &[("CPU", 2.0)]);
     old.status = Some(NodeStatus::Dead);
