@@ -21,17 +21,21 @@ pub struct ProviderEnv {
 }
 
 impl ProviderEnv {
+    /// The GCS address's host (brackets of an IPv6 literal removed).
+    pub fn gcs_host(&self) -> &str {
+        self.gcs_address
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
+            .unwrap_or(&self.gcs_address)
+    }
+
     /// The head's address for cloud workers' boot scripts: `--head-ip`, else the GCS
     /// address's host unless it is a loopback address (which no cloud worker reaches).
     pub fn head_ip_for_workers(&self, provider_type: &str) -> Result<String> {
         if let Some(ip) = &self.head_ip {
             return Ok(ip.clone());
         }
-        let host = self
-            .gcs_address
-            .rsplit_once(':')
-            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
-            .unwrap_or(&self.gcs_address);
+        let host = self.gcs_host();
         let loopback = host == "localhost"
             || host
                 .parse::<std::net::IpAddr>()
@@ -272,14 +276,10 @@ async fn adapter(
     use rayscale_node_provider_adapter as a;
     // Workers reach the head at --head-ip, else at the GCS host (on-premise hosts and
     // Ray's fake_multinode share the head's network).
-    let head_ip = match &env.head_ip {
-        Some(ip) => ip.clone(),
-        None => env
-            .gcs_address
-            .rsplit_once(':')
-            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
-            .unwrap_or_else(|| env.gcs_address.clone()),
-    };
+    let head_ip = env
+        .head_ip
+        .clone()
+        .unwrap_or_else(|| env.gcs_host().to_string());
     let bridge = Arc::new(a::PythonBridge::new(a::BridgeConfig::new(
         config,
         &env.gcs_address,

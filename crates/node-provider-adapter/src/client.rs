@@ -31,6 +31,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::config::BridgeConfig;
 use crate::errors::AdapterError;
+use crate::lock;
 use crate::v1::{NodeInfo, NodeProvider, Tags};
 
 /// The child's program.
@@ -48,10 +49,8 @@ struct Session {
 
 impl Session {
     fn fail_all(&self, status: &str) {
-        let pending: Vec<(u64, (String, oneshot::Sender<Reply>))> = match self.pending.lock() {
-            Ok(mut p) => p.drain().collect(),
-            Err(p) => p.into_inner().drain().collect(),
-        };
+        let pending: Vec<(u64, (String, oneshot::Sender<Reply>))> =
+            lock(&self.pending).drain().collect();
         for (_, (method, tx)) in pending {
             let _ = tx.send(Err(AdapterError::Crashed {
                 method,
@@ -266,10 +265,7 @@ impl PythonBridge {
         let s = self.session().await?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        match s.pending.lock() {
-            Ok(mut p) => p.insert(id, (method.to_string(), tx)),
-            Err(p) => p.into_inner().insert(id, (method.to_string(), tx)),
-        };
+        lock(&s.pending).insert(id, (method.to_string(), tx));
         let crashed = || AdapterError::Crashed {
             method: method.to_string(),
             status: "exited".into(),
@@ -299,10 +295,7 @@ impl PythonBridge {
         let name = method.to_string();
         tokio::spawn(async move {
             tokio::time::sleep(timeout).await;
-            let entry = match watched.pending.lock() {
-                Ok(mut p) => p.remove(&id),
-                Err(p) => p.into_inner().remove(&id),
-            };
+            let entry = lock(&watched.pending).remove(&id);
             let Some((_, tx)) = entry else {
                 return; // answered
             };
@@ -324,10 +317,7 @@ impl PythonBridge {
     }
 
     fn forget(&self, s: &Session, id: u64) {
-        match s.pending.lock() {
-            Ok(mut p) => p.remove(&id),
-            Err(p) => p.into_inner().remove(&id),
-        };
+        lock(&s.pending).remove(&id);
     }
 
     async fn quick(&self, method: &str, params: Value) -> Result<Value, AdapterError> {
@@ -356,10 +346,7 @@ fn dispatch(s: &Session, line: &str) {
         );
         return;
     };
-    let entry = match s.pending.lock() {
-        Ok(mut p) => p.remove(&id),
-        Err(p) => p.into_inner().remove(&id),
-    };
+    let entry = lock(&s.pending).remove(&id);
     let Some((method, tx)) = entry else {
         return; // its caller gave up (timeout)
     };

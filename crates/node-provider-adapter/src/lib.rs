@@ -41,5 +41,11 @@ pub use errors::AdapterError;
 pub use provider::NodeProviderAdapter;
 pub use v1::{NodeInfo, NodeProvider, Tags};
 
+/// Locks `m`, taking the data of a mutex a panicking thread poisoned (every critical
+/// section here leaves its data whole).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The provider types of Ray served through the bridge (`external` needs `module`).
 pub const PROVIDER_TYPES: [&str; 5] = ["external", "local", "fake_multinode", "vsphere", "aliyun"];

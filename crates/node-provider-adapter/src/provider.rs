@@ -15,12 +15,9 @@ use tokio::sync::oneshot;
 
 use crate::config::AdapterConfig;
 use crate::errors::AdapterError;
+use crate::lock;
 use crate::mapping::{Listed, labels_of, launch_tags, resources_of, to_instance};
 use crate::v1::{NodeProvider, Tags};
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Removes a launch request from `launching` when dropped (the launch returned early, its
 /// caller gave up, or its task ended).

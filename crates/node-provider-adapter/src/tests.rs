@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::config::AdapterConfig;
 use crate::errors::AdapterError;
+use crate::lock;
 use crate::provider::NodeProviderAdapter;
 use crate::v1::{NodeProvider, Tags};
 
@@ -27,10 +28,6 @@ struct Fake {
     free: Mutex<Option<u64>>,
     install_failures: AtomicUsize,
     installs: AtomicUsize,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[async_trait::async_trait]
