@@ -19,6 +19,7 @@ LAYERS = [
     ["scheduler"],
     ["availability", "scenario", "launcher"],
     ["reconciler"],
+    ["telemetry"],
     ["driver"],
 ]
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}

@@ -47,6 +47,8 @@ pub struct RayHeadOptions {
     pub extra_args: Vec<String>,
     /// Environment variables for Ray's processes (e.g. `RAY_enable_autoscaler_v2=1`).
     pub env: Vec<(String, String)>,
+    /// The GCS port (default: a free one), for configs that must name it beforehand.
+    pub port: Option<u16>,
 }
 
 impl RayHeadOptions {
@@ -55,6 +57,7 @@ impl RayHeadOptions {
     /// named `head_type` (so `ray status` lists it under its type).
     pub fn external_autoscaler(head_type: &str) -> Self {
         RayHeadOptions {
+            port: None,
             extra_args: vec!["--no-monitor".into()],
             env: vec![
                 ("RAY_enable_autoscaler_v2".into(), "1".into()),
@@ -225,7 +228,7 @@ impl RayHead {
             python,
             ray,
             temp_dir,
-            port: ports[0],
+            port: options.port.unwrap_or(ports[0]),
             client_server_port: ports[1],
             agent_listen_port: ports[2],
             options,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::driver::{Clock, ConfigSource, Driver, DriverOptions, Reloaded};
+use rayscale_core::driver::{Clock, ConfigSource, Driver, DriverOptions, Observer, Reloaded};
 use rayscale_core::provider::CloudInstanceProvider;
 use rayscale_gcs_client::client::GcsClient;
 
@@ -102,10 +102,11 @@ pub async fn run_loop(
     cluster: &str,
     source: Box<dyn ConfigSource>,
     options: DriverOptions,
+    observers: Vec<Arc<dyn Observer>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let seed = now_ns() as u64 ^ (u64::from(std::process::id()) << 32);
-    let driver = Driver::new(
+    let mut driver = Driver::new(
         cluster,
         Arc::new(gcs),
         provider,
@@ -117,6 +118,9 @@ pub async fn run_loop(
             ..options
         },
     );
+    for o in observers {
+        driver = driver.observe(o);
+    }
     driver.run(shutdown).await;
     Ok(())
 }

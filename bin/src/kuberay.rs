@@ -37,6 +37,8 @@ pub struct KubeRayArgs {
     interval: f64,
     #[command(flatten)]
     expander: ExpanderArgs,
+    #[command(flatten)]
+    ops: crate::ops::OpsArgs,
 }
 
 /// The RayCluster as the loop's config source.
@@ -138,6 +140,7 @@ pub async fn run(args: KubeRayArgs) -> Result<String> {
         args.cluster_namespace,
         args.cluster_name
     );
+    let observers = crate::ops::start(&args.ops, &gcs, None).await?;
     run_loop(
         gcs,
         provider,
@@ -147,6 +150,7 @@ pub async fn run(args: KubeRayArgs) -> Result<String> {
             interval: Duration::from_secs_f64(args.interval),
             ..Default::default()
         },
+        observers,
         ctrl_c(),
     )
     .await?;

@@ -16,6 +16,7 @@ use crate::cluster::gcs_client;
 
 use crate::driver::{FileConfig, run_loop};
 use crate::expander::ExpanderArgs;
+use crate::ops::OpsArgs;
 use crate::providers::ProviderEnv;
 use rayscale_core::driver::DriverOptions;
 
@@ -151,6 +152,9 @@ pub struct UpArgs {
     /// local_processes: the loop's expander flags (a cloud head's rayscale reads its YAML).
     #[command(flatten)]
     expander: ExpanderArgs,
+    /// local_processes: the loop's metrics, health and event file.
+    #[command(flatten)]
+    ops: OpsArgs,
 }
 
 /// `rayscale up`.
@@ -170,12 +174,15 @@ pub async fn up(args: UpArgs) -> Result<String> {
     } else {
         start_head(&config, &ray, args.port).await?;
     }
+    let gcs = loop_client(&addr)?;
+    let observers = crate::ops::start(&args.ops, &gcs, Some(&head_temp_dir(&config))).await?;
     run_loop(
-        loop_client(&addr)?,
+        gcs,
         provider,
         &config.cluster_name,
         Box::new(source),
         DriverOptions::default(),
+        observers,
         ctrl_c(),
     )
     .await?;
@@ -359,6 +366,8 @@ pub struct RunArgs {
     interval: f64,
     #[command(flatten)]
     expander: ExpanderArgs,
+    #[command(flatten)]
+    ops: OpsArgs,
 }
 
 /// `rayscale run`.
@@ -387,6 +396,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
     if !gcs_answers(gcs.addr()).await {
         bail!("no Ray GCS answers at {}", gcs.addr());
     }
+    let observers = crate::ops::start(&args.ops, &gcs, None).await?;
     run_loop(
         gcs,
         provider,
@@ -396,6 +406,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
             interval: Duration::from_secs_f64(args.interval),
             ..Default::default()
         },
+        observers,
         ctrl_c(),
     )
     .await?;

@@ -8,6 +8,7 @@ mod kuberay;
 mod launch;
 mod local;
 mod logging;
+mod ops;
 mod plan;
 mod providers;
 

@@ -6,6 +6,10 @@ usage: workload.py ADDRESS MODE [ARGS]
   spread N               a STRICT_SPREAD placement group of N {CPU: 1} bundles; prints the
                          distinct node count of its bundles
   infeasible             submits a {GPU: 8} task and leaves it pending for 60 s
+  console N CPUS SECONDS WAIT
+                         as `tasks`, with the autoscaler's events printed to this job's
+                         console as Ray prints them ("(autoscaler +2s) ..."), then a
+                         {CPU: 64} task left pending for WAIT s; prints "done N" at the end
 """
 import sys
 import time
@@ -15,8 +19,25 @@ import ray
 
 def main() -> int:
     address, mode, *args = sys.argv[1:]
-    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-    if mode == "tasks":
+    # Only `console` wants the cluster's log lines (the autoscaler's events among them).
+    ray.init(address=address, log_to_driver=mode == "console", logging_level="ERROR")
+    if mode == "console":
+        n, cpus, secs, wait = int(args[0]), float(args[1]), float(args[2]), float(args[3])
+
+        @ray.remote(num_cpus=cpus)
+        def step(i):
+            time.sleep(secs)
+            return i
+
+        done = len(ray.get([step.remote(i) for i in range(n)]))
+
+        @ray.remote(num_cpus=64)
+        def too_big():
+            return 1
+
+        ray.wait([too_big.remote()], timeout=wait)
+        print(f"done {done}", flush=True)
+    elif mode == "tasks":
         n, cpus, secs = int(args[0]), float(args[1]), float(args[2])
 
         @ray.remote(num_cpus=cpus)

@@ -52,6 +52,8 @@ pub struct LeaseView {
     pub valid_until: Option<Instant>,
     /// Who holds it, as last seen (this process or another).
     pub holder: Option<String>,
+    /// Why the last round could not reach the GCS; `None` when it did.
+    pub gcs_error: Option<String>,
 }
 
 impl LeaseView {
@@ -136,6 +138,7 @@ impl Lease {
                 .and(self.last_renewed)
                 .map(|t| t + self.settings.renew_deadline),
             holder: self.holder.clone(),
+            gcs_error: None,
         }
     }
 
@@ -295,7 +298,10 @@ pub(super) async fn hold_lease<G: Gcs + 'static>(
                     tracing::warn!("cannot reach the lease: {e}");
                     said_error = true;
                 }
-                tx.send_replace(lease.view());
+                tx.send_replace(LeaseView {
+                    gcs_error: Some(e.to_string()),
+                    ..lease.view()
+                });
             }
         }
         tokio::select! {

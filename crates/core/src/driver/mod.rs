@@ -24,6 +24,7 @@ pub mod clock;
 pub mod effects;
 pub mod gcs;
 pub mod lease;
+pub mod observe;
 mod replay;
 pub mod table;
 
@@ -38,6 +39,7 @@ pub use clock::{Clock, TokioClock};
 pub use effects::{EffectOptions, EffectResults};
 pub use gcs::{DrainReply, Gcs, GcsState};
 pub use lease::{Lease, LeaseSettings, LeaseView};
+pub use observe::{IterationView, Observer, StepView};
 pub use table::{KvTable, NAMESPACE, SaveStats};
 
 use crate::availability::{Availability, AvailabilityState, DEFAULT_RECOVERY_S};
@@ -128,6 +130,12 @@ pub struct StepReport {
     pub effects: usize,
     /// Why the step stopped early, if it did.
     pub aborted: Option<String>,
+    /// It stopped on an error (the GCS, the cloud, the table), not by waiting (for the
+    /// lease or a first config): Ray's `update_loop_exceptions`.
+    pub failed: bool,
+    /// A changed config was refused this step (unusable text, another cluster's, or the
+    /// provider said no): Ray's `config_validation_exceptions`.
+    pub config_refused: bool,
     /// Where the iteration's time went (zero for phases that did not run).
     pub phases: Phases,
 }
@@ -236,6 +244,7 @@ pub struct Driver<G: Gcs + 'static, C: Clock> {
     said: BTreeMap<&'static str, BTreeSet<String>>,
     warned_other: bool,
     warned_v1: bool,
+    observers: Vec<Arc<dyn Observer>>,
 }
 
 impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
@@ -268,7 +277,14 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             said: BTreeMap::new(),
             warned_other: false,
             warned_v1: false,
+            observers: Vec::new(),
         }
+    }
+
+    /// Adds an observer, told about every step and stored iteration.
+    pub fn observe(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observers.push(observer);
+        self
     }
 
     /// The lease as this process sees it.
@@ -319,10 +335,28 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         }
     }
 
-    /// One step (see the module docs).
+    /// One step (see the module docs); its observers are told at its end.
     pub async fn step(&mut self) -> StepReport {
-        let mut report = StepReport::default();
-        self.poll_config().await;
+        let report = self.step_inner().await;
+        if !self.observers.is_empty() {
+            let lease = self.lease();
+            let view = StepView {
+                now_ns: self.clock.now_ns(),
+                report: &report,
+                lease: &lease,
+            };
+            for o in &self.observers {
+                o.step(&view);
+            }
+        }
+        report
+    }
+
+    async fn step_inner(&mut self) -> StepReport {
+        let mut report = StepReport {
+            config_refused: !self.poll_config().await,
+            ..StepReport::default()
+        };
         if self.config.is_none() {
             report.aborted = Some("no usable config yet".into());
             return report;
@@ -346,6 +380,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 Err(e) => {
                     tracing::warn!("cannot load the instance table yet: {e}");
                     report.aborted = Some(e.to_string());
+                    report.failed = true;
                     return report;
                 }
             }
@@ -368,12 +403,14 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                     }
                 });
                 report.aborted = Some(e.to_string());
+                report.failed = true;
             }
         }
         report
     }
 
-    async fn poll_config(&mut self) {
+    /// Polls the config; false when a changed config was refused.
+    async fn poll_config(&mut self) -> bool {
         match self.source.poll().await {
             Ok(Some(r)) => {
                 // The lease, the table and the provider belong to one cluster.
@@ -386,11 +423,11 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                     self.say("config", BTreeSet::from([e]), |e| {
                         tracing::warn!("{e} (keeping the last good config)")
                     });
-                    return;
+                    return false;
                 }
                 if let Err(e) = self.provider.reconfigure(&r.config).await {
                     tracing::warn!("the provider refused the new config, keeping the last: {e}");
-                    return;
+                    return false;
                 }
                 if self.config.is_some() {
                     tracing::info!("config reloaded");
@@ -411,8 +448,9 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                     chain: r.chain,
                 });
                 self.said.remove("config");
+                true
             }
-            Ok(None) => {}
+            Ok(None) => true,
             Err(e) => {
                 let keeping = if self.config.is_some() {
                     "keeping the last good config"
@@ -422,6 +460,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 self.say("config", BTreeSet::from([e]), |e| {
                     tracing::warn!("{e} ({keeping})")
                 });
+                false
             }
         }
     }
@@ -695,6 +734,21 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         a.rejections.extend(done.rejections);
         a.carried.extend(done.errors);
         report.phases.effects = lap();
+        if !self.observers.is_empty() {
+            let view = IterationView {
+                now_ns: now,
+                config: &loaded.config,
+                instances: a.storage.iter().collect(),
+                ray: &state.state,
+                outcome: &outcome,
+                provider_errors: &errors,
+                drain_rejections: &rejections,
+                chain: &loaded.chain,
+            };
+            for o in &self.observers {
+                o.iteration(&view);
+            }
+        }
         let p = report.phases;
         tracing::debug!(
             "iteration: gather {:?}, reconcile {:?}, save {:?} ({} records), report and effects {:?} ({})",

@@ -139,6 +139,10 @@ pub struct Decision {
     pub infeasible_constraints: Vec<usize>,
     /// Error-free but noteworthy: more than one constraint was given (only the first is used).
     pub extra_constraints_ignored: bool,
+    /// Total resources of the resulting cluster (every node but those to terminate, the
+    /// launches included), in order of first appearance: Ray's `get_cluster_resources`,
+    /// which its "Resized to N CPUs." event line reads.
+    pub cluster_resources: crate::model::ResourceMap,
 }
 
 /// Runs one scheduling pass.

@@ -742,3 +742,32 @@ fn unavailable_types_are_not_offered_to_expanders() {
     );
     assert_eq!(schedule_with(&r, &mut chain).launch, [("b".to_string(), 2)]);
 }
+
+#[test]
+fn cluster_resources_count_launches_and_leave_out_terminations() {
+    let mut r = base(vec![ntype("cpu", &[("CPU", 4.0)], 0, Some(1))]);
+    r.instances
+        .push(running("busy", "cpu", &[("CPU", 4.0)], &[("CPU", 0.0)], 0));
+    r.instances.push(running(
+        "idle",
+        "cpu",
+        &[("CPU", 4.0)],
+        &[("CPU", 4.0)],
+        5_000,
+    ));
+    let d = schedule(&r);
+    assert_eq!(d.terminate.len(), 1);
+    // The head's 0 CPUs and the busy node's 4; the terminated node is left out.
+    assert_eq!(d.cluster_resources, res(&[("CPU", 4.0)]));
+
+    let mut r = base(vec![ntype(
+        "gpu",
+        &[("CPU", 8.0), ("GPU", 1.0)],
+        0,
+        Some(5),
+    )]);
+    r.resource_requests = vec![task(&[("GPU", 1.0)], 3)];
+    let d = schedule(&r);
+    assert_eq!(launch(&d, "gpu"), 3);
+    assert_eq!(d.cluster_resources, res(&[("CPU", 24.0), ("GPU", 3.0)]));
+}

@@ -357,6 +357,32 @@ impl<'a> Engine<'a> {
                 });
             }
         }
+        // Indexed by resource id (every node has its own `node:<ip>` resource).
+        let mut at: Vec<Option<usize>> = vec![None; self.res_names.len()];
+        let mut totals: Vec<(ResId, Fixed)> = Vec::new();
+        for n in self
+            .nodes
+            .iter()
+            .filter(|n| n.status != NodeStatus::ToTerminate)
+        {
+            for &(k, x) in n.total.iter() {
+                match at.get(k as usize).copied().flatten() {
+                    Some(i) => totals[i].1 += x,
+                    None => {
+                        if let Some(slot) = at.get_mut(k as usize) {
+                            *slot = Some(totals.len());
+                        }
+                        totals.push((k, x));
+                    }
+                }
+            }
+        }
+        decision.cluster_resources = crate::model::ResourceMap(
+            totals
+                .into_iter()
+                .map(|(k, x)| (self.res_names[k as usize].clone(), x))
+                .collect(),
+        );
         let views = self.nodes.iter().map(|n| self.view(n)).collect();
         (decision, views)
     }
