@@ -20,7 +20,7 @@ LAYERS = [
     ["availability", "scenario", "launcher"],
     ["reconciler"],
     ["telemetry"],
-    ["driver"],
+    ["driver", "simulate"],
 ]
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 

@@ -2,7 +2,7 @@
 # rayscale's main job on a laptop: installs Ray 2.60 into a local venv if it is missing,
 # builds rayscale, starts a local cluster (examples/local-cluster.yaml: a head with no CPUs
 # and up to 4 two-CPU workers as local processes), runs a workload that needs a scale-up,
-# shows nodes coming and going, and tears everything down.
+# watches nodes come and go (`rayscale status --watch`), and tears everything down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${RAYSCALE_DEMO_PORT:-6390}"
@@ -33,21 +33,21 @@ for _ in $(seq 1 60); do
 done
 "$BIN" status --gcs "127.0.0.1:$PORT"
 
+echo "== watching the cluster: rayscale status --watch (a line per change and per instance transition)"
+"$BIN" status --watch --every 2 --gcs "127.0.0.1:$PORT" &
+WATCH=$!
+
 echo "== workload: 8 tasks of {CPU: 2} for 5 s each (the head has no CPUs)"
-"$PY" tests/live/workload.py "127.0.0.1:$PORT" tasks 8 2 5 &
-WL=$!
-while kill -0 "$WL" 2>/dev/null; do
-  sleep 3
-  echo "-- $(date +%T)"; "$BIN" status --gcs "127.0.0.1:$PORT" | sed -n '/^Nodes:/,/^Recent/p' | grep -v '^Recent'
-done
-wait "$WL"
+"$PY" tests/live/workload.py "127.0.0.1:$PORT" tasks 8 2 5
 
 echo "== idle: workers are drained and terminated after 15 s idle"
-for _ in $(seq 1 20); do
-  sleep 3
-  NODES="$("$BIN" status --gcs "127.0.0.1:$PORT" | sed -n '/^Nodes:/,/^Pending/p' | grep -c ' worker RUNNING\| worker IDLE' || true)"
-  echo "-- $(date +%T): $NODES worker(s) up"
-  if [[ "$NODES" == "0" ]]; then break; fi
+for _ in $(seq 1 30); do
+  sleep 2
+  # The watch's summary line counts nodes by type: "nodes: head 1, worker 4 | ...".
+  LINE="$("$BIN" status --watch --count 1 --gcs "127.0.0.1:$PORT" | tail -1)"
+  if [[ "$LINE" != *"worker "* ]]; then break; fi
 done
+kill "$WATCH" 2>/dev/null || true
+wait "$WATCH" 2>/dev/null || true
 echo "== rayscale's log"
 grep -E "launching|draining|terminating|Ray head" "$LOG" || true

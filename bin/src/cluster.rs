@@ -39,6 +39,20 @@ pub struct StatusArgs {
     /// GCS address (host:port).
     #[arg(long)]
     gcs: String,
+    /// Refresh until Ctrl-C: in place on a terminal, as plain lines (one per change and per
+    /// instance transition) otherwise.
+    #[arg(long)]
+    watch: bool,
+    /// --watch: seconds between refreshes.
+    #[arg(long, default_value_t = 2.0)]
+    every: f64,
+    /// --watch: stop after this many refreshes.
+    #[arg(long)]
+    count: Option<u64>,
+    /// --watch: the cluster whose instance table shows the recent transitions (default:
+    /// every cluster the GCS holds a table of).
+    #[arg(long)]
+    cluster: Option<String>,
 }
 
 fn fmt_resources(m: &BTreeMap<String, f64>) -> String {
@@ -53,13 +67,32 @@ fn fmt_request(r: &pb::ResourceRequest) -> String {
     format!("{{{}}}", fmt_resources(&r.resources_bundle))
 }
 
-/// `rayscale status`: a `ray status`-like view from `GetClusterStatus`.
+/// `rayscale status`: a `ray status`-like view from `GetClusterStatus`, once or (with
+/// `--watch`) refreshed.
 pub async fn status(args: &StatusArgs) -> Result<String> {
     let gcs = one_shot_client(&args.gcs)?;
+    if args.watch {
+        if !(args.every.is_finite() && args.every > 0.0) {
+            bail!("--every: expected a positive number of seconds");
+        }
+        crate::watch::watch(crate::watch::Watch {
+            gcs: &gcs,
+            cluster: args.cluster.as_deref(),
+            every: std::time::Duration::from_secs_f64(args.every),
+            count: args.count,
+        })
+        .await?;
+        return Ok(String::new());
+    }
     let reply = gcs.get_cluster_status().await?;
+    Ok(render(&reply))
+}
+
+/// The status view of a `GetClusterStatus` reply.
+pub fn render(reply: &pb::GetClusterStatusReply) -> String {
     let mut out = String::new();
-    let state = reply.cluster_resource_state.unwrap_or_default();
-    let auto = reply.autoscaling_state.unwrap_or_default();
+    let state = reply.cluster_resource_state.clone().unwrap_or_default();
+    let auto = reply.autoscaling_state.clone().unwrap_or_default();
     out.push_str(&format!(
         "cluster {} (state version {})\n",
         if state.cluster_session_name.is_empty() {
@@ -165,7 +198,7 @@ pub async fn status(args: &StatusArgs) -> Result<String> {
             c.resource_requests.len()
         ));
     }
-    Ok(out)
+    out
 }
 
 /// Arguments of `rayscale request-resources`.

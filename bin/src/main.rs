@@ -11,6 +11,8 @@ mod logging;
 mod ops;
 mod plan;
 mod providers;
+mod simulate;
+mod watch;
 
 /// A faster allocator: scheduling large snapshots allocates many small vectors.
 #[global_allocator]
@@ -41,7 +43,7 @@ enum Command {
     Down(local::DownArgs),
     /// Run the autoscaling loop alone against a running cluster (like Ray's monitor.py).
     Run(local::RunArgs),
-    /// Show the cluster and the autoscaler's state (like `ray status`).
+    /// Show the cluster and the autoscaler's state (like `ray status`); `--watch` refreshes.
     Status(cluster::StatusArgs),
     /// Ask the cluster to keep capacity for bundles (Ray's `request_resources`).
     RequestResources(cluster::RequestArgs),
@@ -53,6 +55,10 @@ enum Command {
     Kuberay(kuberay::KubeRayArgs),
     /// Print the script a new worker of a node type runs at boot (its cloud's user data).
     BootScript(providers::BootScriptArgs),
+    /// What the autoscaler would do on a workload trace: a simulation in virtual time of
+    /// the real reconciler and scheduler against a simulated cloud, with a summary and an
+    /// SVG plot; several configs or `--compare` expander chains side by side.
+    Simulate(simulate::SimulateArgs),
 }
 
 /// Runs an async command on a fresh runtime; errors become one line and exit status 1.
@@ -106,6 +112,16 @@ fn main() -> ExitCode {
         }
         #[cfg(feature = "kuberay")]
         Command::Kuberay(args) => run_async("kuberay", kuberay::run(args)),
+        Command::Simulate(args) => match simulate::run(&args) {
+            Ok(s) => {
+                print!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rayscale simulate: {}", format!("{e:#}").replace('\n', " "));
+                ExitCode::FAILURE
+            }
+        },
         Command::BootScript(args) => match providers::boot_script(&args) {
             Ok(s) => {
                 print!("{s}");

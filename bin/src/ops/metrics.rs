@@ -600,3 +600,127 @@ impl Observer for Metrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rayscale_core::config::ClusterConfig;
+    use rayscale_core::expander::ExpanderChain;
+    use rayscale_core::instance::StatusChange;
+    use rayscale_core::model::ClusterResourceState;
+    use rayscale_core::reconciler::Outcome;
+
+    const S: i64 = 1_000_000_000;
+
+    fn instance(id: &str, history: &[(InstanceStatus, i64)]) -> Instance {
+        let mut i = Instance::new(id, "w", history[0].0, history[0].1 * S, "");
+        for (status, t) in &history[1..] {
+            i.status = *status;
+            i.status_history.push(StatusChange {
+                status: *status,
+                timestamp_ns: t * S,
+                details: String::new(),
+            });
+        }
+        i
+    }
+
+    fn value(text: &str, sample: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
+            .unwrap_or(-1.0)
+    }
+
+    #[test]
+    fn transitions_are_counted_once_with_their_durations() {
+        let config = ClusterConfig::from_yaml_str(
+            "cluster_name: t\nprovider: {type: local_processes}\nhead_node_type: h\n\
+             available_node_types:\n  h: {resources: {CPU: 0}, node_config: {}}\n  \
+             w: {resources: {CPU: 2}, node_config: {}}\n",
+            "t",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        use InstanceStatus::*;
+        let up = instance(
+            "a",
+            &[
+                (Queued, 100),
+                (Requested, 101),
+                (Allocated, 131),
+                (RayInstalling, 132),
+                (RayRunning, 152),
+            ],
+        );
+        let failed = instance(
+            "b",
+            &[
+                (Queued, 100),
+                (Requested, 101),
+                (Allocated, 111),
+                (RayInstalling, 112),
+                (RayInstallFailed, 140),
+            ],
+        );
+        let m = Metrics::new("s1", 99 * S);
+        let chain = ExpanderChain::ray();
+        let ray = ClusterResourceState::default();
+        let outcome = Outcome::default();
+        for now in [160, 200] {
+            m.iteration(&IterationView {
+                now_ns: now * S,
+                config: &config,
+                instances: vec![&up, &failed],
+                ray: &ray,
+                outcome: &outcome,
+                provider_errors: &[],
+                drain_rejections: &[],
+                chain: &chain,
+            });
+        }
+        let text = m.encode();
+        let s = "{SessionName=\"s1\"}";
+        assert_eq!(
+            value(&text, &format!("autoscaler_started_nodes_total{s}")),
+            2.0,
+            "{text}"
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("autoscaler_worker_create_node_time_seconds_count{s}")
+            ),
+            2.0
+        );
+        // 30 s and 10 s from REQUESTED to ALLOCATED.
+        assert_eq!(
+            value(
+                &text,
+                &format!("autoscaler_worker_create_node_time_seconds_sum{s}")
+            ),
+            40.0
+        );
+        assert_eq!(
+            value(&text, &format!("autoscaler_successful_updates_total{s}")),
+            1.0
+        );
+        assert_eq!(
+            value(&text, &format!("autoscaler_failed_updates_total{s}")),
+            1.0
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("autoscaler_worker_update_time_seconds_sum{s}")
+            ),
+            20.0
+        );
+        assert_eq!(
+            value(
+                &text,
+                "autoscaler_active_nodes{NodeType=\"w\",SessionName=\"s1\"}"
+            ),
+            1.0
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -120,9 +120,26 @@ pub async fn up(
         }
     }
     let waited = tokio::time::Instant::now();
+    // Progress: said when the head's state changes (and every minute while it does not).
+    let mut said: Option<(String, u64)> = None;
     loop {
         let all = provider.list().await.map_err(provider_err)?;
         let heads = live_heads(&all);
+        let now = heads
+            .first()
+            .map(|h| format!("head {} is {:?}", h.cloud_instance_id, h.state))
+            .unwrap_or_else(|| "no head is listed yet".to_string());
+        let minute = waited.elapsed().as_secs() / 60;
+        if said.as_ref() != Some(&(now.clone(), minute)) {
+            if said.as_ref().is_none_or(|(s, _)| *s != now) || minute > 0 {
+                tracing::info!(
+                    "cluster {}: {now} ({} s)",
+                    config.cluster_name,
+                    waited.elapsed().as_secs()
+                );
+            }
+            said = Some((now, minute));
+        }
         if let Some(h) = heads
             .iter()
             .find(|h| h.is_running() && h.private_ip.is_some())

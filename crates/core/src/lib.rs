@@ -16,7 +16,8 @@
 //! Modules depend on each other one way, lowest first: `model`; `instance`; `error`;
 //! `config` (with the expander settings and the canonical JSON); `provider` and
 //! `expander`; `scheduler` (with the request building); `availability` and `scenario`
-//! (the `plan` front end); `reconciler`; `telemetry` (what operators are shown); `driver`. `scripts/check_module_layers.py`
+//! (the `plan` front end); `reconciler`; `telemetry` (what operators are shown); `driver`; `simulate` (the
+//! what-if simulator, on the reconciler). `scripts/check_module_layers.py`
 //! checks it.
 
 pub mod availability;
@@ -31,6 +32,7 @@ pub mod provider;
 pub mod reconciler;
 pub mod scenario;
 pub mod scheduler;
+pub mod simulate;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

@@ -1,0 +1,848 @@
+//! `rayscale simulate`: a discrete-event simulation, in virtual time, of the real
+//! reconciler and scheduler ([`crate::reconciler::reconcile`] with the config's expander
+//! chain) against a simulated cloud (boot time, boot failures and capacity errors per node
+//! type, seeded) and a workload trace ([`trace`]), stepping at the autoscaler's period.
+//!
+//! What it models, and how simply: Ray's placement of work on nodes is first-fit in node
+//! order (tasks and actors by shape; a placement group all bundles at once, STRICT_SPREAD on
+//! distinct nodes, STRICT_PACK on one); actors are demand that lasts; a node drained while
+//! busy hands its work back to the queue (it starts again); instances are billed from
+//! launch to termination. Pure: no clock, no I/O; the same inputs give the same result.
+
+pub mod plot;
+pub mod trace;
+
+use std::collections::BTreeMap;
+
+use crate::availability::{Availability, DEFAULT_RECOVERY_S};
+use crate::config::ClusterConfig;
+use crate::error::CoreError;
+use crate::expander::{ExpanderChain, SeededRng};
+use crate::instance::{InMemoryStorage, InstanceManager};
+use crate::model::{
+    ClusterResourceState, GangRequest, NodeState, NodeStatus, PlacementConstraint, ResourceMap,
+    ResourceRequest, ResourceRequestByCount,
+};
+use crate::provider::{
+    CloudInstance, CloudInstanceState, ProviderError, ProviderErrorKind, ProviderOp,
+};
+use crate::reconciler::{
+    DrainRejection, Effect, IdSource, Observed, ReconcilerSettings, reconcile,
+};
+use crate::scheduler::request::HEAD_MARKER;
+
+pub use trace::{Arrival, Kind, Strategy, Trace};
+
+const EPS: f64 = 1e-9;
+const NS: f64 = 1e9;
+/// Where the simulated clock starts (ns since the epoch; any fixed value).
+const START_NS: i64 = 1_800_000_000_000_000_000;
+
+type Shape = BTreeMap<String, f64>;
+
+/// One sample of the series (taken after each iteration).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Seconds from the start.
+    pub t_s: f64,
+    /// Live instances (booting or running) per worker node type.
+    pub nodes: BTreeMap<String, u64>,
+    /// Units of work waiting (tasks, actors, placement groups).
+    pub pending: u64,
+    /// Cost so far.
+    pub cost: f64,
+}
+
+/// What one node type cost and did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TypeSummary {
+    /// Instance-hours billed.
+    pub node_hours: f64,
+    /// Their cost.
+    pub cost: f64,
+    /// Instances launched.
+    pub launched: u64,
+    /// Launch requests that met a capacity error.
+    pub capacity_errors: u64,
+    /// Instances that died while booting.
+    pub boot_failures: u64,
+}
+
+/// The summary of a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    /// Simulated seconds.
+    pub end_s: f64,
+    /// Per worker node type.
+    pub types: BTreeMap<String, TypeSummary>,
+    /// Total cost.
+    pub cost: f64,
+    /// Time from arrival to placement (s), per unit of work: p50, p90, p99, max.
+    pub wait_p50_s: f64,
+    /// See `wait_p50_s`.
+    pub wait_p90_s: f64,
+    /// See `wait_p50_s`.
+    pub wait_p99_s: f64,
+    /// See `wait_p50_s`.
+    pub wait_max_s: f64,
+    /// The area under the pending-work curve (unit-seconds).
+    pub pending_area: f64,
+    /// Units of work placed.
+    pub placed: u64,
+    /// Units never placed by the end.
+    pub unplaced: u64,
+    /// Launch effects (requests) and instances terminated.
+    pub launch_requests: u64,
+    /// See `launch_requests`.
+    pub terminated: u64,
+    /// Drains a busy node refused.
+    pub drains_refused: u64,
+    /// Iterations run.
+    pub iterations: u64,
+}
+
+/// A run: its series and summary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// One sample per iteration.
+    pub series: Vec<Sample>,
+    /// The summary.
+    pub summary: Summary,
+}
+
+/// Resolved behaviour of a node type.
+#[derive(Debug, Clone, Copy)]
+struct Behaviour {
+    boot_s: f64,
+    failure_rate: f64,
+    capacity_error_rate: f64,
+    price: f64,
+}
+
+#[derive(Debug)]
+struct Vm {
+    id: String,
+    node_type: String,
+    request_id: String,
+    hash: String,
+    launched_s: f64,
+    ready_s: f64,
+    /// Index of its Ray node once it runs.
+    node: Option<usize>,
+}
+
+#[derive(Debug)]
+struct Node {
+    id: Vec<u8>,
+    instance_id: String,
+    node_type: String,
+    total: Shape,
+    avail: Shape,
+    running: u64,
+    idle_since_s: f64,
+    alive: bool,
+}
+
+/// Work waiting: `count` units of one shape (or one placement group).
+#[derive(Debug, Clone)]
+struct Waiting {
+    arrived_s: f64,
+    duration_s: f64,
+    count: u64,
+    shape: Shape,
+    /// A placement group: its bundles, strategy and id.
+    gang: Option<(Vec<Shape>, Strategy, u64)>,
+}
+
+/// Work placed: what it holds where, until `end_s`.
+#[derive(Debug)]
+struct Placed {
+    end_s: f64,
+    holds: Vec<(usize, Shape)>,
+    /// To hand back if its node is stopped.
+    again: Waiting,
+}
+
+struct Ids(u64);
+
+impl IdSource for Ids {
+    fn instance_id(&mut self) -> String {
+        self.0 += 1;
+        format!("im-{:06}", self.0)
+    }
+    fn request_id(&mut self) -> String {
+        self.0 += 1;
+        format!("lr-{:06}", self.0)
+    }
+}
+
+fn fits(avail: &Shape, need: &Shape) -> bool {
+    need.iter()
+        .all(|(k, v)| avail.get(k).is_some_and(|a| *a + EPS >= *v))
+}
+
+fn take(avail: &mut Shape, need: &Shape) {
+    for (k, v) in need {
+        if let Some(a) = avail.get_mut(k) {
+            *a -= v;
+        }
+    }
+}
+
+fn give(avail: &mut Shape, need: &Shape) {
+    for (k, v) in need {
+        *avail.entry(k.clone()).or_default() += v;
+    }
+}
+
+/// How many of `need` fit in `avail`.
+fn how_many(avail: &Shape, need: &Shape) -> u64 {
+    need.iter()
+        .map(|(k, v)| {
+            let a = avail.get(k).copied().unwrap_or(0.0);
+            ((a + EPS) / v).floor().max(0.0) as u64
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+fn resource_map(s: &Shape) -> ResourceMap {
+    ResourceMap::from_f64_pairs(s.iter().map(|(k, v)| (k.clone(), *v)))
+}
+
+/// Weighted percentile of (value, weight) pairs sorted by value.
+fn percentile(sorted: &[(f64, u64)], q: f64) -> f64 {
+    let total: u64 = sorted.iter().map(|(_, w)| w).sum();
+    if total == 0 {
+        return 0.0;
+    }
+    let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+    let mut seen = 0;
+    for (v, w) in sorted {
+        seen += w;
+        if seen >= rank {
+            return *v;
+        }
+    }
+    sorted.last().map_or(0.0, |(v, _)| *v)
+}
+
+/// The simulation of one config on one trace.
+pub struct Sim<'a> {
+    config: &'a ClusterConfig,
+    trace: &'a Trace,
+    behaviour: BTreeMap<String, Behaviour>,
+    rng: SeededRng,
+    t_s: f64,
+    vms: Vec<Vm>,
+    nodes: Vec<Node>,
+    waiting: Vec<Waiting>,
+    placed: Vec<Placed>,
+    arrivals: Vec<(f64, usize)>,
+    next_arrival: usize,
+    errors: Vec<ProviderError>,
+    rejections: Vec<DrainRejection>,
+    next_vm: u64,
+    next_pg: u64,
+    waits: Vec<(f64, u64)>,
+    summary: Summary,
+}
+
+impl<'a> Sim<'a> {
+    /// A simulation of `config` (with `chain`'s prices as the default prices) on `trace`.
+    pub fn new(config: &'a ClusterConfig, chain: &ExpanderChain, trace: &'a Trace) -> Self {
+        let mut behaviour = BTreeMap::new();
+        for t in &config.node_types {
+            let own = trace.cloud.types.get(&t.name);
+            let d = &trace.cloud.default;
+            let pick = |f: fn(&trace::TypeModel) -> Option<f64>| own.and_then(f).or_else(|| f(d));
+            behaviour.insert(
+                t.name.clone(),
+                Behaviour {
+                    boot_s: pick(|m| m.boot_s).unwrap_or(60.0),
+                    failure_rate: pick(|m| m.failure_rate).unwrap_or(0.0),
+                    capacity_error_rate: pick(|m| m.capacity_error_rate).unwrap_or(0.0),
+                    price: pick(|m| m.price_per_hour)
+                        .or_else(|| chain.price_of(&t.name))
+                        .unwrap_or(0.0),
+                },
+            );
+        }
+        let mut arrivals: Vec<(f64, usize)> = Vec::new();
+        for (i, a) in trace.workload.iter().enumerate() {
+            for r in 0..a.repeat.max(1) {
+                arrivals.push((a.at_s + r as f64 * a.every_s, i));
+            }
+        }
+        arrivals.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+        // The head: a Ray node of the head type, never a cloud instance of the loop's.
+        let head_type = config
+            .head_node_type
+            .clone()
+            .unwrap_or_else(|| "head".into());
+        let mut head_total: Shape = config
+            .node_type(&head_type)
+            .map(|t| {
+                t.resources
+                    .0
+                    .iter()
+                    .map(|(k, v)| (k.clone(), crate::model::resources::to_f64(*v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        head_total.insert(HEAD_MARKER.into(), 1.0);
+        Sim {
+            config,
+            trace,
+            behaviour,
+            rng: SeededRng::new(trace.seed),
+            t_s: 0.0,
+            vms: Vec::new(),
+            nodes: vec![Node {
+                id: vec![0; 4],
+                instance_id: "head".into(),
+                node_type: head_type,
+                avail: head_total.clone(),
+                total: head_total,
+                running: 0,
+                idle_since_s: 0.0,
+                alive: true,
+            }],
+            waiting: Vec::new(),
+            placed: Vec::new(),
+            arrivals,
+            next_arrival: 0,
+            errors: Vec::new(),
+            rejections: Vec::new(),
+            next_vm: 0,
+            next_pg: 0,
+            waits: Vec::new(),
+            summary: Summary::default(),
+        }
+    }
+
+    fn behaviour(&self, node_type: &str) -> Behaviour {
+        self.behaviour.get(node_type).copied().unwrap_or(Behaviour {
+            boot_s: 60.0,
+            failure_rate: 0.0,
+            capacity_error_rate: 0.0,
+            price: 0.0,
+        })
+    }
+
+    /// Arrivals up to now join the queue.
+    fn arrive(&mut self) {
+        while let Some(&(at, i)) = self.arrivals.get(self.next_arrival) {
+            if at > self.t_s + EPS {
+                break;
+            }
+            self.next_arrival += 1;
+            let a = &self.trace.workload[i];
+            match a.kind {
+                Kind::PlacementGroup => {
+                    for _ in 0..a.count {
+                        self.next_pg += 1;
+                        self.waiting.push(Waiting {
+                            arrived_s: at,
+                            duration_s: a.duration_s,
+                            count: 1,
+                            shape: Shape::new(),
+                            gang: Some((a.bundles.clone(), a.strategy(), self.next_pg)),
+                        });
+                    }
+                }
+                Kind::Task | Kind::Actor => self.waiting.push(Waiting {
+                    arrived_s: at,
+                    duration_s: a.duration_s,
+                    count: a.count,
+                    shape: a.resources.clone(),
+                    gang: None,
+                }),
+            }
+        }
+    }
+
+    /// Booted instances join as Ray nodes (or die booting); finished work frees its nodes.
+    fn progress(&mut self) {
+        let t = self.t_s;
+        let mut died = Vec::new();
+        for i in 0..self.vms.len() {
+            let v = &self.vms[i];
+            if v.node.is_some() || v.ready_s > t + EPS {
+                continue;
+            }
+            let b = self.behaviour(&v.node_type);
+            if b.failure_rate > 0.0 && self.rng.next_f64() < b.failure_rate {
+                died.push(self.vms[i].id.clone());
+                continue;
+            }
+            let v = &self.vms[i];
+            let total: Shape = self
+                .config
+                .node_type(&v.node_type)
+                .map(|nt| {
+                    nt.resources
+                        .0
+                        .iter()
+                        .map(|(k, x)| (k.clone(), crate::model::resources::to_f64(*x)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let n = self.nodes.len() as u32;
+            let (id, node_type) = (v.id.clone(), v.node_type.clone());
+            self.nodes.push(Node {
+                id: n.to_be_bytes().to_vec(),
+                instance_id: id,
+                node_type,
+                avail: total.clone(),
+                total,
+                running: 0,
+                idle_since_s: t,
+                alive: true,
+            });
+            self.vms[i].node = Some(self.nodes.len() - 1);
+        }
+        for id in died {
+            if let Some(i) = self.vms.iter().position(|v| v.id == id) {
+                let v = self.vms.remove(i);
+                self.bill(&v);
+                if let Some(s) = self.summary.types.get_mut(&v.node_type) {
+                    s.boot_failures += 1;
+                }
+                self.errors.push(ProviderError::new(
+                    ProviderOp::Instance {
+                        cloud_instance_id: v.id.clone(),
+                        request_id: Some(v.request_id.clone()),
+                        node_type: v.node_type.clone(),
+                    },
+                    ProviderErrorKind::Transient,
+                    "simulated: the instance died while booting",
+                ));
+            }
+        }
+        let mut i = 0;
+        while i < self.placed.len() {
+            if self.placed[i].end_s <= t + EPS {
+                let p = self.placed.swap_remove(i);
+                self.release(&p);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn release(&mut self, p: &Placed) {
+        let t = self.t_s;
+        for (n, shape) in &p.holds {
+            let node = &mut self.nodes[*n];
+            give(&mut node.avail, shape);
+            node.running = node.running.saturating_sub(1);
+            if node.running == 0 {
+                node.idle_since_s = t;
+            }
+        }
+    }
+
+    /// Places waiting work, first fit in node order.
+    fn place(&mut self) {
+        let t = self.t_s;
+        let waiting = std::mem::take(&mut self.waiting);
+        for mut w in waiting {
+            match w.gang.clone() {
+                None => {
+                    let mut left = w.count;
+                    for n in 0..self.nodes.len() {
+                        if left == 0 {
+                            break;
+                        }
+                        if !self.nodes[n].alive {
+                            continue;
+                        }
+                        let k = how_many(&self.nodes[n].avail, &w.shape).min(left);
+                        for _ in 0..k {
+                            take(&mut self.nodes[n].avail, &w.shape);
+                            self.nodes[n].running += 1;
+                            self.placed.push(Placed {
+                                end_s: t + w.duration_s,
+                                holds: vec![(n, w.shape.clone())],
+                                again: Waiting {
+                                    count: 1,
+                                    ..w.clone()
+                                },
+                            });
+                        }
+                        left -= k;
+                    }
+                    let placed = w.count - left;
+                    if placed > 0 {
+                        self.waits.push((t - w.arrived_s, placed));
+                        self.summary.placed += placed;
+                    }
+                    if left > 0 {
+                        w.count = left;
+                        self.waiting.push(w);
+                    }
+                }
+                Some((bundles, strategy, _)) => {
+                    if let Some(holds) = self.fit_gang(&bundles, strategy) {
+                        for (n, b) in &holds {
+                            take(&mut self.nodes[*n].avail, b);
+                            self.nodes[*n].running += 1;
+                        }
+                        self.waits.push((t - w.arrived_s, 1));
+                        self.summary.placed += 1;
+                        self.placed.push(Placed {
+                            end_s: t + w.duration_s,
+                            holds,
+                            again: w,
+                        });
+                    } else {
+                        self.waiting.push(w);
+                    }
+                }
+            }
+        }
+    }
+
+    fn fit_gang(&self, bundles: &[Shape], strategy: Strategy) -> Option<Vec<(usize, Shape)>> {
+        let alive: Vec<usize> = (0..self.nodes.len())
+            .filter(|n| self.nodes[*n].alive)
+            .collect();
+        if strategy == Strategy::StrictPack {
+            let mut sum = Shape::new();
+            for b in bundles {
+                give(&mut sum, b);
+            }
+            return alive
+                .iter()
+                .find(|n| fits(&self.nodes[**n].avail, &sum))
+                .map(|n| bundles.iter().map(|b| (*n, b.clone())).collect());
+        }
+        let mut avail: BTreeMap<usize, Shape> = alive
+            .iter()
+            .map(|n| (*n, self.nodes[*n].avail.clone()))
+            .collect();
+        let mut used: Vec<usize> = Vec::new();
+        let mut holds = Vec::new();
+        for b in bundles {
+            let n = alive.iter().copied().find(|n| {
+                (strategy != Strategy::StrictSpread || !used.contains(n))
+                    && avail.get(n).is_some_and(|a| fits(a, b))
+            })?;
+            if let Some(a) = avail.get_mut(&n) {
+                take(a, b);
+            }
+            used.push(n);
+            holds.push((n, b.clone()));
+        }
+        Some(holds)
+    }
+
+    /// What the GCS would report now.
+    fn ray_state(&self) -> ClusterResourceState {
+        let t = self.t_s;
+        let node_states = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive)
+            .map(|n| NodeState {
+                node_id: n.id.clone(),
+                instance_id: n.instance_id.clone(),
+                ray_node_type_name: n.node_type.clone(),
+                available_resources: resource_map(&n.avail),
+                total_resources: resource_map(&n.total),
+                idle_duration_ms: if n.running == 0 {
+                    ((t - n.idle_since_s) * 1000.0) as i64
+                } else {
+                    0
+                },
+                status: Some(if n.running == 0 {
+                    NodeStatus::Idle
+                } else {
+                    NodeStatus::Running
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let mut by_shape: Vec<(Shape, u64)> = Vec::new();
+        let mut gangs = Vec::new();
+        for w in &self.waiting {
+            match &w.gang {
+                None => match by_shape.iter_mut().find(|(s, _)| *s == w.shape) {
+                    Some(e) => e.1 += w.count,
+                    None => by_shape.push((w.shape.clone(), w.count)),
+                },
+                Some((bundles, strategy, pg)) => {
+                    let label = format!("_PG_{pg}");
+                    let constraint = match strategy {
+                        Strategy::StrictSpread => vec![PlacementConstraint::AntiAffinity {
+                            label_name: label.clone(),
+                            label_value: String::new(),
+                        }],
+                        Strategy::StrictPack => vec![PlacementConstraint::Affinity {
+                            label_name: label.clone(),
+                            label_value: String::new(),
+                        }],
+                        _ => Vec::new(),
+                    };
+                    gangs.push(GangRequest {
+                        requests: bundles
+                            .iter()
+                            .map(|b| ResourceRequest {
+                                resources: resource_map(b),
+                                placement_constraints: constraint.clone(),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        details: format!("{label}:{strategy:?}|PENDING"),
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+        ClusterResourceState {
+            node_states,
+            pending_resource_requests: by_shape
+                .into_iter()
+                .map(|(s, count)| ResourceRequestByCount {
+                    request: ResourceRequest {
+                        resources: resource_map(&s),
+                        ..Default::default()
+                    },
+                    count,
+                })
+                .collect(),
+            pending_gang_resource_requests: gangs,
+            cluster_resource_constraints: Vec::new(),
+        }
+    }
+
+    fn cloud(&self) -> Vec<CloudInstance> {
+        self.vms
+            .iter()
+            .map(|v| {
+                let mut c =
+                    CloudInstance::worker(v.id.clone(), v.node_type.clone(), Some(&v.request_id));
+                c.launch_config_hash = Some(v.hash.clone());
+                if v.node.is_none() {
+                    c.state = CloudInstanceState::Pending;
+                }
+                c
+            })
+            .collect()
+    }
+
+    fn bill(&mut self, v: &Vm) {
+        let hours = (self.t_s - v.launched_s).max(0.0) / 3600.0;
+        let price = self.behaviour(&v.node_type).price;
+        let s = self.summary.types.entry(v.node_type.clone()).or_default();
+        s.node_hours += hours;
+        s.cost += hours * price;
+    }
+
+    /// Runs the effects of an iteration on the simulated cloud and cluster.
+    fn apply(&mut self, effects: &[Effect]) {
+        let t = self.t_s;
+        for e in effects {
+            match e {
+                Effect::Launch(l) => {
+                    self.summary.launch_requests += 1;
+                    let b = self.behaviour(&l.node_type);
+                    let entry = self.summary.types.entry(l.node_type.clone()).or_default();
+                    if b.capacity_error_rate > 0.0 && self.rng.next_f64() < b.capacity_error_rate {
+                        entry.capacity_errors += 1;
+                        self.errors.push(ProviderError::new(
+                            ProviderOp::Launch {
+                                request_id: l.request_id.clone(),
+                                node_type: l.node_type.clone(),
+                                count: l.count,
+                            },
+                            ProviderErrorKind::Capacity {
+                                node_type: l.node_type.clone(),
+                                zone: None,
+                            },
+                            "simulated: insufficient capacity",
+                        ));
+                        continue;
+                    }
+                    entry.launched += l.count;
+                    for _ in 0..l.count {
+                        self.next_vm += 1;
+                        self.vms.push(Vm {
+                            id: format!("vm-{:06}", self.next_vm),
+                            node_type: l.node_type.clone(),
+                            request_id: l.request_id.clone(),
+                            hash: l.launch_config_hash.clone(),
+                            launched_s: t,
+                            ready_s: t + b.boot_s,
+                            node: None,
+                        });
+                    }
+                }
+                Effect::Drain {
+                    instance_id,
+                    node_id_hex,
+                    idle,
+                    ..
+                } => {
+                    let Some(n) = self
+                        .nodes
+                        .iter()
+                        .position(|n| n.alive && hex(&n.id) == *node_id_hex)
+                    else {
+                        continue;
+                    };
+                    if *idle && self.nodes[n].running > 0 {
+                        self.summary.drains_refused += 1;
+                        self.rejections.push(DrainRejection {
+                            instance_id: instance_id.clone(),
+                            reason: "simulated: the node got work".into(),
+                        });
+                        continue;
+                    }
+                    self.stop_node(n);
+                }
+                Effect::InstallRay { .. } => {}
+                Effect::Terminate {
+                    cloud_instance_ids, ..
+                } => {
+                    for id in cloud_instance_ids {
+                        if let Some(i) = self.vms.iter().position(|v| v.id == *id) {
+                            let v = self.vms.remove(i);
+                            self.bill(&v);
+                            self.summary.terminated += 1;
+                            if let Some(n) = v.node {
+                                self.stop_node(n);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The node's Ray stops: its work goes back to the queue.
+    fn stop_node(&mut self, n: usize) {
+        if !self.nodes[n].alive {
+            return;
+        }
+        self.nodes[n].alive = false;
+        let mut i = 0;
+        while i < self.placed.len() {
+            if self.placed[i].holds.iter().any(|(m, _)| *m == n) {
+                let p = self.placed.swap_remove(i);
+                self.release(&p);
+                self.summary.placed = self.summary.placed.saturating_sub(p.again.count);
+                self.waiting.push(p.again);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn done(&self, min_workers: u64) -> bool {
+        self.next_arrival >= self.arrivals.len()
+            && self.waiting.is_empty()
+            && self.placed.is_empty()
+            && self.vms.len() as u64 <= min_workers
+    }
+
+    /// Runs to the end; errors are the reconciler's.
+    pub fn run(mut self, chain: &mut ExpanderChain) -> Result<Run, CoreError> {
+        let mut im = InstanceManager::new(InMemoryStorage::new());
+        let settings = ReconcilerSettings::from_config(self.config);
+        let mut avail = Availability::new(self.config.unavailable_type_ttl_s, DEFAULT_RECOVERY_S);
+        let mut ids = Ids(0);
+        let step = self.trace.step_s;
+        let min_workers: u64 = self.config.node_types.iter().map(|t| t.min_workers).sum();
+        let cap = self.trace.end_s.unwrap_or(86_400.0);
+        let mut series = Vec::new();
+        let mut cost = 0.0;
+        loop {
+            self.arrive();
+            self.progress();
+            self.place();
+            let ray = self.ray_state();
+            let cloud = self.cloud();
+            let errors = std::mem::take(&mut self.errors);
+            let rejections = std::mem::take(&mut self.rejections);
+            let now_ns = START_NS + (self.t_s * NS) as i64;
+            let out = reconcile(
+                &mut im,
+                self.config,
+                chain,
+                &settings,
+                &mut avail,
+                Observed {
+                    ray: &ray,
+                    cloud: &cloud,
+                    provider_errors: &errors,
+                    drain_rejections: &rejections,
+                },
+                now_ns,
+                &mut ids,
+            )?;
+            self.summary.iterations += 1;
+            self.apply(&out.effects);
+            let _ = im.prune_terminal(now_ns.saturating_sub(3600 * 1_000_000_000));
+            // The sample after the iteration's effects.
+            let mut nodes: BTreeMap<String, u64> = self
+                .config
+                .node_types
+                .iter()
+                .filter(|t| Some(&t.name) != self.config.head_node_type.as_ref())
+                .map(|t| (t.name.clone(), 0))
+                .collect();
+            for v in &self.vms {
+                *nodes.entry(v.node_type.clone()).or_default() += 1;
+            }
+            let pending: u64 = self.waiting.iter().map(|w| w.count).sum();
+            series.push(Sample {
+                t_s: self.t_s,
+                nodes,
+                pending,
+                cost,
+            });
+            let end = self
+                .trace
+                .end_s
+                .map_or(self.done(min_workers), |e| self.t_s + EPS >= e)
+                || self.t_s + EPS >= cap;
+            if end {
+                break;
+            }
+            // The next step: what runs meanwhile is billed, what waits is counted.
+            for v in &self.vms {
+                cost += step / 3600.0 * self.behaviour(&v.node_type).price;
+            }
+            self.summary.pending_area += pending as f64 * step;
+            self.t_s += step;
+        }
+        // Bill what still runs.
+        let vms = std::mem::take(&mut self.vms);
+        for v in &vms {
+            self.bill(v);
+        }
+        let mut waits = std::mem::take(&mut self.waits);
+        waits.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let s = &mut self.summary;
+        s.end_s = self.t_s;
+        s.cost = s.types.values().map(|t| t.cost).sum();
+        s.wait_p50_s = percentile(&waits, 0.50);
+        s.wait_p90_s = percentile(&waits, 0.90);
+        s.wait_p99_s = percentile(&waits, 0.99);
+        s.wait_max_s = waits.last().map_or(0.0, |w| w.0);
+        s.unplaced = self.waiting.iter().map(|w| w.count).sum();
+        Ok(Run {
+            series,
+            summary: self.summary,
+        })
+    }
+}
+
+fn hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;
