@@ -65,8 +65,14 @@ fn table(label: &str, chain: &str, r: &Run, wall: std::time::Duration) -> String
             t, x.launched, x.node_hours, x.cost, x.capacity_errors, x.boot_failures
         ));
     }
+    let peak = r
+        .series
+        .iter()
+        .map(|x| x.nodes.values().sum::<u64>())
+        .max()
+        .unwrap_or(0);
     out.push_str(&format!(
-        "  total cost {:.2}; node-hours {:.2}\n",
+        "  total cost {:.2}; node-hours {:.2}; at most {peak} workers at once\n",
         s.cost,
         s.types.values().map(|x| x.node_hours).sum::<f64>()
     ));
