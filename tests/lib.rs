@@ -57,6 +57,18 @@ pub fn processes_with_env(kv: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Kills (SIGKILL) every running process whose environment holds `kv` (test cleanup).
+pub fn kill_with_env(kv: &str) {
+    let pids = processes_with_env(kv);
+    if !pids.is_empty() {
+        let _ = std::process::Command::new("kill")
+            .arg("-KILL")
+            .args(pids.iter().map(u32::to_string))
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// Whether process `pid` is gone or a zombie (exited, not yet reaped).
 pub fn has_exited(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

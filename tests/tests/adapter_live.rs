@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use rayscale_tests::e2e::finish;
 use rayscale_tests::ray_head::{RayHead, RayHeadOptions, free_ports, ray_from_env};
-use rayscale_tests::{Scratch, processes_with_env, wait_until, workspace_bin};
+use rayscale_tests::{Scratch, wait_until, workspace_bin};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -58,14 +58,7 @@ impl Drop for Loop {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let pids = processes_with_env(&self.marker);
-        if !pids.is_empty() {
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .args(pids.iter().map(u32::to_string))
-                .stderr(Stdio::null())
-                .status();
-        }
+        rayscale_tests::kill_with_env(&self.marker);
     }
 }
 

@@ -113,14 +113,7 @@ fn cluster_processes(cluster: &str) -> Vec<u32> {
 
 /// Kills every process of `cluster` (test cleanup).
 fn kill_cluster(cluster: &str) {
-    let pids = cluster_processes(cluster);
-    if !pids.is_empty() {
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .args(pids.iter().map(u32::to_string))
-            .stderr(Stdio::null())
-            .status();
-    }
+    rayscale_tests::kill_with_env(&format!("RAYSCALE_CLUSTER={cluster}"));
 }
 
 /// Alive worker nodes in the GCS, by cloud instance id.
