@@ -4,7 +4,7 @@
 //! line per change and one per new transition. A GCS that stops answering is said and
 //! watched on; Ctrl-C ends it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -179,12 +179,19 @@ const RECENT: usize = 10;
 pub async fn watch(w: Watch<'_>) -> Result<()> {
     let tty = std::io::stdout().is_terminal();
     let mut last_line = String::new();
-    let mut seen_until: Option<i64> = None;
+    // The transitions printed (plain lines): a table read in the middle of a save shows
+    // part of an iteration's, the rest comes with the next read.
+    let mut seen: Option<BTreeSet<Transition>> = None;
     let mut n = 0u64;
+    // Ctrl-C at any point, a slow GCS call included.
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
     loop {
         let now = crate::driver::now_ns();
-        let (status, table) =
-            tokio::join!(w.gcs.get_cluster_status(), transitions(w.gcs, w.cluster));
+        let (status, table) = tokio::select! {
+            _ = &mut stop => return Ok(()),
+            r = async { tokio::join!(w.gcs.get_cluster_status(), transitions(w.gcs, w.cluster)) } => r,
+        };
         let mut out = String::new();
         match (&status, tty) {
             (Ok(reply), true) => {
@@ -211,16 +218,15 @@ pub async fn watch(w: Watch<'_>) -> Result<()> {
             (Ok(reply), false) => {
                 // New transitions, each once (the first refresh shows only the newest).
                 if let Ok(t) = &table {
-                    let from = match seen_until {
-                        Some(s) => t.iter().position(|x| x.at_ns > s).unwrap_or(t.len()),
-                        None => t.len().saturating_sub(RECENT),
+                    let fresh: Vec<&Transition> = match &seen {
+                        Some(s) => t.iter().filter(|x| !s.contains(*x)).collect(),
+                        None => t[t.len().saturating_sub(RECENT)..].iter().collect(),
                     };
-                    for x in &t[from..] {
+                    for x in fresh {
                         out.push_str(&format!("{}\n", x.line()));
                     }
-                    if let Some(l) = t.last() {
-                        seen_until = Some(seen_until.map_or(l.at_ns, |s| s.max(l.at_ns)));
-                    }
+                    // What the table holds now (pruned records leave it, and the set).
+                    seen = Some(t.iter().cloned().collect());
                 }
                 let line = summary(reply);
                 if line != last_line {
@@ -255,7 +261,7 @@ pub async fn watch(w: Watch<'_>) -> Result<()> {
             };
         }
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = &mut stop => return Ok(()),
             _ = tokio::time::sleep(w.every) => {}
         }
     }

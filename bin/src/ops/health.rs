@@ -9,7 +9,11 @@ use rayscale_core::driver::{LeaseView, Observer, StepView};
 
 #[derive(Default)]
 struct State {
+    /// The lease as the last step saw it.
     lease: LeaseView,
+    /// Whether this process held it then (a long step does not make it stale: the
+    /// freshness bound does).
+    held: bool,
     /// The last step that went through (no error, holding the lease).
     last_ok: Option<Instant>,
     /// Why the last step stopped, if it did.
@@ -49,7 +53,7 @@ impl Health {
             (None, None) => failed.push("GCS not reached yet".to_string()),
             (None, Some(_)) => {}
         }
-        if !s.lease.may_act() {
+        if !s.held {
             let holder = s.lease.holder.as_deref().unwrap_or("nobody yet");
             failed.push(format!("lease not held (holder: {holder})"));
         }
@@ -79,6 +83,7 @@ impl Observer for Health {
     fn step(&self, v: &StepView<'_>) {
         let mut s = self.state();
         s.lease = v.lease.clone();
+        s.held = v.lease.may_act();
         match &v.report.aborted {
             None => s.last_ok = Some(Instant::now()),
             Some(why) => s.last_abort = Some(why.clone()),

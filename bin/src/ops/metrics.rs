@@ -369,16 +369,25 @@ impl Metrics {
                 match c.status {
                     InstanceStatus::Requested => requested = Some(c.timestamp_ns),
                     InstanceStatus::RayInstalling => installing = Some(c.timestamp_ns),
-                    InstanceStatus::Allocated if new && !i.is_head => {
-                        self.started_nodes.get_or_create(&s).inc();
-                        if let Some(t) = requested {
+                    // Started by the cloud: a launch request's instance (a record made
+                    // for a raylet restarted on a live instance has no request).
+                    InstanceStatus::Allocated => {
+                        if let Some(t) = requested.take()
+                            && new
+                            && !i.is_head
+                        {
+                            self.started_nodes.get_or_create(&s).inc();
                             self.worker_create_node_time
                                 .get_or_create(&s)
                                 .observe(secs(t, c.timestamp_ns));
                         }
                     }
-                    InstanceStatus::RayRunning if new => {
-                        if let Some(t) = installing.take() {
+                    // An install ends here (a later return to RAY_RUNNING, after a refused
+                    // drain, is not another).
+                    InstanceStatus::RayRunning => {
+                        if let Some(t) = installing.take()
+                            && new
+                        {
                             self.successful_updates.get_or_create(&s).inc();
                             self.worker_update_time
                                 .get_or_create(&s)
@@ -387,6 +396,10 @@ impl Metrics {
                     }
                     InstanceStatus::RayInstallFailed if new => {
                         self.failed_updates.get_or_create(&s).inc();
+                    }
+                    // Ray's `stopped_nodes`: instances the cloud terminated.
+                    InstanceStatus::Terminated if new && i.cloud_instance_id.is_some() => {
+                        self.stopped_nodes.get_or_create(&s).inc();
                     }
                     _ => {}
                 }
@@ -466,8 +479,14 @@ impl Observer for Metrics {
             .count();
         self.running_workers.get_or_create(&s).set(workers as i64);
 
-        // What happened since the last iteration.
-        self.history(&v.instances, seen.history_ns, v.now_ns);
+        // What happened since the last iteration (after the table was loaded, only what
+        // this iteration did: another process counted the rest).
+        let since = if v.first_after_load {
+            v.now_ns - 1
+        } else {
+            seen.history_ns
+        };
+        self.history(&v.instances, since, v.now_ns);
         seen.history_ns = seen.history_ns.max(v.now_ns);
         for e in v.provider_errors {
             let op = match &e.op {
@@ -494,14 +513,7 @@ impl Observer for Metrics {
                 Effect::Launch(_) => "launch",
                 Effect::Drain { .. } => "drain",
                 Effect::InstallRay { .. } => "install_ray",
-                Effect::Terminate {
-                    cloud_instance_ids, ..
-                } => {
-                    self.stopped_nodes
-                        .get_or_create(&s)
-                        .inc_by(cloud_instance_ids.len() as u64);
-                    "terminate"
-                }
+                Effect::Terminate { .. } => "terminate",
             };
             self.effects.get_or_create(&self.by("effect", kind)).inc();
         }
@@ -631,16 +643,53 @@ mod tests {
             .unwrap_or(-1.0)
     }
 
-    #[test]
-    fn transitions_are_counted_once_with_their_durations() {
-        let config = ClusterConfig::from_yaml_str(
+    fn config() -> ClusterConfig {
+        ClusterConfig::from_yaml_str(
             "cluster_name: t\nprovider: {type: local_processes}\nhead_node_type: h\n\
              available_node_types:\n  h: {resources: {CPU: 0}, node_config: {}}\n  \
              w: {resources: {CPU: 2}, node_config: {}}\n",
             "t",
         )
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Feeds `m` an iteration at `now` s over `instances`, each cut to its history so far.
+    fn iterate(m: &Metrics, now: i64, instances: &[&Instance], first_after_load: bool) {
+        let config = config();
+        let (chain, ray, outcome) = (
+            ExpanderChain::ray(),
+            ClusterResourceState::default(),
+            Outcome::default(),
+        );
+        let cut: Vec<Instance> = instances
+            .iter()
+            .map(|i| {
+                let mut i = (*i).clone();
+                i.status_history.retain(|c| c.timestamp_ns <= now * S);
+                if let Some(last) = i.status_history.last() {
+                    i.status = last.status;
+                }
+                i
+            })
+            .collect();
+        m.iteration(&IterationView {
+            now_ns: now * S,
+            config: &config,
+            instances: cut.iter().collect(),
+            ray: &ray,
+            outcome: &outcome,
+            provider_errors: &[],
+            drain_rejections: &[],
+            chain: &chain,
+            first_after_load,
+        });
+    }
+
+    #[test]
+    fn transitions_are_counted_once_with_their_durations() {
         use InstanceStatus::*;
+        // Installed, then a drain refused after the first iteration: back to RAY_RUNNING,
+        // which is not a second install.
         let up = instance(
             "a",
             &[
@@ -649,6 +698,8 @@ mod tests {
                 (Allocated, 131),
                 (RayInstalling, 132),
                 (RayRunning, 152),
+                (RayStopRequested, 170),
+                (RayRunning, 175),
             ],
         );
         let failed = instance(
@@ -661,66 +712,57 @@ mod tests {
                 (RayInstallFailed, 140),
             ],
         );
+        let mut gone = instance(
+            "c",
+            &[
+                (Queued, 100),
+                (Requested, 101),
+                (Allocated, 105),
+                (RayRunning, 106),
+                (Terminating, 180),
+                (Terminated, 190),
+            ],
+        );
+        gone.cloud_instance_id = Some("i-1".into());
+        // A raylet restarted on a live instance: a record born ALLOCATED, no launch.
+        let restarted = instance("d", &[(Allocated, 150), (RayRunning, 151)]);
         let m = Metrics::new("s1", 99 * S);
-        let chain = ExpanderChain::ray();
-        let ray = ClusterResourceState::default();
-        let outcome = Outcome::default();
         for now in [160, 200] {
-            m.iteration(&IterationView {
-                now_ns: now * S,
-                config: &config,
-                instances: vec![&up, &failed],
-                ray: &ray,
-                outcome: &outcome,
-                provider_errors: &[],
-                drain_rejections: &[],
-                chain: &chain,
-            });
+            iterate(&m, now, &[&up, &failed, &gone, &restarted], false);
         }
         let text = m.encode();
         let s = "{SessionName=\"s1\"}";
-        assert_eq!(
-            value(&text, &format!("autoscaler_started_nodes_total{s}")),
-            2.0,
-            "{text}"
-        );
-        assert_eq!(
-            value(
-                &text,
-                &format!("autoscaler_worker_create_node_time_seconds_count{s}")
-            ),
-            2.0
-        );
-        // 30 s and 10 s from REQUESTED to ALLOCATED.
-        assert_eq!(
-            value(
-                &text,
-                &format!("autoscaler_worker_create_node_time_seconds_sum{s}")
-            ),
-            40.0
-        );
-        assert_eq!(
-            value(&text, &format!("autoscaler_successful_updates_total{s}")),
-            1.0
-        );
-        assert_eq!(
-            value(&text, &format!("autoscaler_failed_updates_total{s}")),
-            1.0
-        );
-        assert_eq!(
-            value(
-                &text,
-                &format!("autoscaler_worker_update_time_seconds_sum{s}")
-            ),
-            20.0
-        );
+        let v = |name: &str| value(&text, &format!("{name}{s}"));
+        assert_eq!(v("autoscaler_started_nodes_total"), 3.0, "{text}");
+        assert_eq!(v("autoscaler_worker_create_node_time_seconds_count"), 3.0);
+        // 30 s, 10 s and 4 s from REQUESTED to ALLOCATED.
+        assert_eq!(v("autoscaler_worker_create_node_time_seconds_sum"), 44.0);
+        assert_eq!(v("autoscaler_successful_updates_total"), 1.0);
+        assert_eq!(v("autoscaler_failed_updates_total"), 1.0);
+        assert_eq!(v("autoscaler_worker_update_time_seconds_sum"), 20.0);
+        assert_eq!(v("autoscaler_stopped_nodes_total"), 1.0);
         assert_eq!(
             value(
                 &text,
                 "autoscaler_active_nodes{NodeType=\"w\",SessionName=\"s1\"}"
             ),
-            1.0
+            2.0
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_new_leader_counts_only_what_its_first_iteration_did() {
+        use InstanceStatus::*;
+        let theirs = instance("a", &[(Queued, 100), (Requested, 101), (Allocated, 120)]);
+        let mine = instance("b", &[(Queued, 100), (Requested, 101), (Allocated, 200)]);
+        let m = Metrics::new("s1", 50 * S);
+        iterate(&m, 200, &[&theirs, &mine], true);
+        let text = m.encode();
+        assert_eq!(
+            value(&text, "autoscaler_started_nodes_total{SessionName=\"s1\"}"),
+            1.0,
+            "{text}"
+        );
     }
 }

@@ -41,6 +41,20 @@ pub struct OpsArgs {
     pub logs_dir: Option<PathBuf>,
 }
 
+/// The local address this machine uses to reach `addr` (`host:port`): a UDP socket
+/// connected towards it (no packet is sent) tells which interface routes there.
+async fn local_ip_towards(addr: &str) -> Option<IpAddr> {
+    let target = tokio::net::lookup_host(addr).await.ok()?.next()?;
+    let bind: SocketAddr = if target.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = std::net::UdpSocket::bind(bind).ok()?;
+    socket.connect(target).ok()?;
+    Some(socket.local_addr().ok()?.ip())
+}
+
 /// The host of a `host:port` GCS address.
 fn gcs_host(addr: &str) -> &str {
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
@@ -94,23 +108,27 @@ pub async fn start(
     };
     if let Some(bound) = bound {
         tracing::info!("metrics on http://{bound}/metrics (and /healthz, /readyz)");
-        // Ray's metrics agent reads this key to scrape the autoscaler.
+        // Ray's metrics agent reads this key to scrape the autoscaler: this machine's
+        // address as the GCS sees it (Ray's monitor registers its own IP).
         let ip = if host.is_unspecified() {
-            gcs_host(gcs.addr()).to_string()
+            local_ip_towards(gcs.addr()).await
         } else {
-            host.to_string()
+            Some(host)
         };
-        let advertised = SocketAddr::new(ip.parse().unwrap_or(host), bound.port());
-        if let Err(e) = gcs
-            .kv_put(
-                "",
-                b"AutoscalerMetricsAddress",
-                advertised.to_string().as_bytes(),
-                true,
-            )
-            .await
-        {
-            tracing::warn!("cannot register the metrics address in the GCS: {e}");
+        match ip {
+            Some(ip) => {
+                let advertised = SocketAddr::new(ip, bound.port()).to_string();
+                if let Err(e) = gcs
+                    .kv_put("", b"AutoscalerMetricsAddress", advertised.as_bytes(), true)
+                    .await
+                {
+                    tracing::warn!("cannot register the metrics address in the GCS: {e}");
+                }
+            }
+            None => tracing::warn!(
+                "cannot tell this machine's address towards the GCS: the metrics address is \
+                 not registered (pass --metrics-host)"
+            ),
         }
     }
     // The head's temp dir: the one this command chose, else Ray's default.
@@ -134,9 +152,17 @@ pub async fn start(
                 .map(|h| h.trim().to_string())
                 .unwrap_or_else(|_| "localhost".into());
             let seed = crate::driver::now_ns() as u64 ^ u64::from(std::process::id());
-            let log = events::EventLog::open(&dir, &host, seed)?;
-            tracing::info!("Ray events to {}", log.path().display());
-            observers.push(Arc::new(log));
+            match events::EventLog::open(&dir, &host, seed) {
+                Ok(log) => {
+                    tracing::info!("Ray events to {}", log.path().display());
+                    observers.push(Arc::new(log));
+                }
+                // As Ray's monitor: a found directory it cannot write costs the events only.
+                Err(e) if args.logs_dir.is_none() => {
+                    tracing::warn!("{e:#}: running without Ray's event file")
+                }
+                Err(e) => return Err(e.context("--logs-dir")),
+            }
         }
         None if !session.is_empty() => tracing::info!(
             "no Ray event file: the logs of session {session} are not on this machine \

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::health::Health;
 use super::metrics::Metrics;
@@ -80,7 +80,10 @@ pub async fn serve(
                     let r = route(&req, &metrics, &health);
                     async move { Ok::<_, Infallible>(r) }
                 });
+                // A client that never finishes its request headers is dropped.
                 let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(std::time::Duration::from_secs(10))
                     .serve_connection(TokioIo::new(stream), service);
                 if let Err(e) = conn.await {
                     tracing::debug!("metrics server: connection ended: {e}");

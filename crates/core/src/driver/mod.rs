@@ -304,6 +304,11 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             .unwrap_or_default()
     }
 
+    /// Whether `what` is not being said under `topic` already.
+    fn is_new(&self, topic: &'static str, what: &str) -> bool {
+        !self.said.get(topic).is_some_and(|s| s.contains(what))
+    }
+
     fn say(&mut self, topic: &'static str, now: BTreeSet<String>, say: impl Fn(&str)) {
         say_new(self.said.entry(topic).or_default(), now, say);
     }
@@ -354,7 +359,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
 
     async fn step_inner(&mut self) -> StepReport {
         let mut report = StepReport {
-            config_refused: !self.poll_config().await,
+            config_refused: self.poll_config().await,
             ..StepReport::default()
         };
         if self.config.is_none() {
@@ -409,7 +414,8 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         report
     }
 
-    /// Polls the config; false when a changed config was refused.
+    /// Polls the config; true when a config was refused for a reason not said before (a
+    /// broken file read every second counts once).
     async fn poll_config(&mut self) -> bool {
         match self.source.poll().await {
             Ok(Some(r)) => {
@@ -420,14 +426,15 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                          another cluster",
                         self.cluster, r.config.cluster_name
                     );
+                    let new = self.is_new("config", &e);
                     self.say("config", BTreeSet::from([e]), |e| {
                         tracing::warn!("{e} (keeping the last good config)")
                     });
-                    return false;
+                    return new;
                 }
                 if let Err(e) = self.provider.reconfigure(&r.config).await {
                     tracing::warn!("the provider refused the new config, keeping the last: {e}");
-                    return false;
+                    return true;
                 }
                 if self.config.is_some() {
                     tracing::info!("config reloaded");
@@ -448,19 +455,20 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                     chain: r.chain,
                 });
                 self.said.remove("config");
-                true
+                false
             }
-            Ok(None) => true,
+            Ok(None) => false,
             Err(e) => {
                 let keeping = if self.config.is_some() {
                     "keeping the last good config"
                 } else {
                     "waiting for a usable config"
                 };
+                let new = self.is_new("config", &e);
                 self.say("config", BTreeSet::from([e]), |e| {
                     tracing::warn!("{e} ({keeping})")
                 });
-                false
+                new
             }
         }
     }
@@ -679,6 +687,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             }
         };
         report.phases.save = lap();
+        let first_after_load = a.last_run.is_none();
         // Commit.
         a.avail = avail;
         a.last = Some(fp);
@@ -744,6 +753,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 provider_errors: &errors,
                 drain_rejections: &rejections,
                 chain: &loaded.chain,
+                first_after_load,
             };
             for o in &self.observers {
                 o.iteration(&view);

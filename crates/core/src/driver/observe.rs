@@ -30,6 +30,10 @@ pub struct IterationView<'a> {
     pub drain_rejections: &'a [DrainRejection],
     /// The expander chain (its choice and fall-back counts since it was built).
     pub chain: &'a ExpanderChain,
+    /// The first iteration since this process loaded the table (at start, or on taking
+    /// the lease over): transitions older than it were another process's (or an earlier
+    /// life's) to count.
+    pub first_after_load: bool,
 }
 
 /// A step, whatever it did.

@@ -159,6 +159,8 @@ struct Waiting {
 struct Placed {
     end_s: f64,
     holds: Vec<(usize, Shape)>,
+    /// Its entry in the wait times (taken back if it is handed back to the queue).
+    wait: usize,
     /// To hand back if its node is stopped.
     again: Waiting,
 }
@@ -459,12 +461,17 @@ impl<'a> Sim<'a> {
                             continue;
                         }
                         let k = how_many(&self.nodes[n].avail, &w.shape).min(left);
+                        if k > 0 {
+                            self.waits.push((t - w.arrived_s, k));
+                        }
+                        let wait = self.waits.len().saturating_sub(1);
                         for _ in 0..k {
                             take(&mut self.nodes[n].avail, &w.shape);
                             self.nodes[n].running += 1;
                             self.placed.push(Placed {
                                 end_s: t + w.duration_s,
                                 holds: vec![(n, w.shape.clone())],
+                                wait,
                                 again: Waiting {
                                     count: 1,
                                     ..w.clone()
@@ -474,10 +481,7 @@ impl<'a> Sim<'a> {
                         left -= k;
                     }
                     let placed = w.count - left;
-                    if placed > 0 {
-                        self.waits.push((t - w.arrived_s, placed));
-                        self.summary.placed += placed;
-                    }
+                    self.summary.placed += placed;
                     if left > 0 {
                         w.count = left;
                         self.waiting.push(w);
@@ -494,6 +498,7 @@ impl<'a> Sim<'a> {
                         self.placed.push(Placed {
                             end_s: t + w.duration_s,
                             holds,
+                            wait: self.waits.len() - 1,
                             again: w,
                         });
                     } else {
@@ -732,7 +737,12 @@ impl<'a> Sim<'a> {
             if self.placed[i].holds.iter().any(|(m, _)| *m == n) {
                 let p = self.placed.swap_remove(i);
                 self.release(&p);
+                // Not placed after all: its wait counts when it is placed again (from its
+                // first arrival).
                 self.summary.placed = self.summary.placed.saturating_sub(p.again.count);
+                if let Some(w) = self.waits.get_mut(p.wait) {
+                    w.1 = w.1.saturating_sub(p.again.count);
+                }
                 self.waiting.push(p.again);
             } else {
                 i += 1;
@@ -816,7 +826,8 @@ impl<'a> Sim<'a> {
                 cost += step / 3600.0 * self.behaviour(&v.node_type).price;
             }
             self.summary.pending_area += pending as f64 * step;
-            self.t_s += step;
+            // From the step count, not by adding: no drift over a long run.
+            self.t_s = self.summary.iterations as f64 * step;
         }
         // Bill what still runs.
         let vms = std::mem::take(&mut self.vms);

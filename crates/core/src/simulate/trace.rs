@@ -29,6 +29,15 @@ pub struct Trace {
     pub workload: Vec<Arrival>,
 }
 
+/// The shortest autoscaler period simulated.
+pub const MIN_STEP_S: f64 = 0.1;
+/// The longest simulation (a week).
+pub const MAX_END_S: f64 = 604_800.0;
+/// Tasks or actors one arrival may bring.
+pub const MAX_UNITS: u64 = 10_000_000;
+/// Placement groups one arrival may bring (each is its own entry).
+pub const MAX_GROUPS: u64 = 100_000;
+
 fn default_step() -> f64 {
     5.0
 }
@@ -171,9 +180,22 @@ impl Trace {
                 ))
             }
         };
-        positive("step_s", self.step_s)?;
+        if !(self.step_s.is_finite() && self.step_s >= MIN_STEP_S) {
+            return Err(bad(
+                origin,
+                "step_s",
+                format!("expected at least {MIN_STEP_S} s, got {}", self.step_s),
+            ));
+        }
         if let Some(e) = self.end_s {
             positive("end_s", e)?;
+            if e > MAX_END_S {
+                return Err(bad(
+                    origin,
+                    "end_s",
+                    format!("expected at most {MAX_END_S} s (a week), got {e}"),
+                ));
+            }
         }
         let models = std::iter::once(("cloud.default".to_string(), &self.cloud.default)).chain(
             self.cloud
@@ -230,6 +252,21 @@ impl Trace {
             positive(&format!("{p}.duration_s"), a.duration_s)?;
             if a.repeat > 1 {
                 positive(&format!("{p}.every_s"), a.every_s)?;
+            }
+            let units = a.count.saturating_mul(a.repeat.max(1));
+            let most = if a.kind == Kind::PlacementGroup {
+                MAX_GROUPS
+            } else {
+                MAX_UNITS
+            };
+            if units > most {
+                return Err(bad(
+                    origin,
+                    &p,
+                    format!(
+                        "count x repeat is {units}, more than the {most} one arrival may bring"
+                    ),
+                ));
             }
             match a.kind {
                 Kind::PlacementGroup => {
