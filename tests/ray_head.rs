@@ -51,6 +51,23 @@ pub struct RayHeadOptions {
     pub port: Option<u16>,
 }
 
+/// Ray's fake head node id (`fake_multi_node/node_provider.py`).
+pub const FAKE_HEAD: &str = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000";
+
+/// The environment of a head as Ray's fake-cluster harness (`AutoscalingCluster`) starts
+/// it: the fake provider's head id, autoscaler v2.
+pub fn fake_cluster_env() -> Vec<(String, String)> {
+    [
+        ("RAY_FAKE_CLUSTER", "1"),
+        ("RAY_enable_autoscaler_v2", "1"),
+        ("RAY_CLOUD_INSTANCE_ID", FAKE_HEAD),
+        ("RAY_OVERRIDE_NODE_ID_FOR_TESTING", FAKE_HEAD),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
 impl RayHeadOptions {
     /// A head for an external autoscaler, as the README says to start one:
     /// `RAY_enable_autoscaler_v2=1 ray start --head --no-monitor`, with the head's node type

@@ -17,13 +17,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rayscale_tests::e2e::finish;
-use rayscale_tests::ray_head::{RayHead, RayHeadOptions, free_ports, ray_from_env};
+use rayscale_tests::ray_head::{
+    FAKE_HEAD, RayHead, RayHeadOptions, fake_cluster_env, free_ports, ray_from_env,
+};
 use rayscale_tests::{Scratch, wait_until, workspace_bin};
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Ray's fake head node id (`fake_multi_node/node_provider.py`).
-const FAKE_HEAD: &str = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000";
 
 /// `rayscale run` with the cluster marker in its environment (so every process it and
 /// Ray's provider start can be found and killed at the end).
@@ -84,14 +83,7 @@ fn fake_multinode_through_the_bridge_scales_up_runs_tasks_and_scales_down() {
     let scratch = Scratch::new("v1live-fmn");
     // The head as Ray's own fake-cluster harness starts it: the provider's fake head id.
     let mut options = RayHeadOptions::external_autoscaler("ray.head.default");
-    options.env.extend([
-        ("RAY_FAKE_CLUSTER".to_string(), "1".to_string()),
-        ("RAY_CLOUD_INSTANCE_ID".to_string(), FAKE_HEAD.to_string()),
-        (
-            "RAY_OVERRIDE_NODE_ID_FOR_TESTING".to_string(),
-            FAKE_HEAD.to_string(),
-        ),
-    ]);
+    options.env.extend(fake_cluster_env());
     let head = RayHead::start_with(options);
     let config = scratch.path("cluster.yaml");
     std::fs::write(

@@ -23,7 +23,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rayscale_tests::e2e::finish;
-use rayscale_tests::ray_head::{RayHead, RayHeadOptions, free_ports, ray_from_env};
+use rayscale_tests::ray_head::{
+    FAKE_HEAD, RayHead, RayHeadOptions, fake_cluster_env, free_ports, ray_from_env,
+};
 use rayscale_tests::{Scratch, wait_until, workspace_bin};
 use serde_json::Value;
 
@@ -354,21 +356,6 @@ fn metrics_events_and_readiness_on_a_live_cluster() {
     );
 }
 
-/// Ray's fake head node id (`fake_multi_node/node_provider.py`).
-const FAKE_HEAD: &str = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000";
-
-fn fake_env() -> Vec<(String, String)> {
-    [
-        ("RAY_FAKE_CLUSTER", "1"),
-        ("RAY_enable_autoscaler_v2", "1"),
-        ("RAY_CLOUD_INSTANCE_ID", FAKE_HEAD),
-        ("RAY_OVERRIDE_NODE_ID_FOR_TESTING", FAKE_HEAD),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
-
 /// The node types both runs share.
 const TYPES: &str = "available_node_types:\n  \
     ray.head.default: {resources: {CPU: 0}, node_config: {}, max_workers: 0}\n  \
@@ -417,7 +404,7 @@ fn event_lines_match_rays_own_autoscaler_for_the_same_workload() {
     .unwrap();
     let mut options = RayHeadOptions {
         extra_args: vec![format!("--autoscaling-config={}", ray_config.display())],
-        env: fake_env(),
+        env: fake_cluster_env(),
         port: Some(port),
     };
     // Ray's metrics server on a free port (44217 may be taken).
@@ -435,7 +422,7 @@ fn event_lines_match_rays_own_autoscaler_for_the_same_workload() {
     // rayscale: the same provider class through its bridge, the same node types.
     let cluster = format!("opsev{}", std::process::id());
     let mut options = RayHeadOptions::external_autoscaler("ray.head.default");
-    options.env.extend(fake_env());
+    options.env.extend(fake_cluster_env());
     let head = RayHead::start_with(options);
     let config = scratch.path("cluster.yaml");
     std::fs::write(
