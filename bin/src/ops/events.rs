@@ -80,10 +80,7 @@ impl EventLog {
         if events.is_empty() {
             return;
         }
-        let mut inner = match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut inner = super::lock(&self.inner);
         let now_s = now_ns.div_euclid(1_000_000_000);
         let mut text = String::new();
         for e in events {
@@ -109,10 +106,7 @@ impl EventLog {
             &report.infeasible_gangs,
             &report.infeasible_constraints,
         );
-        let mut inner = match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut inner = super::lock(&self.inner);
         out.extend(inner.said.new_ones(warnings));
         out
     }

@@ -38,10 +38,7 @@ impl Health {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        super::lock(&self.state)
     }
 
     /// Whether the loop is ready, and one line per check that fails (or "ready").

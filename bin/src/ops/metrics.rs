@@ -410,10 +410,7 @@ impl Metrics {
 
 impl Observer for Metrics {
     fn iteration(&self, v: &IterationView<'_>) {
-        let mut seen = match self.seen.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut seen = super::lock(&self.seen);
         let s = self.session();
         // Nodes and resources per type, as Ray's metrics reporter counts them.
         let counts = node_counts(v.config, &v.instances, v.ray);
@@ -595,10 +592,7 @@ impl Observer for Metrics {
         self.lease_held
             .get_or_create(&s)
             .set(i64::from(v.lease.may_act()));
-        let mut seen = match self.seen.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut seen = super::lock(&self.seen);
         if seen.holder != v.lease.holder {
             if let Some(old) = seen.holder.take() {
                 self.lease_holder.remove(&self.by("holder", &old));

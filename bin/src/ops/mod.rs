@@ -41,6 +41,12 @@ pub struct OpsArgs {
     pub logs_dir: Option<PathBuf>,
 }
 
+/// Locks `m`, taking the data of a poisoned lock as it is (an observer that panicked
+/// mid-update leaves counters, not broken invariants).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The local address this machine uses to reach `addr` (`host:port`): a UDP socket
 /// connected towards it (no packet is sent) tells which interface routes there.
 async fn local_ip_towards(addr: &str) -> Option<IpAddr> {

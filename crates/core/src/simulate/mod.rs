@@ -208,6 +208,20 @@ fn how_many(avail: &Shape, need: &Shape) -> u64 {
         .unwrap_or(0)
 }
 
+/// A node type's configured resources (none for a type the config lacks).
+fn type_shape(config: &ClusterConfig, node_type: &str) -> Shape {
+    config
+        .node_type(node_type)
+        .map(|t| {
+            t.resources
+                .0
+                .iter()
+                .map(|(k, v)| (k.clone(), crate::model::resources::to_f64(*v)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn resource_map(s: &Shape) -> ResourceMap {
     ResourceMap::from_f64_pairs(s.iter().map(|(k, v)| (k.clone(), *v)))
 }
@@ -282,16 +296,7 @@ impl<'a> Sim<'a> {
             .head_node_type
             .clone()
             .unwrap_or_else(|| "head".into());
-        let mut head_total: Shape = config
-            .node_type(&head_type)
-            .map(|t| {
-                t.resources
-                    .0
-                    .iter()
-                    .map(|(k, v)| (k.clone(), crate::model::resources::to_f64(*v)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut head_total = type_shape(config, &head_type);
         head_total.insert(HEAD_MARKER.into(), 1.0);
         Sim {
             config,
@@ -379,17 +384,7 @@ impl<'a> Sim<'a> {
                 continue;
             }
             let v = &self.vms[i];
-            let total: Shape = self
-                .config
-                .node_type(&v.node_type)
-                .map(|nt| {
-                    nt.resources
-                        .0
-                        .iter()
-                        .map(|(k, x)| (k.clone(), crate::model::resources::to_f64(*x)))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let total = type_shape(self.config, &v.node_type);
             let n = self.nodes.len() as u32;
             let (id, node_type) = (v.id.clone(), v.node_type.clone());
             self.nodes.push(Node {
