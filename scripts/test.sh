@@ -4,6 +4,11 @@
 # Ray 2.60's scheduler. Installs the Python side (Ray) itself; fails loudly if it cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+command -v cargo >/dev/null || { echo "FATAL: cargo is not installed (https://rustup.rs)" >&2; exit 1; }
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  rustup component add rustfmt clippy || { echo "FATAL: cannot add rustfmt and clippy" >&2; exit 1; }
+fi
+scripts/setup-system.sh
 PY="$(scripts/setup-python.sh)"
 export RAYSCALE_PYTHON="$PY"
 echo "== cargo fmt --check"
