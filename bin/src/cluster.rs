@@ -296,7 +296,11 @@ pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
     let gcs = one_shot_client(&args.gcs)?;
     let state = gcs.get_cluster_resource_state(0).await?;
     let mut store = KvTable::new(&config.cluster_name);
-    let instances = store.load(&gcs).await?.instances;
+    // The newest table, read only.
+    let instances = store
+        .load(&gcs, rayscale_core::driver::lease::MAX_EPOCH)
+        .await?
+        .instances;
     let instances: Vec<serde_json::Value> = instances
         .iter()
         .filter(|i| {

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::driver::run_loop;
 use crate::expander::{ExpanderArgs, build_chain};
-use crate::local::{ctrl_c, gcs_answers, loop_client};
+use crate::local::{ctrl_c, loop_client, wait_for_gcs};
 
 /// Arguments of `rayscale kuberay` (those of Ray's `ray kuberay-autoscaler`, and
 /// rayscale's own).
@@ -127,14 +127,7 @@ pub async fn run(args: KubeRayArgs) -> Result<String> {
     source.first = source.poll().await.map_err(anyhow::Error::msg)?;
     let gcs = loop_client(&gcs_address)?;
     // The sidecar starts beside the head: wait for its GCS, as Ray's does.
-    let mut waited = 0u64;
-    while !gcs_answers(gcs.addr()).await {
-        if waited.is_multiple_of(30) {
-            tracing::info!("waiting for the GCS at {gcs_address}");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        waited += 1;
-    }
+    wait_for_gcs(gcs.addr()).await;
     tracing::info!(
         "autoscaling RayCluster {}/{} (GCS {gcs_address})",
         args.cluster_namespace,

@@ -102,11 +102,43 @@ fn mentions_dir(cmdline: &str, dir: &str) -> bool {
     })
 }
 
+/// Whether a GCS answers at `addr` (one call; nothing listening fails at once, a slow GCS
+/// has 10 s).
 pub(crate) async fn gcs_answers(addr: &str) -> bool {
-    let Ok(c) = gcs_client(addr, 2, 1) else {
-        return false;
-    };
-    c.get_cluster_resource_state(0).await.is_ok()
+    gcs_probe(addr).await.is_ok()
+}
+
+async fn gcs_probe(addr: &str) -> Result<()> {
+    let c = gcs_client(addr, 10, 1)?;
+    c.get_cluster_resource_state(0).await?;
+    Ok(())
+}
+
+/// Waits until the GCS at `addr` answers, as Ray's monitor does: a slow or not yet
+/// started GCS is not a missing one. Says so when it starts waiting and every minute.
+pub(crate) async fn wait_for_gcs(addr: &str) {
+    let started = std::time::Instant::now();
+    let mut said: Option<std::time::Instant> = None;
+    loop {
+        match gcs_probe(addr).await {
+            Ok(()) => {
+                if said.is_some() {
+                    tracing::info!(
+                        "the GCS at {addr} answers (after {:.0?})",
+                        started.elapsed()
+                    );
+                }
+                return;
+            }
+            Err(e) => {
+                if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    tracing::info!("waiting for the Ray GCS at {addr}: {e:#}");
+                    said = Some(std::time::Instant::now());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 pub(crate) fn loop_client(addr: &str) -> Result<GcsClient> {
@@ -393,8 +425,10 @@ pub async fn run(args: RunArgs) -> Result<String> {
         bail!("--interval: expected a positive number of seconds");
     }
     let gcs = loop_client(&args.gcs)?;
-    if !gcs_answers(gcs.addr()).await {
-        bail!("no Ray GCS answers at {}", gcs.addr());
+    // Ctrl-C while waiting stops here.
+    tokio::select! {
+        () = wait_for_gcs(gcs.addr()) => {}
+        () = ctrl_c() => return Ok(String::new()),
     }
     let observers = crate::ops::start(&args.ops, &gcs, None).await?;
     run_loop(

@@ -9,7 +9,8 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use anyhow::Result;
-use rayscale_core::driver::{KvTable, NAMESPACE};
+use rayscale_core::driver::KvTable;
+use rayscale_core::driver::lease::MAX_EPOCH;
 use rayscale_gcs_client::client::GcsClient;
 use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 
@@ -53,16 +54,7 @@ fn clock(ns: i64) -> String {
 
 /// The clusters whose instance tables the GCS holds.
 async fn clusters(gcs: &GcsClient) -> Result<Vec<String>> {
-    let keys = gcs.kv_keys(NAMESPACE, b"table/").await?;
-    Ok(keys
-        .iter()
-        .filter_map(|k| {
-            std::str::from_utf8(k)
-                .ok()?
-                .strip_prefix("table/")
-                .map(str::to_string)
-        })
-        .collect())
+    Ok(KvTable::clusters(gcs).await?)
 }
 
 /// Every transition of the clusters' tables (`cluster`, or all the GCS holds), oldest
@@ -74,7 +66,8 @@ pub async fn transitions(gcs: &GcsClient, cluster: Option<&str>) -> Result<Vec<T
     };
     let mut out = Vec::new();
     for name in names {
-        let loaded = KvTable::new(&name).load(gcs).await?;
+        // The newest table, whoever wrote it (read only: nothing is saved).
+        let loaded = KvTable::new(&name).load(gcs, MAX_EPOCH).await?;
         for i in &loaded.instances {
             for c in &i.status_history {
                 out.push(Transition {

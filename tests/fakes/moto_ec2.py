@@ -5,7 +5,11 @@ moto (https://github.com/getmoto/moto, 5.2.5) is a real EC2 emulator: the Query 
 WSGI layer in front of it does, each cited against EC2's documented behaviour:
 
 - ClientToken idempotency (EC2 "Ensuring idempotency"): a RunInstances whose token was
-  seen returns the first answer again; moto would launch again.
+  seen returns the first answer again when every other parameter is the same, and
+  `IdempotentParameterMismatch` (HTTP 400) when one differs; moto would launch again.
+- Eventual consistency (EC2 "Eventual consistency" in the API reference: DescribeInstances
+  may not show an instance RunInstances just made): the last N instances launched can be
+  hidden from DescribeInstances until shown again.
 - MinCount/MaxCount (RunInstances reference): EC2 launches as many as it can up to
   MaxCount, failing only below MinCount; moto launches exactly MinCount. Here the call
   asks moto for min(MaxCount, capacity left) instances.
@@ -21,7 +25,8 @@ Control (JSON over HTTP on the same port, never forwarded to moto):
   POST /_rayscale/faults  {"capacity": {"m5.large": 2}, "uncap": ["m5.large"],
                            "throttle_next": 1, "throttle_action": "RunInstances",
                            "error_next": {"code": ..., "status": ...},
-                           "linger": ["m5.large"], "release": ["m5.large"]}
+                           "linger": ["m5.large"], "release": ["m5.large"],
+                           "hide_last": 2, "unhide": true}
   GET  /_rayscale/stats   {"calls": {"RunInstances": 3, ...}, "instances_launched": n,
                            "run_by_type": {"m5.large": 2, ...}}
   POST /moto-api/reset    moto's reset; the switch's state is reset too.
@@ -55,7 +60,9 @@ class Faults:
         self.throttle_next = 0
         self.throttle_action = None  # only this action is throttled, when set
         self.error_next = None
-        self.tokens = {}  # ClientToken -> (status, headers, body)
+        self.tokens = {}  # ClientToken -> (parameters, status, body)
+        self.last_launched = []  # instance ids of the last RunInstances, in order
+        self.hidden = set()  # instance ids DescribeInstances does not show
         self.calls = {}
         self.launched = 0
         self.run_by_type = {}  # instance type -> RunInstances calls naming it
@@ -77,6 +84,25 @@ def as_pending(body, ids):
             flags=re.DOTALL,
         )
     return body
+
+
+def without_instances(body, hidden):
+    """DescribeInstances XML without the instances `hidden` (a reservation left empty goes)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(body)
+    ns = root.tag[1:].split("}")[0] if root.tag.startswith("{") else ""
+    ET.register_namespace("", ns)
+    q = (lambda t: f"{{{ns}}}{t}") if ns else (lambda t: t)
+    for rset in root.iter(q("reservationSet")):
+        for res in list(rset):
+            for iset in res.findall(q("instancesSet")):
+                for item in list(iset):
+                    if (item.findtext(q("instanceId")) or "") in hidden:
+                        iset.remove(item)
+                if len(iset) == 0:
+                    rset.remove(res)
+    return ET.tostring(root, encoding="UTF-8", xml_declaration=True)
 
 
 def error_body(code, message):
@@ -119,6 +145,10 @@ def make_app():
             if "error_next" in req:
                 faults.error_next = req["error_next"]
             faults.linger_types.update(req.get("linger") or [])
+            if req.get("hide_last"):
+                faults.hidden.update(faults.last_launched[-int(req["hide_last"]):])
+            if req.get("unhide"):
+                faults.hidden.clear()
             for t in req.get("release") or []:
                 faults.linger_types.discard(t)
                 faults.lingering = {i: it for i, it in faults.lingering.items() if it != t}
@@ -143,9 +173,19 @@ def make_app():
                 return respond(start_response, 503, error_body("RequestLimitExceeded", "Request limit exceeded."))
         if action == "RunInstances":
             token = (form.get("ClientToken") or [""])[0]
+            params = sorted((k, tuple(v)) for k, v in form.items() if k != "ClientToken")
             with faults.lock:
                 if token and token in faults.tokens:
-                    status, body = faults.tokens[token]
+                    first, status, body = faults.tokens[token]
+                    if first != params:
+                        return respond(
+                            start_response,
+                            400,
+                            error_body(
+                                "IdempotentParameterMismatch",
+                                "Arguments on this idempotent request are inconsistent with arguments used in previous request(s).",
+                            ),
+                        )
                     return respond(start_response, status, body)
                 if faults.error_next:
                     e, faults.error_next = faults.error_next, None
@@ -180,9 +220,11 @@ def make_app():
             environ["wsgi.input"] = io.BytesIO(raw)
             environ["CONTENT_LENGTH"] = str(len(raw))
             body = b"".join(moto(environ, capture))
-            if token and captured.get("status") == 200:
+            if captured.get("status") == 200:
                 with faults.lock:
-                    faults.tokens[token] = (200, body)
+                    if token:
+                        faults.tokens[token] = (params, 200, body)
+                    faults.last_launched = [i.decode() for i in INSTANCE_ID.findall(body)]
             # (RunInstances answers `pending` anyway: only DescribeInstances is rewritten.)
             if captured.get("status") == 200 and itype in faults.linger_types:
                 with faults.lock:
@@ -192,7 +234,8 @@ def make_app():
         if action == "DescribeInstances":
             with faults.lock:
                 ids = list(faults.lingering)
-            if ids:
+                hidden = set(faults.hidden)
+            if ids or hidden:
                 environ["wsgi.input"] = io.BytesIO(raw)
                 environ["CONTENT_LENGTH"] = str(len(raw))
                 captured = {}
@@ -202,6 +245,8 @@ def make_app():
                     captured["headers"] = [(k, v) for k, v in headers if k.lower() != "content-length"]
 
                 body = as_pending(b"".join(moto(environ, capture_headers)), ids)
+                if hidden:
+                    body = without_instances(body, hidden)
                 start_response(captured["status"], captured["headers"] + [("Content-Length", str(len(body)))])
                 return [body]
         environ["wsgi.input"] = io.BytesIO(raw)

@@ -6,6 +6,10 @@ usage: workload.py ADDRESS MODE [ARGS]
   spread N               a STRICT_SPREAD placement group of N {CPU: 1} bundles; prints the
                          distinct node count of its bundles
   infeasible             submits a {GPU: 8} task and leaves it pending for 60 s
+  nested N M SECONDS     N parent tasks of {CPU: 1}, each blocked in ray.get on M child
+                         tasks of {CPU: 1} sleeping SECONDS (Ray lends the parent's CPU to
+                         another task meanwhile), then working SECONDS more once resumed;
+                         prints "done N" and the distinct node count
   console N CPUS SECONDS WAIT
                          as `tasks`, with the autoscaler's events printed to this job's
                          console as Ray prints them ("(autoscaler +2s) ..."), then a
@@ -56,6 +60,27 @@ def main() -> int:
         ray.get(pg.ready(), timeout=180)
         nodes = placement_group_table(pg)["bundles_to_node_id"]
         print(f"spread {len(set(nodes.values()))} distinct nodes for {n} bundles", flush=True)
+    elif mode == "nested":
+        n, m, secs = int(args[0]), int(args[1]), float(args[2])
+
+        @ray.remote(num_cpus=1)
+        def child(i):
+            time.sleep(secs)
+            return i
+
+        @ray.remote(num_cpus=1)
+        def parent(i):
+            # Blocked here, the parent gives its CPU back; when the children are done it
+            # resumes, and its node may run more tasks than it has CPUs for a while.
+            got = ray.get([child.remote(j) for j in range(m)])
+            time.sleep(secs)
+            return (len(got), ray.get_runtime_context().get_node_id())
+
+        t0 = time.time()
+        out = ray.get([parent.remote(i) for i in range(n)])
+        assert all(k == m for k, _ in out), out
+        nodes = {node for _, node in out}
+        print(f"done {len(out)} on {len(nodes)} nodes in {time.time() - t0:.1f}s", flush=True)
     elif mode == "infeasible":
         @ray.remote(num_gpus=8)
         def never():

@@ -317,6 +317,42 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_whose_describe_shows_part_of_the_launch_makes_nothing_more() {
+    // DescribeInstances is eventually consistent: a replay of a request (a crash, a
+    // requeue) may see only some of the instances the first call made. The replay must
+    // be the same call, never a new one for the count it could not see.
+    let moto = MotoEc2::start();
+    let cfg = config("lag", "", &worker_config());
+    let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();
+    let req = LaunchRequest {
+        request_id: "lr-lag".into(),
+        node_type: "cpu".into(),
+        count: 3,
+        launch_config_hash: cfg.node_type("cpu").unwrap().launch_config_hash.clone(),
+    };
+    assert_eq!(p.launch(&req).await.unwrap().instances.len(), 3);
+    moto.faults(r#"{"hide_last": 2}"#);
+    let workers = |l: Vec<rayscale_core::provider::CloudInstance>| {
+        l.into_iter().filter(|c| !c.is_head()).count()
+    };
+    assert_eq!(workers(p.list().await.unwrap()), 1, "the describe lags");
+    let replay = p.launch(&req).await.unwrap();
+    assert!(replay.shortfall.is_none(), "{:?}", replay.shortfall);
+    assert_eq!(
+        moto.stats()["instances_launched"],
+        3,
+        "nothing launched twice"
+    );
+    moto.faults(r#"{"unhide": true}"#);
+    assert_eq!(workers(p.list().await.unwrap()), 3);
+    // The same with the whole launch hidden: the replay's call is the first one again,
+    // and EC2 answers its reservation.
+    moto.faults(r#"{"hide_last": 3}"#);
+    p.launch(&req).await.unwrap();
+    assert_eq!(moto.stats()["instances_launched"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_run_instances_with_the_same_token_makes_nothing_twice() {
     // The provider's own check (instances tagged with the request) hides the token; here
     // the token itself is exercised: the same RunInstances sent twice, as after a lost
@@ -329,7 +365,7 @@ async fn a_retried_run_instances_with_the_same_token_makes_nothing_twice() {
             .instance_type("m5.large".into())
             .min_count(1)
             .max_count(2)
-            .client_token(rayscale_core::provider::idempotency_token("lr-x/0/2", 0))
+            .client_token(rayscale_core::provider::idempotency_token("lr-x/0", 0))
             .send()
             .await
             .unwrap()

@@ -90,7 +90,7 @@ async fn a_table_of_10000_instances_is_saved_and_loaded_back() {
         "the table as one value would pass the 4 MiB limit: {} bytes",
         stats.bytes
     );
-    assert_eq!(server.kv_count("__rayscale", "instance/big/"), 10_000);
+    assert_eq!(server.kv_count("__rayscale", "records/big/"), 10_000);
     // Nothing changed: the next save writes nothing.
     let again = table
         .save(&gcs, version, &instances, 1)
@@ -98,7 +98,7 @@ async fn a_table_of_10000_instances_is_saved_and_loaded_back() {
         .expect("save again");
     assert_eq!((again.written, again.deleted, again.bytes), (0, 0, 0));
     // A restarted process loads all of it.
-    let loaded = KvTable::new("big").load(&gcs).await.expect("load");
+    let loaded = KvTable::new("big").load(&gcs, 2).await.expect("load");
     assert!(loaded.skipped.is_empty(), "{:?}", loaded.skipped);
     assert_eq!(loaded.version, version);
     assert_eq!(loaded.instances, instances);

@@ -493,6 +493,24 @@ async fn an_edit_is_picked_up_and_a_new_process_replays_nothing_twice() {
     p2.launch(&req("lr-x", "cpu", 2)).await.unwrap();
     assert_eq!(replicas(&fake, "edit", 0), 2);
     assert_eq!(fake.replicas_history(), [("cpu".to_string(), 2)]);
+
+    // A request replayed after 300 others (past what the ledger keeps) is not applied
+    // again: its id carries its time, older than the newest request the ledger dropped.
+    let t0 = 1_800_000_000u64;
+    let old = format!("lr-{t0:08x}{:08x}", 7);
+    p2.launch(&req(&old, "cpu", 1)).await.unwrap();
+    assert_eq!(replicas(&fake, "edit", 0), 3);
+    for k in 1..=300u64 {
+        let id = format!("lr-{:08x}{k:08x}", t0 + k);
+        p2.launch(&req(&id, "cpu", 0)).await.unwrap();
+    }
+    let e = p2.launch(&req(&old, "cpu", 1)).await.unwrap_err();
+    assert!(e.message.contains("older than the launch ledger"), "{e}");
+    assert_eq!(replicas(&fake, "edit", 0), 3);
+    // A new request still goes through.
+    let new = format!("lr-{:08x}{:08x}", t0 + 1000, 1);
+    p2.launch(&req(&new, "cpu", 1)).await.unwrap();
+    assert_eq!(replicas(&fake, "edit", 0), 4);
 }
 
 /// The example manifest in `deploy/kuberay/` is a RayCluster rayscale reads.

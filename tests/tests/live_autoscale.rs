@@ -45,13 +45,18 @@ struct Loop {
 
 impl Loop {
     fn start(head: &RayHead, config: &Path, log: PathBuf) -> Loop {
+        Self::start_at(&head.addr(), head, config, log)
+    }
+
+    /// `rayscale run` against the GCS at `gcs` (the head's, or a proxy in front of it).
+    fn start_at(gcs: &str, head: &RayHead, config: &Path, log: PathBuf) -> Loop {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .expect("log file");
         let child = Command::new(rayscale_bin())
-            .args(["run", "--interval", "2", "--gcs", &head.addr(), "--ray"])
+            .args(["run", "--interval", "2", "--gcs", gcs, "--ray"])
             .arg(head.ray_bin())
             .arg("--config")
             .arg(config)
@@ -235,6 +240,119 @@ fn scale_up_from_zero_then_idle_scale_down_through_drain() {
         cluster_processes(&cluster)
     );
     assert!(log.contains("draining"), "no drain in the log:\n{log}");
+}
+
+#[test]
+fn nested_tasks_run_to_the_end_and_no_busy_worker_is_drained() {
+    // Parents blocked in `ray.get` lend their CPUs to their children; once resumed, a node
+    // runs more tasks than it has CPUs (Ray then reports it with no CPU entry). Nothing of
+    // that may read as an idle or a dead node: every task finishes, and no worker is
+    // drained or terminated while the workload runs.
+    let f = Fixture::new("nested", 0.5);
+    let head = &f.head;
+    let lp = f.start_loop();
+    let w = workload(head, &["nested", "6", "2", "4"]);
+    let (ok, out) = finish(w, Duration::from_secs(240));
+    let log = lp.log_text();
+    assert!(
+        ok && out.contains("done 6"),
+        "workload failed: {out}\nrayscale log:\n{log}"
+    );
+    assert!(log.contains("launching"), "{log}");
+    for harm in [
+        "draining",
+        "stopping ray",
+        "terminating",
+        "cannot read the GCS row",
+    ] {
+        assert!(
+            !log.contains(harm),
+            "{harm:?} while the workload ran:\n{log}"
+        );
+    }
+}
+
+/// A TCP proxy on loopback that delivers every byte the server sends `delay` late (a
+/// loaded GCS: each answer takes that much longer; the order is kept).
+struct DelayProxy {
+    addr: String,
+}
+
+impl DelayProxy {
+    fn start(upstream: &str, delay: Duration) -> DelayProxy {
+        use std::io::Write;
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let upstream = upstream.to_string();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { break };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (mut c_read, mut s_write) = (
+                    client.try_clone().expect("clone"),
+                    server.try_clone().expect("clone"),
+                );
+                // Requests go through at once.
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_read, &mut s_write);
+                });
+                // Answers go through a delay line.
+                let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+                let mut s_read = server;
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = s_read.read(&mut buf) {
+                        if n == 0
+                            || tx
+                                .send((Instant::now() + delay, buf[..n].to_vec()))
+                                .is_err()
+                        {
+                            break;
+                        }
+                    }
+                });
+                let mut c_write = client;
+                std::thread::spawn(move || {
+                    for (due, bytes) in rx {
+                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                        if c_write.write_all(&bytes).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        DelayProxy { addr }
+    }
+}
+
+#[test]
+fn run_waits_for_a_gcs_that_answers_in_two_and_a_half_seconds_and_acts() {
+    // Measured before: `run`'s first probe allowed 2 s, so it exited with "no Ray GCS
+    // answers" and the cluster was never autoscaled. A slow GCS is not a missing one.
+    let f = Fixture::new("slowgcs", 0.2);
+    let proxy = DelayProxy::start(&f.head.addr(), Duration::from_millis(2500));
+    let mut lp = Loop::start_at(
+        &proxy.addr,
+        &f.head,
+        &f.config,
+        f.scratch.path("rayscale.log"),
+    );
+    assert!(
+        lp.wait_log("holding the autoscaler lease", Duration::from_secs(90)),
+        "{}",
+        lp.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(20));
+    assert!(lp.alive(), "{}", lp.log_text());
+    let log = lp.log_text();
+    assert!(!log.contains("no Ray GCS answers"), "{log}");
+    // It keeps the lease: never "no longer acting" under the steady latency.
+    assert!(!log.contains("no longer acting"), "{log}");
+    assert!(!log.contains("giving it up"), "{log}");
 }
 
 /// Ray prints a traceback per log line into every job when the v2 flag is turned on for a

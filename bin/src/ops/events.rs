@@ -3,6 +3,11 @@
 //! to every job's console ("(autoscaler +2s) Adding 3 node(s) of type cpu4.") and its
 //! dashboard's event module lists it. The lines themselves are worded by
 //! `rayscale_core::telemetry::events`.
+//!
+//! The file is rotated as Ray rotates its logs (`RotatingFileHandler`): past
+//! `RAY_ROTATION_MAX_BYTES` (Ray's default, 512 MiB) it becomes `.1` (the older ones
+//! `.2` ... up to `RAY_ROTATION_BACKUP_COUNT`, default 5, the oldest removed) and a new
+//! file is started.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,8 +18,21 @@ use rayscale_core::driver::{IterationView, Observer};
 use rayscale_core::expander::SeededRng;
 use rayscale_core::telemetry::events::{Event, Said, infeasible_events, scaling_events};
 
+/// Ray's `LOGGING_ROTATE_BYTES` and `LOGGING_ROTATE_BACKUP_COUNT`.
+const ROTATE_BYTES: u64 = 512 * 1024 * 1024;
+const ROTATE_BACKUPS: u32 = 5;
+
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
 struct Inner {
     file: std::fs::File,
+    /// Bytes in the current file.
+    size: u64,
     rng: SeededRng,
     said: Said,
 }
@@ -24,6 +42,8 @@ pub struct EventLog {
     path: PathBuf,
     hostname: String,
     pid: u32,
+    max_bytes: u64,
+    backups: u32,
     inner: Mutex<Inner>,
 }
 
@@ -35,21 +55,53 @@ impl EventLog {
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         let path = dir.join("event_AUTOSCALER.log");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
+        let file = Self::append(&path)?;
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         Ok(EventLog {
             path,
             hostname: hostname.to_string(),
             pid: std::process::id(),
+            max_bytes: env_num("RAY_ROTATION_MAX_BYTES", ROTATE_BYTES),
+            backups: env_num("RAY_ROTATION_BACKUP_COUNT", ROTATE_BACKUPS),
             inner: Mutex::new(Inner {
                 file,
+                size,
                 rng: SeededRng::new(seed),
                 said: Said::default(),
             }),
         })
+    }
+
+    fn append(path: &Path) -> Result<std::fs::File> {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))
+    }
+
+    /// Moves the file to `.1` (and older ones one up, the oldest removed), and starts a
+    /// new one. With no backups (0), the file is only started anew.
+    fn rotate(&self, inner: &mut Inner) -> Result<()> {
+        let numbered = |n: u32| PathBuf::from(format!("{}.{n}", self.path.display()));
+        if self.backups > 0 {
+            let _ = std::fs::remove_file(numbered(self.backups));
+            for n in (1..self.backups).rev() {
+                let from = numbered(n);
+                if from.exists() {
+                    std::fs::rename(&from, numbered(n + 1))
+                        .with_context(|| format!("cannot rename {}", from.display()))?;
+                }
+            }
+            std::fs::rename(&self.path, numbered(1))
+                .with_context(|| format!("cannot rename {}", self.path.display()))?;
+        } else {
+            std::fs::remove_file(&self.path)
+                .with_context(|| format!("cannot remove {}", self.path.display()))?;
+        }
+        inner.file = Self::append(&self.path)?;
+        inner.size = 0;
+        Ok(())
     }
 
     /// The file written.
@@ -87,9 +139,16 @@ impl EventLog {
             text.push_str(&self.line(&mut inner.rng, e, now_s));
             text.push('\n');
         }
+        if self.max_bytes > 0
+            && inner.size.saturating_add(text.len() as u64) > self.max_bytes
+            && let Err(e) = self.rotate(&mut inner)
+        {
+            tracing::warn!("cannot rotate {}: {e:#}", self.path.display());
+        }
         // One write per iteration: the log monitor never reads half a batch of lines.
-        if let Err(e) = inner.file.write_all(text.as_bytes()) {
-            tracing::warn!("cannot write {}: {e}", self.path.display());
+        match inner.file.write_all(text.as_bytes()) {
+            Ok(()) => inner.size = inner.size.saturating_add(text.len() as u64),
+            Err(e) => tracing::warn!("cannot write {}: {e}", self.path.display()),
         }
     }
 
@@ -116,5 +175,39 @@ impl Observer for EventLog {
     fn iteration(&self, v: &IterationView<'_>) {
         let events = self.events_of(v);
         self.write(&events, v.now_ns);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rayscale_core::telemetry::events::Severity;
+
+    #[test]
+    fn the_event_file_is_rotated_as_ray_rotates_its_logs() {
+        let dir = std::env::temp_dir().join(format!("rayscale-events-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut log = EventLog::open(&dir, "h", 1).expect("open");
+        (log.max_bytes, log.backups) = (1000, 2);
+        let e = Event {
+            severity: Severity::Info,
+            message: "Adding 1 node(s) of type cpu4.".into(),
+        };
+        for i in 0..40 {
+            log.write(std::slice::from_ref(&e), i * 1_000_000_000);
+        }
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let path = log.path().to_path_buf();
+        let numbered = |n: u32| PathBuf::from(format!("{}.{n}", path.display()));
+        assert!(size(&path) <= 1000, "{}", size(&path));
+        assert!(size(&numbered(1)) > 0 && size(&numbered(1)) <= 1000);
+        assert!(size(&numbered(2)) > 0);
+        assert!(!numbered(3).exists(), "only two backups are kept");
+        // Every file holds whole lines.
+        for p in [path.clone(), numbered(1), numbered(2)] {
+            let text = std::fs::read_to_string(&p).expect("read");
+            assert!(text.ends_with('\n') && text.lines().all(|l| l.ends_with('}')));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -110,6 +110,7 @@ mod tests {
             epoch: Some(1),
             valid_until: Some(tokio::time::Instant::now() + Duration::from_secs(30)),
             holder: Some("me".into()),
+            act_from: None,
             gcs_error: None,
         }
     }
@@ -136,6 +137,7 @@ mod tests {
             epoch: None,
             valid_until: None,
             holder: Some("other pid 7".into()),
+            act_from: None,
             gcs_error: None,
         };
         step(&h, follower, Some("not holding the lease"));

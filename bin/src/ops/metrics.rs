@@ -138,6 +138,7 @@ pub struct Metrics {
     phase_seconds: Histograms,
     effects: Counters,
     provider_errors: Counters,
+    unreadable_rows: Gauges,
     expander_choices: Counters,
     expander_fallbacks: Counters,
     unavailable_types: Gauges,
@@ -258,6 +259,11 @@ impl Metrics {
             "rayscale_provider_errors",
             "Errors of provider calls, by call and kind.",
         );
+        let unreadable_rows = r.session_gauge(
+            "rayscale_gcs_unreadable_node_rows",
+            "Ray nodes whose row of the GCS's cluster state could not be read in the last \
+             iteration (their instances are kept as they were).",
+        );
         let expander_choices = r.counter(
             "rayscale_expander_choices",
             "Choices of a node type the expander chain made.",
@@ -307,6 +313,7 @@ impl Metrics {
             phase_seconds,
             effects,
             provider_errors,
+            unreadable_rows,
             expander_choices,
             expander_fallbacks,
             unavailable_types,
@@ -505,6 +512,9 @@ impl Observer for Metrics {
         self.drain_node_exceptions
             .get_or_create(&s)
             .inc_by(v.drain_rejections.len() as u64);
+        self.unreadable_rows
+            .get_or_create(&s)
+            .set(i64::try_from(v.ray.unreadable_nodes.len()).unwrap_or(i64::MAX));
         for e in &v.outcome.effects {
             let kind = match e {
                 Effect::Launch(_) => "launch",

@@ -5,17 +5,23 @@ use std::collections::BTreeMap;
 use rayscale_core::model::{
     ClusterConstraint, ClusterResourceState, GangRequest, LabelConstraint, LabelOperator,
     LabelSelector, NodeState, NodeStatus, PlacementConstraint, ResourceMap, ResourceRequest,
-    ResourceRequestByCount,
+    ResourceRequestByCount, UnreadableNode,
 };
 
 use crate::GcsError;
 use crate::proto::ray::rpc as pb_common;
 use crate::proto::ray::rpc::autoscaler as pb;
 
-/// Checks and converts a resource map; `path` builds the map's path only on error.
+/// The largest amount rayscale reads (10^24 units, far past any real cluster: a node's
+/// memory in bytes is ~10^12): past it the fixed-point sums of a large cluster could
+/// overflow, so such an amount means nothing.
+const MAX_AMOUNT: f64 = 1e24;
+
+/// Checks and converts a resource map; `path` builds the map's path only on error. Refused:
+/// what cannot mean anything (NaN, infinite, absurdly large, or negative).
 fn resources(m: BTreeMap<String, f64>, path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
     for (k, v) in &m {
-        if !v.is_finite() || *v < 0.0 {
+        if !v.is_finite() || *v < 0.0 || *v > MAX_AMOUNT {
             return Err(GcsError::Invalid {
                 path: format!("{}.{k}", path()),
                 message: format!("resource amounts must be finite and non-negative, got {v}"),
@@ -23,6 +29,17 @@ fn resources(m: BTreeMap<String, f64>, path: impl Fn() -> String) -> Result<Reso
         }
     }
     Ok(ResourceMap::from_f64_pairs(m))
+}
+
+/// A node's available resources as Ray means them: a negative amount (a node whose tasks
+/// oversubscribe it) is read as none available, as Ray's scheduler reads it ("full"); an
+/// absent key already means 0. NaN, infinite or absurd amounts are refused.
+fn available(m: BTreeMap<String, f64>, path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
+    let m = m
+        .into_iter()
+        .map(|(k, v)| (k, if v < 0.0 && v.is_finite() { 0.0 } else { v }))
+        .collect();
+    resources(m, path)
 }
 
 fn labels(m: BTreeMap<String, String>) -> Vec<(String, String)> {
@@ -186,10 +203,12 @@ pub fn cluster_resource_state(
     convert_state(s, path, &mut |e| Err(e))
 }
 
-/// Like [`cluster_resource_state`], but a row that does not convert (a node, a pending
-/// request, a placement group or a constraint with a NaN or negative amount, ...) is left
-/// out instead of failing the whole state, as Ray's scheduler skips it; the errors of the
-/// rows left out come back, each naming its path.
+/// Like [`cluster_resource_state`], but a row that does not convert does not fail the whole
+/// state: a pending request, a placement group or a constraint with a NaN or negative
+/// amount is left out, as Ray's scheduler skips it; a live node's row is kept in
+/// [`ClusterResourceState::unreadable_nodes`] (its instance is then kept as it was, never
+/// taken for gone); a dead node's is read as dead. The errors of those rows come back,
+/// each naming its path.
 pub fn cluster_resource_state_lenient(
     s: pb::ClusterResourceState,
     path: &str,
@@ -214,11 +233,42 @@ fn convert_state(
     bad: &mut dyn FnMut(GcsError) -> Result<(), GcsError>,
 ) -> Result<ClusterResourceState, GcsError> {
     let mut node_states = Vec::with_capacity(s.node_states.len());
+    let mut unreadable_nodes = Vec::new();
     for (i, n) in std::mem::take(&mut s.node_states).into_iter().enumerate() {
+        // A row that cannot be read still names its node and instance (protobuf bytes
+        // and strings always decode): it is kept as unreadable, never dropped, so that
+        // its node is not taken for gone.
+        let who = UnreadableNode {
+            node_id: n.node_id.clone(),
+            instance_id: n.instance_id.clone(),
+            ray_node_type_name: n.ray_node_type_name.clone(),
+            status: node_status(n.status),
+            reason: String::new(),
+        };
         // The row's path is spelled out only for an error.
         match node_state(n, || format!("{path}.node_states[{i}]")) {
             Ok(n) => node_states.push(n),
-            Err(e) => bad(e)?,
+            Err(e) if who.status == Some(NodeStatus::Dead) => {
+                // A dead node's amounts do not matter: its death is read.
+                bad(e)?;
+                node_states.push(NodeState {
+                    node_id: who.node_id,
+                    instance_id: who.instance_id,
+                    ray_node_type_name: who.ray_node_type_name,
+                    status: who.status,
+                    ..Default::default()
+                });
+            }
+            Err(e) => {
+                // The reason without the row's index (rows move between replies).
+                let full = e.to_string();
+                let reason = full
+                    .split_once("].")
+                    .map_or(full.as_str(), |(_, r)| r)
+                    .to_string();
+                bad(e)?;
+                unreadable_nodes.push(UnreadableNode { reason, ..who });
+            }
         }
     }
     let mut pending = Vec::with_capacity(s.pending_resource_requests.len());
@@ -247,6 +297,7 @@ fn convert_state(
     }
     Ok(ClusterResourceState {
         node_states,
+        unreadable_nodes,
         pending_resource_requests: pending,
         pending_gang_resource_requests: gangs,
         cluster_resource_constraints: constraints,
@@ -258,7 +309,7 @@ fn node_state(n: pb::NodeState, p: impl Fn() -> String) -> Result<NodeState, Gcs
         node_id: n.node_id,
         instance_id: n.instance_id,
         ray_node_type_name: n.ray_node_type_name,
-        available_resources: resources(n.available_resources, || {
+        available_resources: available(n.available_resources, || {
             format!("{}.available_resources", p())
         })?,
         total_resources: resources(n.total_resources, || format!("{}.total_resources", p()))?,
@@ -514,5 +565,51 @@ mod lenient_tests {
         assert!(paths[1].contains("state.pending_resource_requests[1].count"));
         assert!(paths[2].contains("state.pending_resource_requests[2].request"));
         assert!(paths.iter().all(|p| !p.contains('\n')));
+        // The node whose row was not read is not dropped: it is kept as unreadable, so
+        // that its instance is never taken for gone.
+        assert_eq!(state.unreadable_nodes.len(), 1);
+        assert_eq!(state.unreadable_nodes[0].instance_id, "i-2");
+        assert_eq!(state.unreadable_nodes[0].node_id, vec![2; 4]);
+        assert!(
+            state.unreadable_nodes[0]
+                .reason
+                .starts_with("available_resources.CPU:"),
+            "{}",
+            state.unreadable_nodes[0].reason
+        );
+    }
+
+    #[test]
+    fn what_ray_can_send_is_read_and_only_what_means_nothing_is_refused() {
+        let mut over = node(1, 4.0);
+        // A node whose tasks oversubscribe it: Ray's scheduler reads it as full.
+        over.available_resources.insert("CPU".into(), -2.0);
+        // An absent key means none available.
+        over.total_resources.insert("GPU".into(), 1.0);
+        let mut bad_total = node(2, 4.0);
+        bad_total.total_resources.insert("CPU".into(), -4.0);
+        let mut huge = node(3, 4.0);
+        huge.available_resources.insert("CPU".into(), f64::INFINITY);
+        let mut dead = node(4, f64::NAN);
+        dead.status = pb::NodeStatus::Dead as i32;
+        let s = pb::ClusterResourceState {
+            node_states: vec![over, bad_total, huge, dead],
+            ..Default::default()
+        };
+        let (state, _) = cluster_resource_state_lenient(s, "state");
+        let read: Vec<(&str, Option<NodeStatus>)> = state
+            .node_states
+            .iter()
+            .map(|n| (n.instance_id.as_str(), n.status))
+            .collect();
+        assert_eq!(read, [("i-1", None), ("i-4", Some(NodeStatus::Dead))]);
+        assert_eq!(state.node_states[0].available_resources.get("CPU"), Some(0));
+        assert_eq!(state.node_states[0].available_resources.get("GPU"), None);
+        let unreadable: Vec<&str> = state
+            .unreadable_nodes
+            .iter()
+            .map(|n| n.instance_id.as_str())
+            .collect();
+        assert_eq!(unreadable, ["i-2", "i-3"]);
     }
 }

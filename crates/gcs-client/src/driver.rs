@@ -28,14 +28,19 @@ impl Gcs for GcsClient {
             .get_cluster_resource_state(0)
             .await
             .map_err(|e| err("GetClusterResourceState", e))?;
-        // A row that does not convert is left out (as Ray's scheduler skips it); the
-        // rest of the state is acted on.
+        // A demand row that does not convert is left out (as Ray's scheduler skips it); a
+        // node row that does not is kept as unreadable (its instance is left as it was);
+        // the rest of the state is acted on.
         let version = s.cluster_resource_state_version;
         let (state, skipped) = cluster_resource_state_lenient(s, "cluster_resource_state");
         Ok(GcsState {
             version,
             state,
-            skipped: skipped.iter().map(ToString::to_string).collect(),
+            skipped: skipped
+                .iter()
+                .map(ToString::to_string)
+                .filter(|e| !e.starts_with("cluster_resource_state.node_states["))
+                .collect(),
         })
     }
 

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, Command};
 use tokio::sync::{Notify, oneshot};
 
@@ -66,6 +66,20 @@ pub struct PythonBridge {
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     next_id: AtomicU64,
     starts: AtomicU64,
+}
+
+/// The longest stderr line of the child said whole (bytes).
+const MAX_STDERR_LINE: usize = 8192;
+
+/// Kills the process group the child leads (the child and what it started), if any.
+fn kill_group(pid: u32) {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return;
+    };
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
 }
 
 fn cut(s: &str) -> String {
@@ -127,6 +141,9 @@ impl PythonBridge {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Its own process group, so that killing it ends what it started (Ray's
+            // node updater's SSH and rsync children) too.
+            .process_group(0)
             .kill_on_drop(true);
         for (k, v) in &self.cfg.env {
             cmd.env(k, v);
@@ -150,13 +167,26 @@ impl PythonBridge {
         tokio::spawn(async move {
             // Bytes, not text: a non-UTF-8 line (a remote command's output) must not stop
             // the forwarding (the child's prints would then fail on a closed pipe).
+            // Lines are read in bounded pieces: a line past MAX_STDERR_LINE bytes is said
+            // cut, and its rest skipped (memory stays bounded whatever the child prints).
             let mut err = BufReader::new(stderr);
             let mut buf = Vec::new();
+            let mut in_long_line = false;
             loop {
                 buf.clear();
-                match err.read_until(b'\n', &mut buf).await {
+                let mut piece = (&mut err).take(MAX_STDERR_LINE as u64);
+                match piece.read_until(b'\n', &mut buf).await {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
+                }
+                let complete = buf.last() == Some(&b'\n');
+                if in_long_line {
+                    in_long_line = !complete;
+                    continue;
+                }
+                if !complete && buf.len() >= MAX_STDERR_LINE {
+                    in_long_line = true;
+                    buf.extend_from_slice(" [line cut]".as_bytes());
                 }
                 let line = String::from_utf8_lossy(&buf);
                 let line = line.trim_end();
@@ -186,6 +216,7 @@ impl PythonBridge {
         let first = tokio::time::timeout(self.cfg.start_timeout, out.next_line()).await;
         let first = match first {
             Err(_) => {
+                kill_group(pid);
                 let _ = child.start_kill();
                 return Err(load_err(format!(
                     "no answer within {:?} (is Ray installed for {python}?)",
@@ -234,6 +265,7 @@ impl PythonBridge {
                         Ok(None) | Err(_) => break,
                     },
                     _ = s.kill.notified() => {
+                        kill_group(pid);
                         let _ = child.start_kill();
                     }
                 }
@@ -242,10 +274,13 @@ impl PythonBridge {
                 Ok(Ok(st)) => st.to_string(),
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => {
+                    kill_group(pid);
                     let _ = child.start_kill();
                     "closed its output".to_string()
                 }
             };
+            // Whatever it left running in its group (an SSH session) goes with it.
+            kill_group(pid);
             s.exited.store(true, Ordering::Release);
             tracing::warn!("python bridge (pid {}) exited: {status}", s.pid);
             s.fail_all(&status);

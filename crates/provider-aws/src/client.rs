@@ -40,14 +40,38 @@ fn retries() -> RetryConfig {
 }
 
 /// A client from the standard chain; `region` (`provider.region`) overrides the chain's.
-pub async fn from_environment(region: Option<&str>) -> Client {
+/// An endpoint from the environment (`AWS_ENDPOINT_URL_EC2`, `AWS_ENDPOINT_URL`, or the
+/// loaded config) gets the check [`for_endpoint`] makes: plain http only to loopback.
+pub async fn from_environment(region: Option<&str>) -> Result<Client, AwsError> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .retry_config(retries())
         .timeout_config(timeouts());
     if let Some(r) = region {
         loader = loader.region(Region::new(r.to_string()));
     }
-    Client::new(&loader.load().await)
+    let conf = loader.load().await;
+    let from_env = ["AWS_ENDPOINT_URL_EC2", "AWS_ENDPOINT_URL"]
+        .into_iter()
+        .filter_map(|v| std::env::var(v).ok().map(|u| (v, u)));
+    let loaded = conf
+        .endpoint_url()
+        .map(|u| ("the AWS config", u.to_string()));
+    for (what, url) in from_env.chain(loaded) {
+        check_endpoint(what, &url)?;
+    }
+    Ok(Client::new(&conf))
+}
+
+/// Plain `http://` only to a loopback address (credentials and user data travel in the
+/// clear otherwise).
+fn check_endpoint(what: &str, endpoint: &str) -> Result<(), AwsError> {
+    if endpoint.is_empty() || endpoint.starts_with("https://") || is_loopback_http(endpoint) {
+        return Ok(());
+    }
+    Err(AwsError::config(
+        "endpoint",
+        format!("{what}: {endpoint:?}: plain http is allowed only to a loopback address"),
+    ))
 }
 
 /// A client for an EC2-compatible endpoint with fixed credentials and no environment

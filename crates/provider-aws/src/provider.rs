@@ -110,7 +110,7 @@ impl AwsProvider {
         head_ip: Option<&str>,
     ) -> Result<Self, AwsError> {
         let state = load(config, head_ip)?;
-        let client = crate::client::from_environment(state.cfg.region.as_deref()).await;
+        let client = crate::client::from_environment(state.cfg.region.as_deref()).await?;
         Ok(AwsProvider {
             client,
             state: RwLock::new(Arc::new(state)),
@@ -381,9 +381,13 @@ impl AwsProvider {
                 state.boot.get(t).map(String::as_str),
             );
             for (n, at) in attempts.iter().enumerate() {
-                // The token names the request, the attempt and how many it asks for: EC2
-                // refuses one token with other parameters, and keeps it for a day.
-                let token = idempotency_token(&format!("{}/{n}/{remaining}", req.request_id), 0);
+                // The token names the request and the attempt, never a count computed from
+                // DescribeInstances (eventually consistent: a replay that sees part of
+                // its instances would make a new token, and EC2 would launch again). A
+                // replay is the same call: EC2 answers the first reservation when every
+                // parameter is the same, and IdempotentParameterMismatch when the count
+                // differs; either way nothing is launched twice.
+                let token = idempotency_token(&format!("{}/{n}", req.request_id), 0);
                 let input = mapping::run_instances_input(
                     cfg,
                     t,
@@ -414,6 +418,20 @@ impl AwsProvider {
                             shortfall = None;
                         }
                         remaining -= got.min(remaining);
+                        break;
+                    }
+                    Err(e) if e.code() == Some("IdempotentParameterMismatch") => {
+                        // This attempt of the request went through before (a replay that
+                        // saw only part of what it made): its instances come with the
+                        // next lists, joined by the request's tag.
+                        tracing::info!(
+                            "launch {} of {t} at {at:?} was made before: nothing new is \
+                             launched ({} not listed yet)",
+                            req.request_id,
+                            remaining
+                        );
+                        shortfall = None;
+                        remaining = 0;
                         break;
                     }
                     Err(e) => {
@@ -679,6 +697,21 @@ impl CloudInstanceProvider for AwsProvider {
     async fn reconfigure(&self, config: &ClusterConfig) -> Result<(), ProviderError> {
         let state = load(config, self.head_ip.as_deref())
             .map_err(|e| e.into_provider(ProviderOp::Other))?;
+        let old = self.state();
+        // The client is of one region, and the instances made so far carry the cluster's
+        // name: either change would lose them (as GCP and Azure refuse).
+        cloud::refuse_moves(&[
+            (
+                "provider.region",
+                old.cfg.region.as_deref().unwrap_or_default(),
+                state.cfg.region.as_deref().unwrap_or_default(),
+            ),
+            (
+                "cluster_name",
+                old.cfg.cluster_name.as_str(),
+                state.cfg.cluster_name.as_str(),
+            ),
+        ])?;
         match self.state.write() {
             Ok(mut c) => *c = Arc::new(state),
             Err(p) => *p.into_inner() = Arc::new(state),

@@ -23,9 +23,11 @@ pub const LABEL_GROUP: &str = "ray.io/group";
 /// replicas added), so a replayed launch (after a crash, a timeout) adds nothing twice.
 /// Ray's KubeRay provider keeps this in memory only.
 pub const LEDGER_ANNOTATION: &str = "rayscale.io/launch-ledger";
-/// How many launch requests the ledger remembers (oldest dropped first); the
-/// reconciler replays a request within minutes, never hundreds of requests later.
-pub const LEDGER_KEEP: usize = 64;
+/// How many launch requests the ledger remembers (oldest dropped first). A request older
+/// than the newest one dropped (its time is in its id, see [`request_time_s`]) is never
+/// applied again, however late it is replayed: the ledger keeps the time of the newest
+/// request it dropped (`floor`).
+pub const LEDGER_KEEP: usize = 256;
 
 /// Ray's default idle timeout for KubeRay clusters without `autoscalerOptions`.
 pub const DEFAULT_IDLE_TIMEOUT_S: f64 = 60.0;
@@ -543,13 +545,44 @@ pub fn groups(rc: &Value) -> Vec<Group> {
         .collect()
 }
 
-/// The launch ledger of a RayCluster (request id -> replicas it added), oldest first.
-pub fn ledger(rc: &Value) -> Vec<(String, u64)> {
-    rc.pointer("/metadata/annotations")
+/// The launch ledger of a RayCluster: the requests applied (request id -> replicas it
+/// added), oldest first, and the time (s) of the newest request dropped from it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Ledger {
+    /// Requests applied, oldest first.
+    pub entries: Vec<(String, u64)>,
+    /// The time (s since the epoch, from its id) of the newest request dropped; a request
+    /// of that time or older may have been applied and is not applied again.
+    #[serde(default)]
+    pub floor: u64,
+}
+
+/// The launch ledger of a RayCluster (the former form, a bare list, is read too; what
+/// does not parse is an empty ledger).
+pub fn ledger(rc: &Value) -> Ledger {
+    let Some(text) = rc
+        .pointer("/metadata/annotations")
         .and_then(|a| a.get(LEDGER_ANNOTATION))
         .and_then(Value::as_str)
-        .and_then(|s| serde_json::from_str::<Vec<(String, u64)>>(s).ok())
+    else {
+        return Ledger::default();
+    };
+    serde_json::from_str::<Ledger>(text)
+        .or_else(|_| {
+            serde_json::from_str::<Vec<(String, u64)>>(text)
+                .map(|entries| Ledger { entries, floor: 0 })
+        })
         .unwrap_or_default()
+}
+
+/// The time (s since the epoch) a launch request was made, from its id: the reconciler's
+/// ids are `lr-` and 16 hex digits, the first 8 the time. `None` for other ids.
+pub fn request_time_s(request_id: &str) -> Option<u64> {
+    let hex = request_id.strip_prefix("lr-")?;
+    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(hex.get(..8)?, 16).ok()
 }
 
 /// What the pods say about deletions, per group.
@@ -620,6 +653,9 @@ pub fn guard(rc: &Value) -> Value {
 pub enum LaunchPlan {
     /// The request was applied before (it is in the ledger): nothing to do.
     Replayed,
+    /// The request is older than what the ledger remembers: it may have been applied,
+    /// so it is not applied again (its records fail, and the demand is launched anew).
+    Expired,
     /// Patch the RayCluster with `patch`; `rejected` nodes are over `maxReplicas`.
     Patch {
         /// The JSON patch (guard first).
@@ -644,8 +680,11 @@ pub fn plan_launch(
     count: u64,
 ) -> LaunchPlan {
     let mut ledger = ledger(rc);
-    if ledger.iter().any(|(r, _)| r == request_id) {
+    if ledger.entries.iter().any(|(r, _)| r == request_id) {
         return LaunchPlan::Replayed;
+    }
+    if ledger.floor > 0 && request_time_s(request_id).is_some_and(|t| t <= ledger.floor) {
+        return LaunchPlan::Expired;
     }
     let live = obs.workers.get(&group.name).map_or(0, |w| {
         w.iter()
@@ -662,12 +701,17 @@ pub fn plan_launch(
     if count > 0 && target <= group.replicas && rejected >= count {
         return LaunchPlan::Capped;
     }
-    ledger.push((
+    ledger.entries.push((
         request_id.to_string(),
         target.saturating_sub(group.replicas),
     ));
-    let drop = ledger.len().saturating_sub(LEDGER_KEEP);
-    ledger.drain(..drop);
+    let drop = ledger.entries.len().saturating_sub(LEDGER_KEEP);
+    for (r, _) in ledger.entries.drain(..drop) {
+        // A dropped id without a time (not the reconciler's) cannot raise the floor.
+        if let Some(t) = request_time_s(&r) {
+            ledger.floor = ledger.floor.max(t);
+        }
+    }
     let mut patch = vec![guard(rc)];
     if target != group.replicas {
         patch.push(json!({
@@ -689,8 +733,8 @@ fn has_field(rc: &Value, index: usize, field: &str) -> bool {
         .is_some()
 }
 
-fn ledger_ops(rc: &Value, ledger: &[(String, u64)]) -> Vec<Value> {
-    let text = serde_json::to_string(ledger).unwrap_or_else(|_| "[]".into());
+fn ledger_ops(rc: &Value, ledger: &Ledger) -> Vec<Value> {
+    let text = serde_json::to_string(ledger).unwrap_or_else(|_| "{}".into());
     let mut ops = Vec::new();
     if rc
         .pointer("/metadata/annotations")

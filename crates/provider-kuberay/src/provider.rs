@@ -284,6 +284,17 @@ impl CloudInstanceProvider for KubeRayProvider {
                 }
                 match mapping::plan_launch(rc, obs, &group, &r.request_id, r.count) {
                     LaunchPlan::Replayed => Ok((None, 0)),
+                    LaunchPlan::Expired => Err(KubeRayError::Call {
+                        call: format!("scale up worker group {:?}", group.name),
+                        status: None,
+                        kind: ProviderErrorKind::Transient,
+                        message: format!(
+                            "launch request {} is older than the launch ledger remembers: it \
+                             may have been applied, so it is not applied again",
+                            r.request_id
+                        ),
+                        source: None,
+                    }),
                     LaunchPlan::Capped => Err(KubeRayError::Call {
                         call: format!("scale up worker group {:?}", group.name),
                         status: None,

@@ -147,12 +147,31 @@ impl ClusterConfig {
                 Some(_) => {}
             }
             if let Some(max) = max_workers {
-                let sum: u64 = node_types.iter().map(|t| t.min_workers).sum();
+                // Each type's min is bounded (MAX_MIN_WORKERS), so the sum cannot overflow.
+                let sum: u64 = node_types
+                    .iter()
+                    .fold(0u64, |a, t| a.saturating_add(t.min_workers));
                 if sum > max {
                     return Err(CoreError::invalid(
                         join(path, "max_workers"),
                         format!(
                             "{max} is smaller than the sum of min_workers of all node types ({sum})"
+                        ),
+                    ));
+                }
+            }
+            // After Ray's checks: a worker type's min above its own max (the head type's
+            // counts are not a worker's, as in Ray).
+            for t in &node_types {
+                if head_node_type.as_deref() != Some(t.name.as_str())
+                    && let Some(max) = t.max_workers
+                    && t.min_workers > max
+                {
+                    return Err(CoreError::invalid(
+                        join(&join(&types_path, &t.name), "min_workers"),
+                        format!(
+                            "{} is more than the type's max_workers ({max})",
+                            t.min_workers
                         ),
                     ));
                 }
@@ -242,6 +261,12 @@ fn node_type_from_value(
             "must not be negative",
         ));
     }
+    if min_workers > MAX_MIN_WORKERS {
+        return Err(CoreError::invalid(
+            join(path, "min_workers"),
+            format!("{min_workers} is more than rayscale keeps of one type ({MAX_MIN_WORKERS})"),
+        ));
+    }
     let max_workers = match as_int("max_workers") {
         Some(m) if m < 0 => {
             return Err(CoreError::invalid(
@@ -253,6 +278,7 @@ fn node_type_from_value(
         None if is_head => Some(0),
         None => global_max,
     };
+
     let node_config = obj
         .get("node_config")
         .cloned()
@@ -269,6 +295,11 @@ fn node_type_from_value(
         node_config,
     })
 }
+
+/// The most workers of one type `min_workers` may ask for: far above any real cluster,
+/// low enough that keeping them is bounded work (a typo such as 2000000000 is refused at
+/// load instead of running the process out of memory).
+pub const MAX_MIN_WORKERS: i64 = 100_000;
 
 /// Hex SHA-1 of the canonical JSON of `node_config` (keys sorted, no spaces, non-ASCII
 /// escaped: the same text as Python's `json.dumps(v, sort_keys=True, separators=(",", ":"))`).

@@ -105,3 +105,27 @@ fn launch_config_hash_matches_python() {
             .to_string()
     );
 }
+
+#[test]
+fn a_huge_or_impossible_min_workers_is_refused_at_load_in_one_line() {
+    // A typo that would make the loop keep two billion nodes (and run out of memory).
+    let huge = BASIC
+        .replace("min_workers: 1,", "min_workers: 2000000000,")
+        .replace("max_workers: 10\n", "");
+    let e = err(&huge);
+    assert!(
+        e.starts_with("t.available_node_types.cpu4.min_workers: 2000000000 is more than")
+            || e.starts_with("available_node_types.cpu4.min_workers: 2000000000 is more than"),
+        "{e}"
+    );
+    assert!(!e.contains('\n'));
+    // More than the type's own max.
+    let bad = BASIC.replace(
+        "max_workers: 4, node_config",
+        "min_workers: 5, max_workers: 4, node_config",
+    );
+    assert_eq!(
+        err(&bad),
+        "available_node_types.gpu.min_workers: 5 is more than the type's max_workers (4)"
+    );
+}

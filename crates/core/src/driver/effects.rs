@@ -256,22 +256,60 @@ async fn run_one<G: Gcs + ?Sized>(
             request_id,
         } => {
             tracing::info!("terminating {}", cloud_instance_ids.join(", "));
-            match provider.terminate(cloud_instance_ids, request_id).await {
-                Ok(()) => One::Done,
-                Err(err) => {
-                    tracing::warn!("terminate failed: {err}");
-                    One::Errors(
-                        cloud_instance_ids
-                            .iter()
-                            .map(|id| {
-                                err.clone().for_op(ProviderOp::Terminate {
-                                    cloud_instance_id: id.clone(),
-                                })
-                            })
-                            .collect(),
-                    )
-                }
+            let errors = terminate_split(provider, cloud_instance_ids, request_id).await;
+            if errors.is_empty() {
+                One::Done
+            } else {
+                One::Errors(errors)
             }
         }
     }
+}
+
+/// Terminates `ids`; a batch refused for one of its ids (a head, an instance that is not
+/// the cluster's worker: the provider refuses the whole call) is split in halves until
+/// the refused ids stand alone, so that the others are terminated (about 2 log2(n) calls
+/// per refused id). Returns one error per id not terminated.
+async fn terminate_split(
+    provider: &dyn CloudInstanceProvider,
+    ids: &[String],
+    request_id: &str,
+) -> Vec<ProviderError> {
+    let mut errors = Vec::new();
+    let mut batches: Vec<&[String]> = vec![ids];
+    let mut calls = 0u32;
+    while let Some(batch) = batches.pop() {
+        calls += 1;
+        let key = if calls == 1 {
+            request_id.to_string()
+        } else {
+            format!("{request_id}-{calls}")
+        };
+        match provider.terminate(batch, &key).await {
+            Ok(()) => {}
+            Err(err) if batch.len() > 1 && refuses_one(&err) => {
+                let (a, b) = batch.split_at(batch.len() / 2);
+                batches.push(b);
+                batches.push(a);
+            }
+            Err(err) => {
+                tracing::warn!("terminate failed: {err}");
+                errors.extend(batch.iter().map(|id| {
+                    err.clone().for_op(ProviderOp::Terminate {
+                        cloud_instance_id: id.clone(),
+                    })
+                }));
+            }
+        }
+    }
+    errors
+}
+
+/// An error that may be about one id of a batch rather than the call.
+fn refuses_one(err: &ProviderError) -> bool {
+    matches!(
+        err.kind,
+        crate::provider::ProviderErrorKind::InvalidConfig
+            | crate::provider::ProviderErrorKind::NotFound
+    )
 }

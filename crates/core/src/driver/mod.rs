@@ -155,15 +155,28 @@ pub struct Phases {
     pub effects: std::time::Duration,
 }
 
-/// Random ids from a seeded generator.
-struct RandomIds(SeededRng);
+/// Random ids from a seeded generator. A launch request id carries the time it was made:
+/// `lr-` and 16 hex digits, the first 8 the time in seconds (a provider that must tell a
+/// replay, however late, from a new request reads it: KubeRay's launch ledger).
+struct RandomIds(SeededRng, u32);
+
+impl RandomIds {
+    fn new(seed: u64) -> Self {
+        RandomIds(SeededRng::new(seed), 0)
+    }
+
+    /// The time (ns since the epoch) new request ids carry.
+    fn set_now(&mut self, now_ns: i64) {
+        self.1 = u32::try_from(now_ns.div_euclid(1_000_000_000)).unwrap_or(u32::MAX);
+    }
+}
 
 impl IdSource for RandomIds {
     fn instance_id(&mut self) -> String {
         format!("im-{:016x}", self.0.next_u64())
     }
     fn request_id(&mut self) -> String {
-        format!("lr-{:016x}", self.0.next_u64())
+        format!("lr-{:08x}{:08x}", self.1, self.0.next_u64() as u32)
     }
 }
 
@@ -262,7 +275,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         let lease = Lease::new(NAMESPACE, cluster, &options.holder, options.lease);
         let lease_task = tokio::spawn(lease::hold_lease(lease, gcs.clone(), tx, stop_rx));
         Driver {
-            ids: RandomIds(SeededRng::new(options.id_seed)),
+            ids: RandomIds::new(options.id_seed),
             gcs,
             provider,
             clock,
@@ -417,7 +430,13 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
     /// Polls the config; true when a config was refused for a reason not said before (a
     /// broken file read every second counts once).
     async fn poll_config(&mut self) -> bool {
-        match self.source.poll().await {
+        // Every call the loop makes has a deadline (a RayCluster read that hangs costs one
+        // deadline, and the last good config stays).
+        let d = self.options.call_deadline;
+        let polled = tokio::time::timeout(d, self.source.poll())
+            .await
+            .unwrap_or_else(|_| Err(format!("reading the config: no answer within {d:?}")));
+        match polled {
             Ok(Some(r)) => {
                 // The lease, the table and the provider belong to one cluster.
                 if r.config.cluster_name != self.cluster {
@@ -432,9 +451,20 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                     });
                     return new;
                 }
-                if let Err(e) = self.provider.reconfigure(&r.config).await {
-                    tracing::warn!("the provider refused the new config, keeping the last: {e}");
-                    return true;
+                match tokio::time::timeout(d, self.provider.reconfigure(&r.config)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(
+                            "the provider refused the new config, keeping the last: {e}"
+                        );
+                        return true;
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            "the provider did not take the new config within {d:?}, keeping the last"
+                        );
+                        return true;
+                    }
                 }
                 if self.config.is_some() {
                     tracing::info!("config reloaded");
@@ -479,16 +509,21 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         let gcs = self.gcs.clone();
         let check_v2 = !self.warned_v1;
         // Three independent reads at once; the availability state (same table) after.
+        let d = self.options.call_deadline;
         let (loaded, v2, held) = tokio::join!(
-            table.load(gcs.as_ref()),
+            lease::within(
+                d,
+                "loading the instance table",
+                table.load(gcs.as_ref(), epoch)
+            ),
             async {
                 if check_v2 {
-                    Some(gcs.autoscaler_v2_enabled().await)
+                    Some(lease::within(d, "InternalKVGet", gcs.autoscaler_v2_enabled()).await)
                 } else {
                     None
                 }
             },
-            gcs.held_report_version(),
+            lease::within(d, "GetClusterStatus", gcs.held_report_version()),
         );
         let loaded = loaded?;
         for s in &loaded.skipped {
@@ -509,7 +544,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 c.config.unavailable_type_ttl_s
             });
         let mut avail = Availability::new(ttl, DEFAULT_RECOVERY_S);
-        match table.load_availability(gcs.as_ref()).await {
+        match lease::within(d, "InternalKVGet", table.load_availability(gcs.as_ref())).await {
             Ok(Some(state)) => avail.restore(state),
             Ok(None) => {}
             Err(e) => tracing::warn!("ignoring the stored availability state: {e}"),
@@ -523,7 +558,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             }
         }
         let report_version = match held {
-            Ok(v) => v,
+            Ok(v) => v.max(0),
             Err(e) => {
                 tracing::warn!("cannot read the report version the GCS holds: {e}");
                 0
@@ -619,6 +654,25 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         say_new(self.said.entry("rows").or_default(), skipped, |e| {
             tracing::warn!("left out of this iteration's GCS state: {e}")
         });
+        // Once per node while its row stays unreadable.
+        let unreadable: BTreeSet<String> = state
+            .state
+            .unreadable_nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "ray node {} (instance {:?}): {}",
+                    n.node_id_hex(),
+                    n.instance_id,
+                    n.reason
+                )
+            })
+            .collect();
+        say_new(
+            self.said.entry("unreadable").or_default(),
+            unreadable,
+            |e| tracing::warn!("cannot read the GCS row of {e}: its instance is kept as it was"),
+        );
         // All or nothing: the iteration's writes to the table are tentative (the storage
         // remembers what each replaced) and are kept only once the table is stored;
         // anything short of that rolls them back, at a cost that grows with what changed.
@@ -627,6 +681,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         let mut avail = a.avail.clone();
         let rejections = std::mem::take(&mut a.rejections);
         let now = self.clock.now_ns();
+        self.ids.set_now(now);
         let ids = &mut self.ids;
         let mut run = || {
             reconcile(
@@ -666,11 +721,19 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             if !self.lease_rx.borrow().may_act() {
                 break 'store Err(CoreError::LeaseLost("before storing the table".into()));
             }
+            // The save is bounded by the lease: it stops as soon as this process may
+            // no longer act (and what it wrote is in its own epoch's space, which a
+            // newer holder never reads).
             let version = im.storage().version();
-            a.table
-                .save(gcs.as_ref(), version, im.storage().iter(), a.epoch)
-                .await
-                .map(|stats| (outcome, stats))
+            let save = a
+                .table
+                .save(gcs.as_ref(), version, im.storage().iter(), a.epoch);
+            tokio::select! {
+                r = save => r.map(|stats| (outcome, stats)),
+                () = lease_lost(self.lease_rx.clone()) => {
+                    Err(CoreError::LeaseLost("while storing the table".into()))
+                }
+            }
         };
         drop(im);
         let outcome = match stored {
@@ -696,15 +759,27 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         for w in &outcome.warnings {
             tracing::warn!("{w}");
         }
-        say_new(
-            self.said.entry("unknown").or_default(),
-            outcome.unknown_ray_nodes.iter().cloned().collect(),
-            |n| tracing::warn!("ray node {n} belongs to no instance of this cluster"),
-        );
+        // New ones said in one line (a takeover at 10,000 nodes is not 10,000 lines).
+        let unknown: BTreeSet<String> = outcome.unknown_ray_nodes.iter().cloned().collect();
+        let said = self.said.entry("unknown").or_default();
+        let new: Vec<String> = unknown.difference(said).cloned().collect();
+        *said = unknown;
+        if let Some(line) = crate::reconciler::summarize(
+            "ray nodes that belong to no instance of this cluster",
+            &new,
+        ) {
+            tracing::warn!("{line}");
+        }
         // What is known of the cloud's capacity survives a restart; written on change.
         let now_avail = a.avail.state();
         if now_avail != a.saved_avail {
-            match a.table.save_availability(gcs.as_ref(), &now_avail).await {
+            match lease::within(
+                options.call_deadline,
+                "InternalKVPut",
+                a.table.save_availability(gcs.as_ref(), &now_avail),
+            )
+            .await
+            {
                 Ok(()) => a.saved_avail = now_avail,
                 Err(e) => tracing::warn!("cannot store the availability state: {e}"),
             }
@@ -716,7 +791,9 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             .is_none_or(|t| t.elapsed() >= options.held_check)
         {
             a.last_held_check = Some(Instant::now());
-            if let Ok(held) = gcs.held_report_version().await {
+            let d = options.call_deadline;
+            if let Ok(held) = lease::within(d, "GetClusterStatus", gcs.held_report_version()).await
+            {
                 if held > a.report_version && !self.warned_other {
                     tracing::warn!("{OTHER_AUTOSCALER_HINT}");
                     self.warned_other = true;
@@ -724,10 +801,27 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 a.report_version = a.report_version.max(held);
             }
         }
-        a.report_version += 1;
-        if let Err(e) = gcs
-            .report_autoscaling_state(&outcome.report, state.version, a.report_version)
-            .await
+        // The version the GCS holds is outside input: at the end of the range no report
+        // can be newer, which is said once; autoscaling goes on without `ray status`.
+        match a.report_version.checked_add(1) {
+            Some(v) => a.report_version = v,
+            None => {
+                if !self.said.contains_key("report_version") {
+                    self.said.insert("report_version", BTreeSet::new());
+                    tracing::warn!(
+                        "the GCS holds autoscaling report version {}: no report can be newer, \
+                         so `ray status` will not show rayscale's view (autoscaling goes on)",
+                        a.report_version
+                    );
+                }
+            }
+        }
+        if let Err(e) = lease::within(
+            options.call_deadline,
+            "ReportAutoscalingState",
+            gcs.report_autoscaling_state(&outcome.report, state.version, a.report_version),
+        )
+        .await
         {
             tracing::warn!("cannot report the autoscaling state: {e}");
         }
@@ -770,6 +864,26 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             outcome.effects.len()
         );
         Ok(())
+    }
+}
+
+/// Resolves once the lease no longer lets this process act: at once when it does not,
+/// else when the lease view changes to that or its validity runs out.
+async fn lease_lost(mut rx: watch::Receiver<LeaseView>) {
+    loop {
+        let view = rx.borrow_and_update().clone();
+        if !view.may_act() {
+            return;
+        }
+        let until = view.valid_until.unwrap_or_else(Instant::now);
+        tokio::select! {
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep_until(until) => {}
+        }
     }
 }
 

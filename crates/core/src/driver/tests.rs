@@ -271,7 +271,7 @@ async fn a_failed_save_runs_no_effect_and_changes_nothing() {
         sleep_s(1).await;
     }
     assert!(d.step().await.reconciled);
-    w.gcs.fail_puts(Some("instance/"));
+    w.gcs.fail_puts(Some("records/"));
     w.gcs.set_demand(cpu2(2));
     let r = d.step().await;
     assert!(!r.reconciled, "{r:?}");
@@ -422,7 +422,7 @@ async fn a_table_stored_as_one_value_is_read_and_moved_to_one_key_per_instance()
     let bytes = crate::instance::encode_table(7, &[a.clone(), b.clone()]).expect("encode");
     gcs.put_raw(NAMESPACE, "instances/t", &bytes);
     let mut table = KvTable::new("t");
-    let loaded = table.load(&gcs).await.expect("load");
+    let loaded = table.load(&gcs, 1).await.expect("load");
     assert_eq!((loaded.version, loaded.instances.len()), (7, 2));
     let stats = table
         .save(&gcs, 8, &loaded.instances, 1)
@@ -431,10 +431,13 @@ async fn a_table_stored_as_one_value_is_read_and_moved_to_one_key_per_instance()
     assert_eq!(stats.written, 2);
     assert!(gcs.keys(NAMESPACE, "instances/").is_empty());
     assert_eq!(
-        gcs.keys(NAMESPACE, "instance/t/"),
-        ["instance/t/im-1", "instance/t/im-2"]
+        gcs.keys(NAMESPACE, "records/t/"),
+        [
+            "records/t/00000000000000000001/im-1",
+            "records/t/00000000000000000001/im-2"
+        ]
     );
-    let again = KvTable::new("t").load(&gcs).await.expect("load");
+    let again = KvTable::new("t").load(&gcs, 1).await.expect("load");
     assert_eq!((again.version, again.instances), (8, vec![a, b]));
 }
 
@@ -446,7 +449,7 @@ async fn a_save_that_fails_part_way_rewrites_what_it_wrote() {
     table.save(&gcs, 1, &[], 1).await.expect("save");
     // The record is written, then the meta put fails: the save fails, and the caller
     // drops that table.
-    gcs.fail_puts(Some("table/"));
+    gcs.fail_puts(Some("tables/"));
     assert!(
         table
             .save(&gcs, 2, std::slice::from_ref(&a), 1)
@@ -462,7 +465,7 @@ async fn a_save_that_fails_part_way_rewrites_what_it_wrote() {
         .await
         .expect("save");
     assert_eq!(stats.written, 1);
-    let loaded = KvTable::new("t").load(&gcs).await.expect("load");
+    let loaded = KvTable::new("t").load(&gcs, 1).await.expect("load");
     assert_eq!(loaded.instances, vec![a]);
 }
 
@@ -478,7 +481,7 @@ fn a_new_leader_replays_the_installs_a_crash_cut_short() {
     a.cloud_instance_id = Some("10.0.0.2".into());
     let b = Instance::new("im-2", "w", InstanceStatus::Allocated, 1, "allocated");
     let storage = InMemoryStorage::with_instances(3, [a, b]);
-    let effects = replay::replays(&storage, &mut RandomIds(SeededRng::new(1)));
+    let effects = replay::replays(&storage, &mut RandomIds::new(1));
     assert_eq!(
         effects,
         [Effect::InstallRay {
@@ -488,3 +491,19 @@ fn a_new_leader_replays_the_installs_a_crash_cut_short() {
         }]
     );
 }
+
+impl World {
+    /// The highest lease key at or below `limit` (keys above it are ignored by the lease),
+    /// and its value.
+    fn lease_top_below(&self, limit: u64) -> Option<(u64, String)> {
+        let keys = self.gcs.keys(NAMESPACE, "lease/t/");
+        let (epoch, key) = keys
+            .iter()
+            .filter_map(|k| Some((k.rsplit('/').next()?.parse::<u64>().ok()?, k)))
+            .filter(|(e, _)| *e <= limit)
+            .max()?;
+        Some((epoch, block_on_get(&self.gcs, key)))
+    }
+}
+
+mod faults;

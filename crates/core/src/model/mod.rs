@@ -9,5 +9,5 @@ pub use resources::{Fixed, ResourceMap};
 pub use state::{
     ClusterConstraint, ClusterResourceState, GangRequest, LabelConstraint, LabelOperator,
     LabelSelector, NodeState, NodeStatus, PlacementConstraint, ResourceRequest,
-    ResourceRequestByCount,
+    ResourceRequestByCount, UnreadableNode,
 };

@@ -152,11 +152,41 @@ pub struct ClusterConstraint {
     pub resource_requests: Vec<ResourceRequestByCount>,
 }
 
+/// A live node's row of the GCS's reply that could not be read (an amount that means
+/// nothing: NaN, infinite, a negative total). The node is there, so its instance is kept
+/// exactly as it was: never taken for gone, idle or free, never stopped for it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UnreadableNode {
+    /// Binary node id.
+    pub node_id: Vec<u8>,
+    /// Cloud instance id the raylet was started with.
+    pub instance_id: String,
+    /// Node type name, as reported.
+    pub ray_node_type_name: String,
+    /// Status, as reported.
+    pub status: Option<NodeStatus>,
+    /// Why the row could not be read (one line naming the field).
+    pub reason: String,
+}
+
+impl UnreadableNode {
+    /// The node id in lowercase hex.
+    pub fn node_id_hex(&self) -> String {
+        NodeState {
+            node_id: self.node_id.clone(),
+            ..Default::default()
+        }
+        .node_id_hex()
+    }
+}
+
 /// The GCS's view of the cluster (`ClusterResourceState`), as far as scheduling needs it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClusterResourceState {
-    /// All Ray nodes the GCS knows, in the order it reported them.
+    /// All Ray nodes the GCS knows and whose rows were read, in the order it reported them.
     pub node_states: Vec<NodeState>,
+    /// Live nodes whose rows could not be read (see [`UnreadableNode`]).
+    pub unreadable_nodes: Vec<UnreadableNode>,
     /// Pending task/actor demand.
     pub pending_resource_requests: Vec<ResourceRequestByCount>,
     /// Pending placement groups.

@@ -79,6 +79,11 @@ pub struct ReconcilerSettings {
     pub launch_backoff_s: i64,
     /// The longest launch backoff.
     pub max_launch_backoff_s: i64,
+    /// After a failed termination, an instance waits this long before the next try,
+    /// doubling with each retry.
+    pub terminate_backoff_s: i64,
+    /// The longest termination backoff.
+    pub max_terminate_backoff_s: i64,
     /// The provider installs Ray (`CloudInstanceProvider::installs_ray`): running
     /// ALLOCATED workers go to RAY_INSTALLING with an [`Effect::InstallRay`].
     pub install_ray: bool,
@@ -98,6 +103,8 @@ impl Default for ReconcilerSettings {
             failed_report_s: 600,
             launch_backoff_s: 5,
             max_launch_backoff_s: 300,
+            terminate_backoff_s: 5,
+            max_terminate_backoff_s: 300,
             install_ray: false,
         }
     }
@@ -270,6 +277,41 @@ pub fn reconcile<S: InstanceStorage>(
     ids: &mut dyn IdSource,
 ) -> Result<Outcome, CoreError> {
     avail.unavailable.expire(now_ns);
+    // A cloud entry without an id can be no record's: it is skipped, said, and the rest
+    // is reconciled (a provider answering garbage must not stop every iteration).
+    let with_id: Vec<CloudInstance>;
+    let mut skipped = Vec::new();
+    let observed = if observed
+        .cloud
+        .iter()
+        .any(|c| c.cloud_instance_id.is_empty())
+    {
+        with_id = observed
+            .cloud
+            .iter()
+            .filter(|c| !c.cloud_instance_id.is_empty())
+            .cloned()
+            .collect();
+        skipped.push(format!(
+            "skipped {} cloud instance(s) listed without an id (node types: {})",
+            observed.cloud.len() - with_id.len(),
+            observed
+                .cloud
+                .iter()
+                .filter(|c| c.cloud_instance_id.is_empty())
+                .map(|c| format!("{:?}", c.node_type))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        Observed {
+            cloud: &with_id,
+            ..observed
+        }
+    } else {
+        observed
+    };
     let mut r = Run {
         im,
         avail,
@@ -278,6 +320,7 @@ pub fn reconcile<S: InstanceStorage>(
         out: Outcome::default(),
         read: std::cell::RefCell::new(None),
     };
+    r.out.warnings.extend(skipped);
     r.sync(config, observed, ids)?;
     r.step(config, chain, settings, observed, ids)?;
     r.out
@@ -285,6 +328,107 @@ pub fn reconcile<S: InstanceStorage>(
         .pending_requests
         .sort_by(|a, b| a.node_type.cmp(&b.node_type));
     Ok(r.out)
+}
+
+/// The start of the details of a TERMINATION_FAILED transition that is not retried.
+pub const TERMINATION_GIVEN_UP: &str = "termination given up";
+
+/// Errors that the same call will meet again: no retry helps.
+fn is_permanent(kind: &crate::provider::ProviderErrorKind) -> bool {
+    use crate::provider::ProviderErrorKind as K;
+    matches!(kind, K::InvalidConfig | K::Auth | K::NotFound)
+}
+
+/// One line for many alike (`what`: the count and the first few), so that a start or a
+/// takeover at 10,000 nodes says one line per kind, not one per node; each is said at
+/// debug level.
+pub(crate) fn summarize(what: &str, items: &[String]) -> Option<String> {
+    for i in items {
+        tracing::debug!("{what}: {i}");
+    }
+    const SHOWN: usize = 3;
+    match items.len() {
+        0 => None,
+        n if n <= SHOWN => Some(format!("{what}: {}", items.join("; "))),
+        n => Some(format!(
+            "{what}: {n} of them ({}; ...)",
+            items[..SHOWN].join("; ")
+        )),
+    }
+}
+
+/// The creation detail of a record adopted from a cloud instance no record knew.
+pub const ADOPTED_UNKNOWN: &str = "adopted an unknown cloud instance";
+
+/// The instances whose Ray node's row of the GCS reply could not be read: the node is
+/// there, but nothing else about it is known, so its instance is kept exactly as it was
+/// (never taken for gone, idle or free; no timeout, no stop, no terminate).
+pub(crate) struct Unreadable {
+    clouds: foldhash::HashSet<String>,
+    nodes: foldhash::HashSet<String>,
+}
+
+impl Unreadable {
+    fn of(ray: &ClusterResourceState) -> Self {
+        Unreadable {
+            clouds: ray
+                .unreadable_nodes
+                .iter()
+                .filter(|n| !n.instance_id.is_empty())
+                .map(|n| n.instance_id.clone())
+                .collect(),
+            nodes: ray
+                .unreadable_nodes
+                .iter()
+                .map(crate::model::UnreadableNode::node_id_hex)
+                .collect(),
+        }
+    }
+
+    /// Whether `i` runs (or may run) a node whose row could not be read.
+    fn holds(&self, i: &Instance) -> bool {
+        i.cloud_instance_id
+            .as_deref()
+            .is_some_and(|c| self.clouds.contains(c))
+            || i.node_id.as_deref().is_some_and(|n| self.nodes.contains(n))
+    }
+}
+
+/// The GCS state with each unreadable node in it as a full node of its instance's type
+/// (nothing available, never idle), so the scheduler counts it and places nothing on it;
+/// `None` when every row was read.
+fn with_unreadable(
+    config: &ClusterConfig,
+    ray: &ClusterResourceState,
+    table: &[Arc<Instance>],
+) -> Option<ClusterResourceState> {
+    if ray.unreadable_nodes.is_empty() {
+        return None;
+    }
+    let mut out = ray.clone();
+    for u in &ray.unreadable_nodes {
+        if u.status == Some(NodeStatus::Dead) {
+            continue;
+        }
+        let node_type = table
+            .iter()
+            .find(|i| live(i) && i.cloud_instance_id.as_deref() == Some(u.instance_id.as_str()))
+            .map_or(u.ray_node_type_name.as_str(), |i| i.node_type.as_str());
+        let total = config
+            .node_type(node_type)
+            .map(|t| t.resources.clone())
+            .unwrap_or_default();
+        out.node_states.push(crate::model::NodeState {
+            node_id: u.node_id.clone(),
+            instance_id: u.instance_id.clone(),
+            ray_node_type_name: node_type.to_string(),
+            available_resources: Default::default(),
+            total_resources: total,
+            status: Some(NodeStatus::Running),
+            ..Default::default()
+        });
+    }
+    Some(out)
 }
 
 /// The GCS state as the scheduler can take it, when it needs fixing (else `None`): a head

@@ -13,17 +13,22 @@ impl<S: InstanceStorage> Run<'_, S> {
         ids: &mut dyn IdSource,
     ) -> Result<(), CoreError> {
         let now = self.now_ns;
-        // 1. Ray nodes missing from the GCS.
-        let ray_ids: BTreeSet<String> = obs
+        // Instances whose node's row could not be read are kept exactly as they are.
+        let unreadable = Unreadable::of(obs.ray);
+        // 1. Ray nodes missing from the GCS: gone only on positive evidence, a reply whose
+        //    rows were read and that does not name the node (an unreadable row names it).
+        let mut ray_ids: BTreeSet<String> = obs
             .ray
             .node_states
             .iter()
             .map(|n| n.node_id_hex())
             .collect();
+        ray_ids.extend(unreadable.nodes.iter().cloned());
         let table = self.table()?;
         let mut events = Vec::new();
         for i in table.iter() {
             if !i.is_head
+                && !unreadable.holds(i)
                 && matches!(
                     i.status,
                     InstanceStatus::RayRunning
@@ -49,7 +54,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             i.status_since(i.status)
                 .is_some_and(|t| now.saturating_sub(t) >= limit_s.saturating_mul(SEC))
         };
-        for i in table.iter() {
+        for i in table.iter().filter(|i| !unreadable.holds(i)) {
             let e = match i.status {
                 InstanceStatus::Requested if over(i, s.request_timeout_s) => {
                     let tries = i.times_entered(InstanceStatus::Requested);
@@ -106,12 +111,37 @@ impl<S: InstanceStorage> Run<'_, S> {
         // terminated (drained first when Ray runs on them).
         let unknown_type = |i: &Instance| config.node_type(&i.node_type).is_none();
         let mut events = Vec::new();
-        for i in table.iter().filter(|i| live(i) && unknown_type(i)) {
+        let idle_nodes: BTreeSet<String> = obs
+            .ray
+            .node_states
+            .iter()
+            .filter(|n| n.status == Some(NodeStatus::Idle) || n.idle_duration_ms > 0)
+            .map(|n| n.node_id_hex())
+            .collect();
+        for i in table
+            .iter()
+            .filter(|i| live(i) && unknown_type(i) && !unreadable.holds(i))
+        {
             let why = format!("node type {:?} is not in the config", i.node_type);
+            let adopted = i
+                .status_history
+                .first()
+                .is_some_and(|c| c.details == ADOPTED_UNKNOWN);
             let e = match i.status {
                 InstanceStatus::Queued => Self::ev(i, InstanceStatus::Terminated, why),
                 InstanceStatus::Allocated | InstanceStatus::RayInstalling => {
                     Self::ev(i, InstanceStatus::Terminating, why)
+                }
+                // A cloud instance adopted with a type the config does not know (moved
+                // from Ray's autoscaler, a renamed type, a lost table) was never this
+                // autoscaler's decision: Ray is drained off it as off an idle node, once
+                // the GCS says the node is idle, never while it is busy.
+                InstanceStatus::RayRunning if adopted => {
+                    if !i.node_id.as_deref().is_some_and(|n| idle_nodes.contains(n)) {
+                        continue;
+                    }
+                    Self::ev(i, InstanceStatus::RayStopRequested, why)
+                        .with_stop_cause(TerminationCause::Idle.name())
                 }
                 // Ray's scheduler calls a node of a type the config lost outdated.
                 InstanceStatus::RayRunning => Self::ev(i, InstanceStatus::RayStopRequested, why)
@@ -163,10 +193,12 @@ impl<S: InstanceStorage> Run<'_, S> {
                 launch_config_hash: Some(i.launch_config_hash.clone()),
             })
             .collect();
-        let fixed = schedulable_state(config, obs.ray, &table, &mut self.out.warnings);
+        let placed = with_unreadable(config, obs.ray, &table);
+        let ray = placed.as_ref().unwrap_or(obs.ray);
+        let fixed = schedulable_state(config, ray, &table, &mut self.out.warnings);
         let mut request = build_request(
             config,
-            fixed.as_ref().unwrap_or(obs.ray),
+            fixed.as_ref().unwrap_or(ray),
             &records,
             "gcs",
             "instance table",
@@ -202,6 +234,15 @@ impl<S: InstanceStorage> Run<'_, S> {
                     ));
                     continue;
                 };
+                if unreadable.holds(i) {
+                    self.out.warnings.push(format!(
+                        "keeping {}: the scheduler chose it ({}), but its ray node's row \
+                         could not be read",
+                        i.instance_id,
+                        t.cause.name()
+                    ));
+                    continue;
+                }
                 let why = format!("{} ({})", t.cause.name(), t.node_type);
                 let e = match i.status {
                     InstanceStatus::Queued => {
@@ -247,23 +288,37 @@ impl<S: InstanceStorage> Run<'_, S> {
         let table = self.table()?;
         let mut events = Vec::new();
         for i in table.iter() {
-            if matches!(
-                i.status,
+            let again = match i.status {
                 InstanceStatus::RayStopped
-                    | InstanceStatus::AllocationTimeout
-                    | InstanceStatus::RayInstallFailed
-                    | InstanceStatus::TerminationFailed
-            ) {
-                let mut e = Self::ev(
-                    i,
-                    InstanceStatus::Terminating,
-                    format!("terminating after {}", i.status.name()),
-                );
-                if i.status == InstanceStatus::TerminationFailed {
-                    e = e.bump_termination_retries();
+                | InstanceStatus::AllocationTimeout
+                | InstanceStatus::RayInstallFailed => false,
+                // A failed termination is tried again after a backoff per instance (5 s,
+                // doubling, at most 300 s), unless it was given up for good.
+                InstanceStatus::TerminationFailed => {
+                    let given_up = i
+                        .status_history
+                        .last()
+                        .is_some_and(|c| c.details.starts_with(TERMINATION_GIVEN_UP));
+                    let wait_s = s
+                        .terminate_backoff_s
+                        .saturating_mul(1i64 << i.termination_retries.min(20))
+                        .min(s.max_terminate_backoff_s);
+                    if given_up || !over(i, wait_s) {
+                        continue;
+                    }
+                    true
                 }
-                events.push(e);
+                _ => continue,
+            };
+            let mut e = Self::ev(
+                i,
+                InstanceStatus::Terminating,
+                format!("terminating after {}", i.status.name()),
+            );
+            if again {
+                e = e.bump_termination_retries();
             }
+            events.push(e);
         }
         self.apply(events)?;
         let mut to_terminate = std::mem::take(&mut self.to_terminate);
@@ -299,6 +354,12 @@ impl<S: InstanceStorage> Run<'_, S> {
             .iter()
             .filter(|n| n.status != Some(NodeStatus::Dead))
             .map(|n| n.instance_id.as_str())
+            .chain(
+                obs.ray
+                    .unreadable_nodes
+                    .iter()
+                    .map(|n| n.instance_id.as_str()),
+            )
             .collect();
         let table = self.table()?;
         let events: Vec<InstanceUpdateEvent> = table

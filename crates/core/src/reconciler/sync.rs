@@ -147,12 +147,12 @@ impl<S: InstanceStorage> Run<'_, S> {
             }
         }
         // 3. Cloud instances that are gone; 4. termination errors.
-        let term_errors: BTreeMap<&str, &str> = obs
+        let term_errors: BTreeMap<&str, &ProviderError> = obs
             .provider_errors
             .iter()
             .filter_map(|e| match &e.op {
                 ProviderOp::Terminate { cloud_instance_id } => {
-                    Some((cloud_instance_id.as_str(), e.message.as_str()))
+                    Some((cloud_instance_id.as_str(), e))
                 }
                 _ => None,
             })
@@ -197,11 +197,23 @@ impl<S: InstanceStorage> Run<'_, S> {
                         .with_error(*msg),
                 );
             } else if i.status == InstanceStatus::Terminating
-                && let Some(msg) = term_errors.get(cid)
+                && let Some(e) = term_errors.get(cid)
             {
+                // A permanent refusal (a head, an instance that is not this cluster's
+                // worker, no permission) is not retried: the record says why.
+                let details = if is_permanent(&e.kind) {
+                    self.out.warnings.push(format!(
+                        "giving up terminating {cid} ({}): {}",
+                        e.kind.name(),
+                        e.message
+                    ));
+                    format!("{TERMINATION_GIVEN_UP} ({} error)", e.kind.name())
+                } else {
+                    "termination failed".to_string()
+                };
                 events.push(
-                    Self::ev(i, InstanceStatus::TerminationFailed, "termination failed")
-                        .with_error(*msg),
+                    Self::ev(i, InstanceStatus::TerminationFailed, details)
+                        .with_error(e.message.clone()),
                 );
             }
         }
@@ -250,6 +262,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             .map(|i| i.launch_request_id.as_str())
             .collect();
         let mut events = Vec::new();
+        let mut adopted_clouds = Vec::new();
         for c in obs.cloud {
             if held.contains(c.cloud_instance_id.as_str())
                 || c.is_head()
@@ -260,13 +273,10 @@ impl<S: InstanceStorage> Run<'_, S> {
             {
                 continue;
             }
-            // A node type the config does not know is adopted to be terminated.
-            let known = config.node_type(&c.node_type).is_some();
-            let status = if known {
-                InstanceStatus::Allocated
-            } else {
-                InstanceStatus::Terminating
-            };
+            // A node type the config does not know is adopted too, to be removed: at once
+            // when Ray does not run on it, drained first when it does (step 3), never
+            // terminated while Ray is busy on it.
+            let status = InstanceStatus::Allocated;
             let node_type = if c.node_type.is_empty() {
                 "unknown".to_string()
             } else {
@@ -274,19 +284,20 @@ impl<S: InstanceStorage> Run<'_, S> {
             };
             let mut e = InstanceUpdateEvent::create(ids.instance_id(), node_type, status)
                 .with_cloud_instance_id(c.cloud_instance_id.clone())
-                .with_details("adopted an unknown cloud instance");
+                .with_details(ADOPTED_UNKNOWN);
             if let Some(r) = &c.request_id {
                 e = e.with_launch_request_id(r.clone());
             }
             if let Some(h) = &c.launch_config_hash {
                 e = e.with_launch_config_hash(h.clone());
             }
-            self.out.warnings.push(format!(
-                "adopted cloud instance {} ({}) that no record knew",
-                c.cloud_instance_id, c.node_type
-            ));
+            adopted_clouds.push(format!("{} ({})", c.cloud_instance_id, c.node_type));
             events.push(e);
         }
+        self.out.warnings.extend(summarize(
+            "adopted cloud instances that no record knew",
+            &adopted_clouds,
+        ));
         self.apply(events)?;
 
         // 5b. Adopt Ray nodes that name a cloud instance no record holds (Ray's
@@ -310,6 +321,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             .collect();
         let mut events = Vec::new();
         let mut adopted: HashSet<&str> = HashSet::new();
+        let mut adopted_nodes = Vec::new();
         // Each node's id in hex, once.
         let hexes: Vec<String> = obs
             .ray
@@ -332,8 +344,8 @@ impl<S: InstanceStorage> Run<'_, S> {
             {
                 continue;
             }
-            self.out.warnings.push(format!(
-                "adopted ray node {hex} on cloud instance {} ({}) that no record knew",
+            adopted_nodes.push(format!(
+                "{hex} on {} ({})",
                 ns.instance_id, ns.ray_node_type_name
             ));
             events.push(
@@ -347,6 +359,10 @@ impl<S: InstanceStorage> Run<'_, S> {
                 .with_details("allocated an unmanaged cloud instance from its ray node"),
             );
         }
+        self.out.warnings.extend(summarize(
+            "adopted ray nodes that no record knew",
+            &adopted_nodes,
+        ));
         self.apply(events)?;
 
         // 6. Ray node states; 7. rejected drains.
@@ -364,12 +380,20 @@ impl<S: InstanceStorage> Run<'_, S> {
                 Some(NodeStatus::Dead) | Some(NodeStatus::Draining)
             )
         };
+        // A node whose row could not be read is there (not dead, not gone).
+        let unreadable_hexes: Vec<(String, Option<NodeStatus>)> = obs
+            .ray
+            .unreadable_nodes
+            .iter()
+            .map(|n| (n.node_id_hex(), n.status))
+            .collect();
         let status_of: HashMap<&str, Option<NodeStatus>> = obs
             .ray
             .node_states
             .iter()
             .zip(&hexes)
             .map(|(n, hex)| (hex.as_str(), n.status))
+            .chain(unreadable_hexes.iter().map(|(h, s)| (h.as_str(), *s)))
             .collect();
         // A raylet that restarted on a healthy instance: a live node under the cloud id of
         // a record whose own node is dead (or gone from the GCS). The old node's record is

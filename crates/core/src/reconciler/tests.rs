@@ -473,8 +473,17 @@ fn terminating_timeout_fails_and_retries_termination() {
     w.now += SEC;
     w.tick();
     assert_eq!(w.instance("i1").status, InstanceStatus::Terminating);
-    // The cloud instance stays: after the timeout, TERMINATION_FAILED then TERMINATING again.
+    // The cloud instance stays: after the timeout, TERMINATION_FAILED, then, after the
+    // backoff (5 s for the first retry), TERMINATING again.
     w.now += 300 * SEC;
+    let out = w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::TerminationFailed);
+    assert!(
+        !out.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Terminate { .. }))
+    );
+    w.now += 5 * SEC;
     let out = w.tick();
     let i1 = w.instance("i1");
     assert_eq!(i1.status, InstanceStatus::Terminating);
@@ -485,7 +494,8 @@ fn terminating_timeout_fails_and_retries_termination() {
             .iter()
             .any(|e| matches!(e, Effect::Terminate { .. }))
     );
-    // A termination error from the provider does the same at once.
+    // A termination error from the provider fails it at once, and the retry waits twice
+    // as long (10 s).
     w.errors.push(ProviderError::new(
         ProviderOp::Terminate {
             cloud_instance_id: "c-r1-0".into(),
@@ -495,7 +505,14 @@ fn terminating_timeout_fails_and_retries_termination() {
     ));
     w.now += SEC;
     w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::TerminationFailed);
+    w.now += 9 * SEC;
+    w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::TerminationFailed);
+    w.now += SEC;
+    w.tick();
     let i1 = w.instance("i1");
+    assert_eq!(i1.status, InstanceStatus::Terminating);
     assert_eq!(i1.termination_retries, 2);
     assert_eq!(i1.last_error.as_deref(), Some("throttled"));
 }
@@ -548,7 +565,7 @@ fn unknown_cloud_instances_are_adopted_and_unknown_ray_nodes_reported() {
     assert!(
         out.warnings
             .iter()
-            .any(|w| w.contains("adopted cloud instance stray"))
+            .any(|w| w.contains("adopted cloud instances that no record knew: stray (w)"))
     );
 }
 

@@ -602,6 +602,7 @@ impl<'a> Sim<'a> {
         }
         ClusterResourceState {
             node_states,
+            unreadable_nodes: Vec::new(),
             pending_resource_requests: by_shape
                 .into_iter()
                 .map(|(s, count)| ResourceRequestByCount {

@@ -8,6 +8,11 @@
 //! node whose instance is gone dies. Drains follow Ray: an idle-termination drain of a busy
 //! node is rejected, a stop always stops. Several connections ([`FakeGcs::connect`]) share
 //! one GCS, and each can be cut off, to play a process that loses the GCS.
+//!
+//! Faults for the fault suite: per-connection latency of every call or of puts alone (a
+//! put or delete in flight lands after its latency even when its caller gave up, as a
+//! request on the wire does), replies lost after the call took effect, and node rows that
+//! cannot be read (NaN amounts: they come back as unreadable nodes).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +45,19 @@ struct State {
     stops: Vec<String>,
     /// Puts of keys starting with this fail.
     failing_puts: Option<String>,
+    /// Nodes (by cloud instance) whose rows cannot be read, and why.
+    unreadable: BTreeMap<String, String>,
+}
+
+/// One connection's faults.
+#[derive(Debug, Default)]
+struct Link {
+    /// Before every answer.
+    latency: Mutex<std::time::Duration>,
+    /// Before a put or a delete lands (besides `latency`).
+    put_latency: Mutex<std::time::Duration>,
+    /// Replies to lose (the call took effect).
+    lose: std::sync::atomic::AtomicU32,
 }
 
 /// A GCS in memory (see the module docs). Cloning shares the GCS and the connection.
@@ -47,6 +65,7 @@ struct State {
 pub struct FakeGcs {
     state: Arc<Mutex<State>>,
     cut: Arc<AtomicBool>,
+    link: Arc<Link>,
 }
 
 impl Default for FakeGcs {
@@ -81,6 +100,7 @@ impl FakeGcs {
                 ..Default::default()
             })),
             cut: Arc::new(AtomicBool::new(false)),
+            link: Arc::default(),
         }
     }
 
@@ -93,7 +113,107 @@ impl FakeGcs {
         FakeGcs {
             state: self.state.clone(),
             cut: Arc::new(AtomicBool::new(false)),
+            link: Arc::default(),
         }
+    }
+
+    /// Every call on this connection answers `d` late.
+    pub fn set_latency(&self, d: std::time::Duration) {
+        *self
+            .link
+            .latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = d;
+    }
+
+    /// Every put and delete on this connection lands `d` late (and answers then).
+    pub fn set_put_latency(&self, d: std::time::Duration) {
+        *self
+            .link
+            .put_latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = d;
+    }
+
+    /// The next `n` replies on this connection are lost (their calls took effect).
+    pub fn lose_replies(&self, n: u32) {
+        self.link.lose.store(n, Ordering::SeqCst);
+    }
+
+    /// The row of the node on `cloud_instance_id` cannot be read (`Some(reason)`), or can.
+    pub fn set_unreadable(&self, cloud_instance_id: &str, reason: Option<&str>) {
+        let mut st = self.lock();
+        match reason {
+            Some(r) => st
+                .unreadable
+                .insert(cloud_instance_id.to_string(), r.to_string()),
+            None => st.unreadable.remove(cloud_instance_id),
+        };
+        st.version += 1;
+    }
+
+    /// Sets the autoscaling report version the GCS holds (another autoscaler's, or
+    /// garbage).
+    pub fn set_held_version(&self, v: i64) {
+        self.lock().held_version = v;
+    }
+
+    fn latency(&self) -> std::time::Duration {
+        *self
+            .link
+            .latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits out this connection's latency (no timer at zero: plain executors work).
+    async fn delay(&self) {
+        let d = self.latency();
+        if !d.is_zero() {
+            tokio::time::sleep(d).await;
+        }
+    }
+
+    /// Fails when the reply is to be lost.
+    fn reply(&self, call: &str) -> Result<(), CoreError> {
+        let lost = self
+            .link
+            .lose
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if lost {
+            return Err(CoreError::gcs(call, "fake: reply lost"));
+        }
+        Ok(())
+    }
+
+    /// Runs a write after this connection's latencies: on a task of its own when there is
+    /// any, so that it lands even if the caller stops waiting.
+    async fn write<T: Send + 'static>(
+        &self,
+        call: &str,
+        f: impl FnOnce(&FakeGcs) -> Result<T, CoreError> + Send + 'static,
+    ) -> Result<T, CoreError> {
+        let put = *self
+            .link
+            .put_latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let d = self.latency() + put;
+        let r = if d.is_zero() {
+            f(self)
+        } else {
+            let this = self.clone();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                tokio::time::sleep(d).await;
+                let _ = tx.send(f(&this));
+            });
+            rx.await
+                .unwrap_or_else(|_| Err(CoreError::gcs(call, "fake: write task gone")))
+        };
+        self.reply(call)?;
+        r
     }
 
     /// Cuts this connection off (every call fails) or restores it.
@@ -247,23 +367,39 @@ impl FakeGcs {
 impl Gcs for FakeGcs {
     async fn cluster_resource_state(&self) -> Result<GcsState, CoreError> {
         self.check("GetClusterResourceState")?;
+        self.delay().await;
+        self.reply("GetClusterResourceState")?;
         let st = self.lock();
+        let mut unreadable_nodes = Vec::new();
         let nodes = st
             .nodes
             .iter()
-            .map(|n| {
+            .filter_map(|n| {
                 let mut n = n.clone();
                 if st.busy.contains(&n.instance_id) {
                     n.available_resources = Default::default();
                     n.idle_duration_ms = 0;
                 }
-                n
+                if let Some(reason) = st.unreadable.get(&n.instance_id)
+                    && n.status != Some(NodeStatus::Dead)
+                {
+                    unreadable_nodes.push(crate::model::UnreadableNode {
+                        node_id: n.node_id,
+                        instance_id: n.instance_id,
+                        ray_node_type_name: n.ray_node_type_name,
+                        status: n.status,
+                        reason: reason.clone(),
+                    });
+                    return None;
+                }
+                Some(n)
             })
             .collect();
         Ok(GcsState {
             version: st.version,
             state: ClusterResourceState {
                 node_states: nodes,
+                unreadable_nodes,
                 pending_resource_requests: st.demand.clone(),
                 ..Default::default()
             },
@@ -278,6 +414,8 @@ impl Gcs for FakeGcs {
         version: i64,
     ) -> Result<(), CoreError> {
         self.check("ReportAutoscalingState")?;
+        self.delay().await;
+        self.reply("ReportAutoscalingState")?;
         let mut st = self.lock();
         // As the GCS: a report not newer than the held one is dropped.
         if version > st.held_version {
@@ -289,11 +427,14 @@ impl Gcs for FakeGcs {
 
     async fn held_report_version(&self) -> Result<i64, CoreError> {
         self.check("GetClusterStatus")?;
+        self.delay().await;
+        self.reply("GetClusterStatus")?;
         Ok(self.lock().held_version)
     }
 
     async fn autoscaler_v2_enabled(&self) -> Result<bool, CoreError> {
         self.check("InternalKVGet")?;
+        self.delay().await;
         Ok(true)
     }
 
@@ -303,6 +444,7 @@ impl Gcs for FakeGcs {
         _reason: &str,
     ) -> Result<DrainReply, CoreError> {
         self.check("DrainNode")?;
+        self.delay().await;
         let mut st = self.lock();
         st.idle_drains.push(node_id_hex.to_string());
         let mut busy = st.busy.clone();
@@ -330,6 +472,7 @@ impl Gcs for FakeGcs {
 
     async fn stop_node(&self, node_id_hex: &str) -> Result<bool, CoreError> {
         self.check("NodeInfoGcsService.DrainNode")?;
+        self.delay().await;
         let mut st = self.lock();
         st.stops.push(node_id_hex.to_string());
         let found = match Self::find_node(&mut st, node_id_hex) {
@@ -345,6 +488,8 @@ impl Gcs for FakeGcs {
 
     async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<Vec<u8>>, CoreError> {
         self.check("InternalKVGet")?;
+        self.delay().await;
+        self.reply("InternalKVGet")?;
         Ok(self
             .lock()
             .kv
@@ -358,6 +503,8 @@ impl Gcs for FakeGcs {
         keys: &[String],
     ) -> Result<Vec<(String, Vec<u8>)>, CoreError> {
         self.check("InternalKVMultiGet")?;
+        self.delay().await;
+        self.reply("InternalKVMultiGet")?;
         let st = self.lock();
         Ok(keys
             .iter()
@@ -377,33 +524,41 @@ impl Gcs for FakeGcs {
         overwrite: bool,
     ) -> Result<bool, CoreError> {
         self.check("InternalKVPut")?;
-        let mut st = self.lock();
-        if st
-            .failing_puts
-            .as_deref()
-            .is_some_and(|p| key.starts_with(p))
-        {
-            return Err(CoreError::gcs("InternalKVPut", "fake: put refused"));
-        }
-        let k = (namespace.to_string(), key.to_string());
-        let exists = st.kv.contains_key(&k);
-        if exists && !overwrite {
-            return Ok(false);
-        }
-        st.kv.insert(k, value.to_vec());
-        Ok(!exists)
+        let (namespace, key, value) = (namespace.to_string(), key.to_string(), value.to_vec());
+        self.write("InternalKVPut", move |g| {
+            let mut st = g.lock();
+            if st
+                .failing_puts
+                .as_deref()
+                .is_some_and(|p| key.starts_with(p))
+            {
+                return Err(CoreError::gcs("InternalKVPut", "fake: put refused"));
+            }
+            let k = (namespace, key);
+            let exists = st.kv.contains_key(&k);
+            if exists && !overwrite {
+                return Ok(false);
+            }
+            st.kv.insert(k, value);
+            Ok(!exists)
+        })
+        .await
     }
 
     async fn kv_del(&self, namespace: &str, key: &str) -> Result<(), CoreError> {
         self.check("InternalKVDel")?;
-        self.lock()
-            .kv
-            .remove(&(namespace.to_string(), key.to_string()));
-        Ok(())
+        let k = (namespace.to_string(), key.to_string());
+        self.write("InternalKVDel", move |g| {
+            g.lock().kv.remove(&k);
+            Ok(())
+        })
+        .await
     }
 
     async fn kv_keys(&self, namespace: &str, prefix: &str) -> Result<Vec<String>, CoreError> {
         self.check("InternalKVKeys")?;
+        self.delay().await;
+        self.reply("InternalKVKeys")?;
         Ok(self.keys(namespace, prefix))
     }
 }

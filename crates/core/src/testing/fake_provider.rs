@@ -53,6 +53,9 @@ struct State {
     page_size: usize,
     /// Pages served by `list` (to check that listing walks them all).
     pages_served: usize,
+    /// Ids whose terminate the cloud refuses, every time, with this kind (the whole call,
+    /// as a real cloud refuses a batch naming an instance it will not terminate).
+    refused: BTreeMap<String, ProviderErrorKind>,
 }
 
 /// Which call an injected fault hits.
@@ -140,6 +143,24 @@ impl FakeProvider {
     /// The next call `on` fails with an error of `kind` (and makes nothing).
     pub fn fail_next(&self, on: FaultOn, kind: ProviderErrorKind) {
         self.lock().faults.push_back((on, kind));
+    }
+
+    /// Every `terminate` naming `cloud_instance_id` is refused, whole, with `kind`.
+    pub fn refuse_terminate(&self, cloud_instance_id: &str, kind: ProviderErrorKind) {
+        self.lock()
+            .refused
+            .insert(cloud_instance_id.to_string(), kind);
+    }
+
+    /// The instances each `terminate` call named, in order.
+    pub fn terminate_calls(&self) -> Vec<Vec<String>> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                FakeCall::Terminate(ids) => Some(ids),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The next call `on` never answers (a hung cloud API); a launch is recorded first.
@@ -382,6 +403,18 @@ impl CloudInstanceProvider for FakeProvider {
                 },
                 ProviderErrorKind::InvalidConfig,
                 format!("fake: {id} is the head and is never terminated"),
+            ));
+        }
+        if let Some((id, kind)) = cloud_instance_ids
+            .iter()
+            .find_map(|id| st.refused.get(id).map(|k| (id.clone(), k.clone())))
+        {
+            return Err(ProviderError::new(
+                ProviderOp::Terminate {
+                    cloud_instance_id: id.clone(),
+                },
+                kind,
+                format!("fake: {id} may not be terminated"),
             ));
         }
         if let Some(kind) = Self::take_fault(&mut st, FaultOn::Terminate) {

@@ -310,14 +310,17 @@ fn render(
     s.push_str("# Print it with `rayscale boot-script CLUSTER.yaml TYPE`.\n");
     s.push_str("set -euo pipefail\n");
     s.push_str("BOOT_DIR=\"${RAYSCALE_BOOT_DIR:-/var/lib/rayscale}\"\n");
-    s.push_str("mkdir -p \"$BOOT_DIR\"\n");
+    // What this script writes there (the head's steps carry every setup command) is
+    // readable by its owner only: the directory is 0700 (no global umask: the user's own
+    // setup commands keep theirs).
+    s.push_str("mkdir -p \"$BOOT_DIR\" && chmod 700 \"$BOOT_DIR\"\n");
     s.push_str("exec >>\"$BOOT_DIR/boot.log\" 2>&1\n");
     if per_boot {
         // cloud-init runs user data once per instance; this copy runs at every later boot.
         s.push_str(concat!(
             "PER_BOOT=\"${RAYSCALE_PER_BOOT_DIR:-/var/lib/cloud/scripts/per-boot}\"\n",
             "if [ -f \"$0\" ] && ! [ \"$0\" -ef \"$PER_BOOT/rayscale-boot.sh\" ]; then\n",
-            "  mkdir -p \"$PER_BOOT\" && cp \"$0\" \"$PER_BOOT/rayscale-boot.sh\" && chmod 755 \"$PER_BOOT/rayscale-boot.sh\"\n",
+            "  mkdir -p \"$PER_BOOT\" && cp \"$0\" \"$PER_BOOT/rayscale-boot.sh\" && chmod 700 \"$PER_BOOT/rayscale-boot.sh\"\n",
             "fi\n",
         ));
     }
@@ -386,7 +389,7 @@ fn render(
     s.push_str(concat!(
         "run_as_user() {\n",
         "  if [ -n \"$SSH_USER\" ] && [ \"$(id -un)\" != \"$SSH_USER\" ] && id \"$SSH_USER\" >/dev/null 2>&1; then\n",
-        "    chmod 755 \"$BOOT_DIR\"; chmod 644 \"$BOOT_DIR\"/*.sh\n",
+        "    chown -R \"$SSH_USER\" \"$BOOT_DIR\"\n",
         "    sudo -u \"$SSH_USER\" -H bash -l -c \". '$BOOT_DIR/env.sh'; . '$1'\"\n",
         "  else\n",
         "    bash -c \". '$BOOT_DIR/env.sh'; . '$1'\"\n",
@@ -412,9 +415,13 @@ fn render(
     }
     if is_head {
         // Where Ray's head keeps the cluster YAML; rayscale reads it there.
-        let write = vec![format!(
-            "cat >~/ray_bootstrap_config.yaml <<'{CONFIG_MARK}'\n{bootstrap}\n{CONFIG_MARK}"
-        )];
+        let write = vec![
+            "umask 077".to_string(),
+            format!(
+                "cat >~/ray_bootstrap_config.yaml <<'{CONFIG_MARK}'\n{bootstrap}\n{CONFIG_MARK}"
+            ),
+            "chmod 600 ~/ray_bootstrap_config.yaml".to_string(),
+        ];
         step(&mut s, "config", &write, false);
     }
     step(&mut s, "start", &start, docker.is_some());

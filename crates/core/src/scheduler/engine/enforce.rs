@@ -46,6 +46,13 @@ impl Engine<'_> {
             } else {
                 self.req.node_types[ti].min_workers
             };
+            // Bounded work: nodes past the type's or the cluster's max would be cut by the
+            // max enforcement right after, so they are never made (a min_workers of
+            // 2,000,000,000 costs nothing).
+            let type_max = u64::try_from(self.max_workers(ti)).unwrap_or(0);
+            let min = min
+                .min(type_max)
+                .min(self.req.max_num_nodes.unwrap_or(u64::MAX));
             // Compatibility rule MIN_WORKERS_ALIASING: distinct nodes.
             for _ in cur..min {
                 new_nodes.push(self.node_from_config(ti, NodeStatus::ToLaunch));
