@@ -126,10 +126,10 @@ async fn renewals_that_land_after_their_round_gave_up_do_not_stop_a_takeover() {
     scale_to(&w, 1).await;
     let (epoch, holder) = w.lease_top().expect("a lease");
     assert!(holder.contains("\"one\""), "{holder}");
-    // `one`'s calls now take 5 s: each renewal's round gives up at its deadline, but the
+    // `one`'s writes now take 5 s: each renewal's round gives up at its deadline, but the
     // put lands later and changes the value. `one` gives the lease up at its renew
     // deadline and stops writing, so `two` sees the value settle and takes over.
-    c1.set_latency(Duration::from_secs(5));
+    c1.set_put_latency(Duration::from_secs(5));
     let slow = Instant::now();
     let took = loop {
         sleep_s(1).await;
@@ -187,6 +187,25 @@ async fn a_holder_paused_mid_save_never_writes_over_the_new_holders_table() {
             })
             .count();
         assert_eq!(n, 1, "{} in {records:?}", c.cloud_instance_id);
+    }
+    // No stale record of the old holder's aborted iteration (a launch it queued) is in
+    // the table a later holder would load: every live record holds a live instance.
+    let live: Vec<String> = w
+        .cloud
+        .instances()
+        .into_iter()
+        .map(|c| c.cloud_instance_id)
+        .collect();
+    for i in records.iter().filter(|i| {
+        !matches!(
+            i.status,
+            InstanceStatus::Terminated | InstanceStatus::AllocationFailed
+        )
+    }) {
+        assert!(
+            i.cloud_instance_id.as_ref().is_some_and(|c| live.contains(c)),
+            "a stale record in the stored table: {i:?}"
+        );
     }
     assert_eq!(w.workers().len(), 3);
     assert_eq!(w.launched(), 3, "{:?}", w.cloud.launches());
