@@ -8,6 +8,7 @@
 
 pub mod boot_sim;
 pub mod conformance;
+pub mod delay_proxy;
 pub mod e2e;
 pub mod expander_server;
 pub mod fake_gcs_server;

@@ -272,69 +272,13 @@ fn nested_tasks_run_to_the_end_and_no_busy_worker_is_drained() {
     }
 }
 
-/// A TCP proxy on loopback that delivers every byte the server sends `delay` late (a
-/// loaded GCS: each answer takes that much longer; the order is kept).
-struct DelayProxy {
-    addr: String,
-}
-
-impl DelayProxy {
-    fn start(upstream: &str, delay: Duration) -> DelayProxy {
-        use std::io::Write;
-        use std::net::{TcpListener, TcpStream};
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        let upstream = upstream.to_string();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { break };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
-                let (mut c_read, mut s_write) = (
-                    client.try_clone().expect("clone"),
-                    server.try_clone().expect("clone"),
-                );
-                // Requests go through at once.
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut c_read, &mut s_write);
-                });
-                // Answers go through a delay line.
-                let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
-                let mut s_read = server;
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    while let Ok(n) = s_read.read(&mut buf) {
-                        if n == 0
-                            || tx
-                                .send((Instant::now() + delay, buf[..n].to_vec()))
-                                .is_err()
-                        {
-                            break;
-                        }
-                    }
-                });
-                let mut c_write = client;
-                std::thread::spawn(move || {
-                    for (due, bytes) in rx {
-                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
-                        if c_write.write_all(&bytes).is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
-        DelayProxy { addr }
-    }
-}
-
 #[test]
 fn run_waits_for_a_gcs_that_answers_in_two_and_a_half_seconds_and_acts() {
     // Measured before: `run`'s first probe allowed 2 s, so it exited with "no Ray GCS
     // answers" and the cluster was never autoscaled. A slow GCS is not a missing one.
     let f = Fixture::new("slowgcs", 0.2);
-    let proxy = DelayProxy::start(&f.head.addr(), Duration::from_millis(2500));
+    let proxy =
+        rayscale_tests::delay_proxy::DelayProxy::start(&f.head.addr(), Duration::from_millis(2500));
     let mut lp = Loop::start_at(
         &proxy.addr,
         &f.head,

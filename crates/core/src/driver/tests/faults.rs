@@ -203,7 +203,9 @@ async fn a_holder_paused_mid_save_never_writes_over_the_new_holders_table() {
         )
     }) {
         assert!(
-            i.cloud_instance_id.as_ref().is_some_and(|c| live.contains(c)),
+            i.cloud_instance_id
+                .as_ref()
+                .is_some_and(|c| live.contains(c)),
             "a stale record in the stored table: {i:?}"
         );
     }
