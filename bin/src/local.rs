@@ -425,10 +425,10 @@ pub async fn run(args: RunArgs) -> Result<String> {
         bail!("--interval: expected a positive number of seconds");
     }
     let gcs = loop_client(&args.gcs)?;
-    // Ctrl-C while waiting stops here.
-    tokio::select! {
-        () = wait_for_gcs(gcs.addr()) => {}
-        () = ctrl_c() => return Ok(String::new()),
+    // A slow GCS is not a missing one: the probe allows 10 s for an answer (nothing
+    // listening fails at once: a wrong address is bad input, one line, non-zero exit).
+    if !gcs_answers(gcs.addr()).await {
+        bail!("no Ray GCS answers at {}", gcs.addr());
     }
     let observers = crate::ops::start(&args.ops, &gcs, None).await?;
     run_loop(
