@@ -2,6 +2,17 @@
 
 use super::resources::ResourceMap;
 
+/// Lowercase hex of a binary id.
+fn hex(id: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = Vec::with_capacity(id.len() * 2);
+    for b in id {
+        s.extend([HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+    }
+    // Only ASCII hex digits were written.
+    String::from_utf8(s).unwrap_or_default()
+}
+
 /// Ray node status as the GCS reports it (`NodeStatus`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeStatus {
@@ -43,13 +54,7 @@ pub struct NodeState {
 impl NodeState {
     /// The node id in lowercase hex (Ray's `NodeID.hex()`).
     pub fn node_id_hex(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut s = Vec::with_capacity(self.node_id.len() * 2);
-        for b in &self.node_id {
-            s.extend([HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
-        // Only ASCII hex digits were written.
-        String::from_utf8(s).unwrap_or_default()
+        hex(&self.node_id)
     }
 }
 
@@ -172,11 +177,7 @@ pub struct UnreadableNode {
 impl UnreadableNode {
     /// The node id in lowercase hex.
     pub fn node_id_hex(&self) -> String {
-        NodeState {
-            node_id: self.node_id.clone(),
-            ..Default::default()
-        }
-        .node_id_hex()
+        hex(&self.node_id)
     }
 }
 

@@ -330,6 +330,11 @@ pub fn reconcile<S: InstanceStorage>(
     Ok(r.out)
 }
 
+/// `base_s * 2^n`, at most `max_s` (the launch and the termination backoffs).
+fn backoff_s(base_s: i64, n: u32, max_s: i64) -> i64 {
+    base_s.saturating_mul(1i64 << n.min(20)).min(max_s)
+}
+
 /// The start of the details of a TERMINATION_FAILED transition that is not retried.
 pub const TERMINATION_GIVEN_UP: &str = "termination given up";
 

@@ -42,10 +42,11 @@ impl<S: InstanceStorage> Run<'_, S> {
         queued.retain(|t, _| match failures.get(t) {
             None => true,
             Some(&(n, latest)) => {
-                let wait_s = s
-                    .launch_backoff_s
-                    .saturating_mul(1i64 << n.saturating_sub(1).min(20))
-                    .min(s.max_launch_backoff_s);
+                let wait_s = backoff_s(
+                    s.launch_backoff_s,
+                    n.saturating_sub(1),
+                    s.max_launch_backoff_s,
+                );
                 now.saturating_sub(latest) >= wait_s.saturating_mul(SEC)
             }
         });

@@ -299,10 +299,11 @@ impl<S: InstanceStorage> Run<'_, S> {
                         .status_history
                         .last()
                         .is_some_and(|c| c.details.starts_with(TERMINATION_GIVEN_UP));
-                    let wait_s = s
-                        .terminate_backoff_s
-                        .saturating_mul(1i64 << i.termination_retries.min(20))
-                        .min(s.max_terminate_backoff_s);
+                    let wait_s = backoff_s(
+                        s.terminate_backoff_s,
+                        i.termination_retries,
+                        s.max_terminate_backoff_s,
+                    );
                     if given_up || !over(i, wait_s) {
                         continue;
                     }

@@ -42,6 +42,19 @@ async fn scale_to(w: &World, n: u64) -> Vec<String> {
     ids
 }
 
+/// Two drivers on their own connections, `one` first, scaled to one worker: `one`'s
+/// connection, the drivers' tasks, and the epoch `one` holds.
+async fn one_holds_two_run(w: &World) -> (FakeGcs, [tokio::task::JoinHandle<()>; 2], u64) {
+    let (c1, c2) = (w.gcs.connect(), w.gcs.connect());
+    let d1 = tokio::spawn(w.driver("one", c1.clone()).run(std::future::pending()));
+    sleep_s(1).await;
+    let d2 = tokio::spawn(w.driver("two", c2).run(std::future::pending()));
+    scale_to(w, 1).await;
+    let (epoch, holder) = w.lease_top().expect("a lease");
+    assert!(holder.contains("\"one\""), "{holder}");
+    (c1, [d1, d2], epoch)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_busy_node_whose_row_cannot_be_read_is_never_drained_or_terminated() {
     let w = World::new();
@@ -119,13 +132,7 @@ async fn with_two_and_a_half_seconds_on_every_gcs_call_exactly_one_process_acts(
 async fn renewals_that_land_after_their_round_gave_up_do_not_stop_a_takeover() {
     let w = World::new();
     let _pump = w.pump();
-    let (c1, c2) = (w.gcs.connect(), w.gcs.connect());
-    let _d1 = tokio::spawn(w.driver("one", c1.clone()).run(std::future::pending()));
-    sleep_s(1).await;
-    let _d2 = tokio::spawn(w.driver("two", c2).run(std::future::pending()));
-    scale_to(&w, 1).await;
-    let (epoch, holder) = w.lease_top().expect("a lease");
-    assert!(holder.contains("\"one\""), "{holder}");
+    let (c1, _drivers, epoch) = one_holds_two_run(&w).await;
     // `one`'s writes now take 5 s: each renewal's round gives up at its deadline, but the
     // put lands later and changes the value. `one` gives the lease up at its renew
     // deadline and stops writing, so `two` sees the value settle and takes over.
@@ -153,13 +160,7 @@ async fn renewals_that_land_after_their_round_gave_up_do_not_stop_a_takeover() {
 async fn a_holder_paused_mid_save_never_writes_over_the_new_holders_table() {
     let w = World::new();
     let _pump = w.pump();
-    let (c1, c2) = (w.gcs.connect(), w.gcs.connect());
-    let _d1 = tokio::spawn(w.driver("one", c1.clone()).run(std::future::pending()));
-    sleep_s(1).await;
-    let _d2 = tokio::spawn(w.driver("two", c2).run(std::future::pending()));
-    scale_to(&w, 1).await;
-    let (epoch, holder) = w.lease_top().expect("a lease");
-    assert!(holder.contains("\"one\""), "{holder}");
+    let (c1, _drivers, epoch) = one_holds_two_run(&w).await;
     // `one`'s writes now hang for two minutes (a process paused mid-save: its puts land
     // long after). New demand makes it save; it loses the lease meanwhile.
     c1.set_put_latency(Duration::from_secs(120));
