@@ -56,6 +56,11 @@ use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
+mod body;
+mod json;
+use body::check_body;
+use json::{instance_view, op_json, vm_json};
+
 /// The api-versions this fake serves (a subset of Compute's, where the provider uses
 /// 2024-07-01, and the network API's 2024-05-01).
 const API_VERSIONS: &[&str] = &[
@@ -362,57 +367,6 @@ fn not_found(w: &World, name: &str) -> ResponseTemplate {
     )
 }
 
-fn vm_json(w: &World, name: &str, v: &Vm) -> Value {
-    let mut b = Value::Object(v.body.clone());
-    b["id"] = json!(format!(
-        "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Compute/virtualMachines/{name}",
-        w.sub, w.rg
-    ));
-    b["name"] = json!(name);
-    b["type"] = json!("Microsoft.Compute/virtualMachines");
-    if !b.get("properties").is_some_and(Value::is_object) {
-        b["properties"] = json!({});
-    }
-    // The NICs a VM-level configuration made (Azure names each by its configuration).
-    let nics: Vec<Value> = b["properties"]["networkProfile"]["networkInterfaceConfigurations"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .filter_map(|n| n.get("name").and_then(Value::as_str))
-                .map(|n| {
-                    json!({"id": format!("/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Network/networkInterfaces/{n}", w.sub, w.rg),
-                        "properties": {"primary": true, "deleteOption": "Delete"}})
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    if !nics.is_empty() && v.prov != "Creating" {
-        b["properties"]["networkProfile"]["networkInterfaces"] = json!(nics);
-    }
-    b["properties"]["provisioningState"] = json!(v.prov);
-    b["properties"]["vmId"] = json!(v.vm_id);
-    // Secrets and custom data are not returned (the reference: "customData ... is not
-    // returned").
-    if let Some(o) = b["properties"]
-        .get_mut("osProfile")
-        .and_then(Value::as_object_mut)
-    {
-        o.remove("customData");
-    }
-    b
-}
-
-fn instance_view(v: &Vm) -> Value {
-    let mut statuses = vec![
-        json!({"code": format!("ProvisioningState/{}", v.prov.to_ascii_lowercase()),
-        "level": if v.prov == "Failed" { "Error" } else { "Info" }}),
-    ];
-    if let Some(p) = v.power {
-        statuses.push(json!({"code": format!("PowerState/{p}"), "level": "Info"}));
-    }
-    json!({ "statuses": statuses })
-}
-
 struct Responder(Arc<Shared>);
 
 impl Respond for Responder {
@@ -566,19 +520,6 @@ impl Respond for Responder {
     }
 }
 
-fn op_json(id: &str, op: &Op, t: &Timing) -> Value {
-    let done = op.start.elapsed() >= t.operation;
-    let mut o = json!({"name": id, "startTime": "2026-12-01T00:00:00.0000000+00:00",
-        "status": if !done { "InProgress" } else if op.error.is_some() { "Failed" } else { "Succeeded" }});
-    if done {
-        o["endTime"] = json!("2026-12-01T00:00:01.0000000+00:00");
-        if let Some((code, message)) = &op.error {
-            o["error"] = json!({"code": code, "message": message});
-        }
-    }
-    o
-}
-
 /// Starts an operation; the headers of the answer that names it.
 fn new_op(w: &mut World, error: Option<(String, String)>, base: &str) -> (String, String) {
     w.next += 1;
@@ -608,142 +549,6 @@ fn accepted(status: u16, op_url: &str, body: Option<Value>) -> ResponseTemplate 
         Some(b) => r.set_body_json(b),
         None => r,
     }
-}
-
-/// Checks a create body as Compute would: the first problem, as (target, message).
-fn check_body(b: &Value, location: &str) -> Result<(), (String, String)> {
-    let bad = |t: &str, m: &str| Err((t.to_string(), m.to_string()));
-    match b.get("location").and_then(Value::as_str) {
-        Some(l) if l.eq_ignore_ascii_case(location) => {}
-        Some(l) => {
-            return bad(
-                "location",
-                &format!(
-                    "The resource group is in '{location}'; this fake serves only it, not '{l}'."
-                ),
-            );
-        }
-        None => {
-            return bad(
-                "location",
-                "The location property is required for this definition.",
-            );
-        }
-    }
-    let p = b.get("properties").cloned().unwrap_or(Value::Null);
-    if p.get("hardwareProfile")
-        .and_then(|h| h.get("vmSize"))
-        .and_then(Value::as_str)
-        .is_none()
-    {
-        return bad(
-            "hardwareProfile.vmSize",
-            "The value of parameter vmSize is invalid.",
-        );
-    }
-    let image = p
-        .get("storageProfile")
-        .and_then(|s| s.get("imageReference"));
-    let has_image = image.is_some_and(|i| {
-        i.get("id").is_some()
-            || ["publisher", "offer", "sku"]
-                .iter()
-                .all(|k| i.get(*k).and_then(Value::as_str).is_some())
-    });
-    if !has_image {
-        return bad(
-            "imageReference",
-            "The image reference is required (publisher, offer, sku, version, or id).",
-        );
-    }
-    let os = p.get("osProfile").cloned().unwrap_or(Value::Null);
-    if os.get("adminUsername").and_then(Value::as_str).is_none() {
-        return bad(
-            "osProfile.adminUsername",
-            "Required parameter 'adminUsername' is missing (null).",
-        );
-    }
-    let keys = os
-        .get("linuxConfiguration")
-        .and_then(|l| l.get("ssh"))
-        .and_then(|s| s.get("publicKeys"))
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
-    if keys == 0 && os.get("adminPassword").is_none() {
-        return bad(
-            "linuxConfiguration.ssh.publicKeys",
-            "Authentication using either SSH or by user name and password must be enabled in Linux profile.",
-        );
-    }
-    if let Some(cd) = os.get("customData") {
-        let decoded = cd
-            .as_str()
-            .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok());
-        match decoded {
-            None => {
-                return bad(
-                    "customData",
-                    "Custom data in OSProfile must be in Base64 encoding.",
-                );
-            }
-            Some(d) if d.len() > 65535 => {
-                return bad(
-                    "customData",
-                    "Custom data in OSProfile must be at most 65535 bytes.",
-                );
-            }
-            Some(_) => {}
-        }
-    }
-    let net = p.get("networkProfile").cloned().unwrap_or(Value::Null);
-    let configs = net
-        .get("networkInterfaceConfigurations")
-        .and_then(Value::as_array);
-    let nics = net.get("networkInterfaces").and_then(Value::as_array);
-    match (configs, nics) {
-        (Some(c), _) if !c.is_empty() => {
-            if net
-                .get("networkApiVersion")
-                .and_then(Value::as_str)
-                .is_none()
-            {
-                return bad(
-                    "networkProfile.networkApiVersion",
-                    "networkApiVersion must be specified when networkInterfaceConfigurations are given.",
-                );
-            }
-            for n in c {
-                let ipc = n
-                    .get("properties")
-                    .and_then(|p| p.get("ipConfigurations"))
-                    .and_then(Value::as_array);
-                let ok = ipc.is_some_and(|ips| {
-                    !ips.is_empty()
-                        && ips.iter().all(|ip| {
-                            ip.get("properties")
-                                .and_then(|p| p.get("subnet"))
-                                .and_then(|s| s.get("id"))
-                                .and_then(Value::as_str)
-                                .is_some_and(|id| id.contains("/subnets/"))
-                        })
-                });
-                if !ok {
-                    return bad(
-                        "networkInterfaceConfigurations.ipConfigurations",
-                        "Each network interface configuration needs ipConfigurations on a subnet.",
-                    );
-                }
-            }
-        }
-        (_, Some(n)) if !n.is_empty() => {}
-        _ => {
-            return bad(
-                "networkProfile",
-                "At least one network interface is required.",
-            );
-        }
-    }
-    Ok(())
 }
 
 fn put(w: &mut World, s: &Shared, req: &Request, name: &str, base: &str) -> ResponseTemplate {
