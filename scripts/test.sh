@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # rayscale's whole test suite: formatting, lints, unit/integration tests, the protocol
-# compatibility checks against Ray's own protobufs, and the differential test against
+# compatibility checks against Ray's own protobufs, the contract check of every cloud
+# request against the clouds' published API models, and the differential test against
 # Ray 2.60's scheduler. Installs the Python side (Ray) itself; fails loudly if it cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,14 @@ echo "== cargo test"
 # build of the binaries alone would resolve other features and compile every crate that
 # depends on tokio (the cloud SDKs among them) a second time.
 cargo build --workspace --release --all-features --bins --tests
-cargo test --workspace --release --all-features
+# Every request the cloud fakes and moto see, and every answer the fakes give, is written
+# down for the contract check below (tests/fakes/record.rs, tests/fakes/moto_ec2.py).
+CONTRACT_DIR="$(mktemp -d -t rayscale-contract.XXXXXX)"
+RAYSCALE_CONTRACT_DIR="$CONTRACT_DIR" cargo test --workspace --release --all-features
+echo "== contract check: rayscale's cloud requests and the fakes' answers against the clouds' published API models"
+"$PY" tests/contract/check.py --self-test
+"$PY" tests/contract/check.py --capture "$CONTRACT_DIR" --min aws=200,gcp=200,azure=500
+rm -rf "$CONTRACT_DIR"
 echo "== differential test against Ray 2.60 (${DIFFTEST_COUNT:-500} scenarios)"
 "$PY" scripts/difftest.py --rayscale "${CARGO_TARGET_DIR:-target}/release/rayscale" \
   --seed "${DIFFTEST_SEED:-2060}" --count "${DIFFTEST_COUNT:-500}" --valid-min-workers --python "$PY"

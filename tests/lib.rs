@@ -4,9 +4,11 @@
 //! for sizes no machine can start (`fake_gcs_server`), the thread both serve on
 //! (`serving`), a real Ray head node for the live tests (`ray_head`), and the clouds'
 //! emulators and fakes (`fakes`: moto's EC2 behind a fault switch), and the boot
-//! simulator that plays a cloud's data plane with local processes (`boot_sim`).
+//! simulator that plays a cloud's data plane with local processes (`boot_sim`), and the
+//! cluster YAMLs whose requests the contract check judges (`cluster_yamls`).
 
 pub mod boot_sim;
+pub mod cluster_yamls;
 pub mod conformance;
 pub mod delay_proxy;
 pub mod e2e;

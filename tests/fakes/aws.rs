@@ -33,6 +33,7 @@ impl MotoEc2 {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fakes/moto_ec2.py");
         let mut child = Command::new(&python)
             .arg(&script)
+            .env("RAYSCALE_CONTRACT_TEST", super::record::test_name())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -44,7 +44,8 @@
 //!
 //! The [`Faults`] switch injects what the provider must map: capacity by VM size (the
 //! operation ends `AllocationFailed`, or `ZonalAllocationFailed` for a zonal VM), a size
-//! not offered (409 `SkuNotAvailable`), a quota (409 `OperationNotAllowed`), 429 with
+//! not offered (409 `SkuNotAvailable`), a quota (409 `OperationNotAllowed`), 429 as
+//! Compute throttles (`OperationNotAllowed` with details `TooManyRequests`) with
 //! `Retry-After`, 503, and any status and code on the next PUTs.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -58,6 +59,7 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 mod body;
 mod json;
+use super::record::{self, Reply};
 use body::check_body;
 use json::{instance_view, op_json, vm_json};
 
@@ -169,6 +171,8 @@ struct Shared {
     faults: Mutex<Faults>,
     timing: Timing,
     calls: Calls,
+    /// The test that started this fake (its thread's name), for the contract record.
+    test: String,
     base: Mutex<String>,
 }
 
@@ -200,6 +204,7 @@ impl ArmFake {
             faults: Mutex::new(Faults::default()),
             timing,
             calls: Calls::default(),
+            test: record::test_name(),
             base: Mutex::new(String::new()),
         });
         let server = MockServer::start().await;
@@ -345,17 +350,34 @@ fn advance(w: &mut World) {
     }
 }
 
-fn error(status: u16, code: &str, message: &str, target: Option<&str>) -> ResponseTemplate {
+fn error(status: u16, code: &str, message: &str, target: Option<&str>) -> Reply {
     let mut e = json!({"code": code, "message": message});
     if let Some(t) = target {
         e["target"] = json!(t);
     }
-    ResponseTemplate::new(status)
+    Reply::new(status)
         .insert_header("x-ms-error-code", code)
         .set_body_json(json!({ "error": e }))
 }
 
-fn not_found(w: &World, name: &str) -> ResponseTemplate {
+/// Compute's 429: `OperationNotAllowed`, `details[].code` `TooManyRequests`, and
+/// `Retry-After`.
+fn throttled() -> Reply {
+    Reply::new(429)
+        .insert_header("x-ms-error-code", "OperationNotAllowed")
+        .insert_header("Retry-After", "0")
+        .set_body_json(json!({"error": {
+            "code": "OperationNotAllowed",
+            "message": "The server rejected the request because too many requests have been received for this subscription. (injected)",
+            "details": [{
+                "code": "TooManyRequests",
+                "target": "PutVM3Min",
+                "message": "{\"operationGroup\":\"PutVM3Min\",\"startTime\":\"2024-01-01T00:00:00+00:00\",\"endTime\":\"2024-01-01T00:03:00+00:00\",\"allowedRequestCount\":300,\"measuredRequestCount\":301}"
+            }]
+        }}))
+}
+
+fn not_found(w: &World, name: &str) -> Reply {
     error(
         404,
         "ResourceNotFound",
@@ -371,15 +393,23 @@ struct Responder(Arc<Shared>);
 
 impl Respond for Responder {
     fn respond(&self, req: &Request) -> ResponseTemplate {
+        record::answer("azure", &self.0.test, req, self.reply(req))
+    }
+}
+
+impl Responder {
+    fn reply(&self, req: &Request) -> Reply {
         let s = &self.0;
         {
             let mut f = lock(&s.faults);
             if f.unavailable > 0 {
                 f.unavailable -= 1;
+                // ARM's 503s carry codes such as `ServerTimeout` (seen from ARM:
+                // microsoft/MLOS#950); no list documents one.
                 return error(
                     503,
-                    "ServiceUnavailable",
-                    "The service is unavailable (injected).",
+                    "ServerTimeout",
+                    "The request timed out (injected).",
                     None,
                 );
             }
@@ -418,7 +448,7 @@ impl Respond for Responder {
         if let Some(id) = path.strip_prefix(&ops_prefix) {
             s.calls.operation.fetch_add(1, Ordering::Relaxed);
             return match w.ops.get(id) {
-                Some(op) => ResponseTemplate::new(200).set_body_json(op_json(id, op, &s.timing)),
+                Some(op) => Reply::new(200).set_body_json(op_json(id, op, &s.timing)),
                 None => error(
                     404,
                     "NotFound",
@@ -442,7 +472,7 @@ impl Respond for Responder {
                     })
             });
             return match owner {
-                Some(_) => ResponseTemplate::new(200).set_body_json(json!({
+                Some(_) => Reply::new(200).set_body_json(json!({
                     "name": nic,
                     "properties": {"ipConfigurations": [{"name": "ip", "properties": {
                         "primary": true, "privateIPAddress": "127.0.0.1", "privateIPAllocationMethod": "Dynamic"}}]}
@@ -490,7 +520,7 @@ impl Respond for Responder {
                         if query.get("$expand").map(String::as_str) == Some("instanceView") {
                             b["properties"]["instanceView"] = instance_view(v);
                         }
-                        ResponseTemplate::new(200).set_body_json(b)
+                        Reply::new(200).set_body_json(b)
                     }
                     None => not_found(w, name),
                 }
@@ -498,7 +528,7 @@ impl Respond for Responder {
             ("GET", [name, "instanceView"]) => {
                 s.calls.other.fetch_add(1, Ordering::Relaxed);
                 match w.vms.get(*name) {
-                    Some(v) => ResponseTemplate::new(200).set_body_json(instance_view(v)),
+                    Some(v) => Reply::new(200).set_body_json(instance_view(v)),
                     None => not_found(&w, name),
                 }
             }
@@ -538,8 +568,8 @@ fn new_op(w: &mut World, error: Option<(String, String)>, base: &str) -> (String
     (id, url)
 }
 
-fn accepted(status: u16, op_url: &str, body: Option<Value>) -> ResponseTemplate {
-    let mut r = ResponseTemplate::new(status)
+fn accepted(status: u16, op_url: &str, body: Option<Value>) -> Reply {
+    let mut r = Reply::new(status)
         .insert_header("Azure-AsyncOperation", op_url)
         .insert_header("Retry-After", "10");
     if status == 202 {
@@ -551,18 +581,14 @@ fn accepted(status: u16, op_url: &str, body: Option<Value>) -> ResponseTemplate 
     }
 }
 
-fn put(w: &mut World, s: &Shared, req: &Request, name: &str, base: &str) -> ResponseTemplate {
+fn put(w: &mut World, s: &Shared, req: &Request, name: &str, base: &str) -> Reply {
     {
         let mut f = lock(&s.faults);
         if f.throttle_puts > 0 {
             f.throttle_puts -= 1;
-            return error(
-                429,
-                "TooManyRequests",
-                "The request is being throttled (injected).",
-                None,
-            )
-            .insert_header("Retry-After", "0");
+            // As Compute throttles ("Troubleshooting API throttling errors"): 429 with
+            // the top-level code `OperationNotAllowed` and the details naming the limit.
+            return throttled();
         }
         if !f.put_errors.is_empty() {
             let (status, code) = f.put_errors.remove(0);
@@ -589,7 +615,7 @@ fn put(w: &mut World, s: &Shared, req: &Request, name: &str, base: &str) -> Resp
     if let Some(v) = w.vms.get(name) {
         // The PUT of a VM that exists: an update; rayscale's replay changes nothing.
         let b = vm_json(w, name, v);
-        return ResponseTemplate::new(200).set_body_json(b);
+        return Reply::new(200).set_body_json(b);
     }
     let body: Value = match serde_json::from_slice(&req.body) {
         Ok(b) => b,
@@ -680,7 +706,7 @@ fn put(w: &mut World, s: &Shared, req: &Request, name: &str, base: &str) -> Resp
     accepted(201, &url, Some(b))
 }
 
-fn patch(w: &mut World, _s: &Shared, req: &Request, name: &str, base: &str) -> ResponseTemplate {
+fn patch(w: &mut World, _s: &Shared, req: &Request, name: &str, base: &str) -> Reply {
     let body: Value = match serde_json::from_slice(&req.body) {
         Ok(b) => b,
         Err(e) => {
@@ -709,10 +735,10 @@ fn patch(w: &mut World, _s: &Shared, req: &Request, name: &str, base: &str) -> R
     accepted(200, &url, Some(b))
 }
 
-fn act(w: &mut World, s: &Shared, name: &str, action: &str, base: &str) -> ResponseTemplate {
+fn act(w: &mut World, s: &Shared, name: &str, action: &str, base: &str) -> Reply {
     if !w.vms.contains_key(name) {
         return if action == "delete" {
-            ResponseTemplate::new(204)
+            Reply::new(204)
         } else {
             not_found(w, name)
         };
@@ -750,7 +776,7 @@ fn act(w: &mut World, s: &Shared, name: &str, action: &str, base: &str) -> Respo
     accepted(202, &url, None)
 }
 
-fn list(w: &World, query: &BTreeMap<String, String>, base: &str, prefix: &str) -> ResponseTemplate {
+fn list(w: &World, query: &BTreeMap<String, String>, base: &str, prefix: &str) -> Reply {
     let from: usize = query
         .get("$skiptoken")
         .and_then(|t| t.parse().ok())
@@ -769,5 +795,5 @@ fn list(w: &World, query: &BTreeMap<String, String>, base: &str, prefix: &str) -
             from + w.page_size
         ));
     }
-    ResponseTemplate::new(200).set_body_json(out)
+    Reply::new(200).set_body_json(out)
 }

@@ -25,6 +25,8 @@ struct Pages {
     n: u64,
     cluster: String,
     calls: Arc<AtomicU64>,
+    /// The test that started it, for the contract record.
+    test: String,
 }
 
 impl Pages {
@@ -78,12 +80,14 @@ impl Respond for Pages {
                 .map(|(_, v)| v)
         };
         if get("Action") != Some("DescribeInstances") {
+            super::record::record("aws", &self.test, request, 400, serde_json::Value::Null);
             return ResponseTemplate::new(400).set_body_string(
                 "<Response><Errors><Error><Code>InvalidAction</Code><Message>canned EC2 \
                  answers DescribeInstances only</Message></Error></Errors></Response>",
             );
         }
         self.calls.fetch_add(1, Ordering::Relaxed);
+        super::record::record("aws", &self.test, request, 200, serde_json::Value::Null);
         let start = get("NextToken").and_then(|t| t.parse().ok()).unwrap_or(0);
         let size = get("MaxResults")
             .and_then(|t| t.parse().ok())
@@ -105,6 +109,7 @@ impl Ec2Pages {
                 n,
                 cluster: cluster.to_string(),
                 calls: calls.clone(),
+                test: super::record::test_name(),
             })
             .mount(&server)
             .await;

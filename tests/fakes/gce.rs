@@ -40,6 +40,7 @@ use serde_json::{Map, Value, json};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 mod filter;
+use super::record::{self, Reply};
 pub use filter::{Filter, parse_filter};
 
 /// How long things take in the fake.
@@ -158,6 +159,8 @@ struct Shared {
     faults: Mutex<Faults>,
     timing: Timing,
     calls: Calls,
+    /// The test that started this fake (its thread's name), for the contract record.
+    test: String,
 }
 
 /// A Compute Engine on a loopback port for one project and zone.
@@ -179,6 +182,7 @@ impl GceFake {
             faults: Mutex::new(Faults::default()),
             timing,
             calls: Calls::default(),
+            test: record::test_name(),
         });
         let server = MockServer::start().await;
         Mock::given(wiremock::matchers::any())
@@ -318,6 +322,12 @@ struct Responder(Arc<Shared>);
 
 impl Respond for Responder {
     fn respond(&self, req: &Request) -> ResponseTemplate {
+        record::answer("gcp", &self.0.test, req, self.reply(req))
+    }
+}
+
+impl Responder {
+    fn reply(&self, req: &Request) -> Reply {
         let s = &self.0;
         {
             let mut f = lock(&s.faults);
@@ -353,8 +363,9 @@ impl Respond for Responder {
                 s.calls.other.fetch_add(1, Ordering::Relaxed);
                 let (project, zone) = (w.project.clone(), w.zone.clone());
                 match w.instances.get(*name) {
-                    Some(i) => ResponseTemplate::new(200)
-                        .set_body_json(instance_json(name, i, &project, &zone)),
+                    Some(i) => {
+                        Reply::new(200).set_body_json(instance_json(name, i, &project, &zone))
+                    }
                     None => not_found(name),
                 }
             }
@@ -374,8 +385,9 @@ impl Respond for Responder {
                 s.calls.get_operation.fetch_add(1, Ordering::Relaxed);
                 let (project, zone) = (w.project.clone(), w.zone.clone());
                 match w.ops.get(*name) {
-                    Some(op) => ResponseTemplate::new(200)
-                        .set_body_json(op_json(op, &s.timing, &project, &zone)),
+                    Some(op) => {
+                        Reply::new(200).set_body_json(op_json(op, &s.timing, &project, &zone))
+                    }
                     None => not_found(name),
                 }
             }
@@ -422,17 +434,11 @@ fn short(url_or_name: &str) -> &str {
     url_or_name.rsplit('/').next().unwrap_or(url_or_name)
 }
 
-fn insert(
-    w: &mut World,
-    s: &Shared,
-    req: &Request,
-    query: &BTreeMap<String, String>,
-) -> ResponseTemplate {
+fn insert(w: &mut World, s: &Shared, req: &Request, query: &BTreeMap<String, String>) -> Reply {
     if let Some(rid) = query.get("requestId")
         && let Some(op) = w.by_request_id.get(rid).and_then(|n| w.ops.get(n))
     {
-        return ResponseTemplate::new(200)
-            .set_body_json(op_json(op, &s.timing, &w.project, &w.zone));
+        return Reply::new(200).set_body_json(op_json(op, &s.timing, &w.project, &w.zone));
     }
     {
         let mut f = lock(&s.faults);
@@ -540,7 +546,7 @@ fn insert(
     if let Some(rid) = query.get("requestId") {
         w.by_request_id.insert(rid.clone(), op.name.clone());
     }
-    ResponseTemplate::new(200).set_body_json(op_json(&op, &s.timing, &w.project, &w.zone))
+    Reply::new(200).set_body_json(op_json(&op, &s.timing, &w.project, &w.zone))
 }
 
 fn new_op(
@@ -562,7 +568,7 @@ fn new_op(
     op
 }
 
-fn change(w: &mut World, s: &Shared, name: &str, action: &str) -> ResponseTemplate {
+fn change(w: &mut World, s: &Shared, name: &str, action: &str) -> Reply {
     let now = Instant::now();
     let t = s.timing;
     let Some(i) = w.instances.get_mut(name) else {
@@ -590,10 +596,10 @@ fn change(w: &mut World, s: &Shared, name: &str, action: &str) -> ResponseTempla
         }
     };
     let op = new_op(w, kind, name, None);
-    ResponseTemplate::new(200).set_body_json(op_json(&op, &s.timing, &w.project, &w.zone))
+    Reply::new(200).set_body_json(op_json(&op, &s.timing, &w.project, &w.zone))
 }
 
-fn set_labels(w: &mut World, req: &Request, name: &str) -> ResponseTemplate {
+fn set_labels(w: &mut World, req: &Request, name: &str) -> Reply {
     let body: Value = req.body_json().unwrap_or(Value::Null);
     let Some(i) = w.instances.get_mut(name) else {
         return not_found(name);
@@ -615,7 +621,7 @@ fn set_labels(w: &mut World, req: &Request, name: &str) -> ResponseTemplate {
         o.start = Instant::now() - Duration::from_secs(3600);
     }
     let op = w.ops[&op.name].clone();
-    ResponseTemplate::new(200).set_body_json(op_json(&op, &Timing::default(), &w.project, &w.zone))
+    Reply::new(200).set_body_json(op_json(&op, &Timing::default(), &w.project, &w.zone))
 }
 
 /// The label fingerprint: bytes in URL-safe base64, as the API writes them.
@@ -696,7 +702,7 @@ fn op_json(op: &Op, t: &Timing, project: &str, zone: &str) -> Value {
     j
 }
 
-fn list(w: &World, query: &BTreeMap<String, String>) -> ResponseTemplate {
+fn list(w: &World, query: &BTreeMap<String, String>) -> Reply {
     let filter = match query.get("filter").map(|f| parse_filter(f)) {
         None => None,
         Some(Ok(f)) => Some(f),
@@ -734,10 +740,10 @@ fn list(w: &World, query: &BTreeMap<String, String>) -> ResponseTemplate {
     if start + max < matching.len() {
         out["nextPageToken"] = json!(format!("page-{}", start + max));
     }
-    ResponseTemplate::new(200).set_body_json(out)
+    Reply::new(200).set_body_json(out)
 }
 
-fn error(code: u16, reason: &str, message: &str) -> ResponseTemplate {
+fn error(code: u16, reason: &str, message: &str) -> Reply {
     let status = match code {
         400 => "INVALID_ARGUMENT",
         403 => "PERMISSION_DENIED",
@@ -748,7 +754,7 @@ fn error(code: u16, reason: &str, message: &str) -> ResponseTemplate {
         503 => "UNAVAILABLE",
         _ => "UNKNOWN",
     };
-    ResponseTemplate::new(code).set_body_json(json!({
+    Reply::new(code).set_body_json(json!({
         "error": {
             "code": code,
             "message": message,
@@ -758,7 +764,7 @@ fn error(code: u16, reason: &str, message: &str) -> ResponseTemplate {
     }))
 }
 
-fn not_found(name: &str) -> ResponseTemplate {
+fn not_found(name: &str) -> Reply {
     error(
         404,
         "notFound",

@@ -6,3 +6,4 @@ pub mod azure;
 pub mod ec2_pages;
 pub mod gce;
 pub mod kube;
+pub mod record;

@@ -31,6 +31,11 @@ Control (JSON over HTTP on the same port, never forwarded to moto):
                            "run_by_type": {"m5.large": 2, ...}}
   POST /moto-api/reset    moto's reset; the switch's state is reset too.
 
+With `RAYSCALE_CONTRACT_DIR` set, every EC2 request (its form, User-Agent, the status and
+error code answered) is written as a JSON line to `$RAYSCALE_CONTRACT_DIR/aws-<pid>.jsonl`
+for the contract check (tests/contract/check.py), which judges it against botocore's EC2
+model.
+
 Prints `PORT <n>` on stdout once it listens; stops on SIGTERM or when stdin closes.
 """
 
@@ -253,7 +258,51 @@ def make_app():
         environ["CONTENT_LENGTH"] = str(len(raw))
         return moto(environ, start_response)
 
-    return app
+    return recorded(app)
+
+
+ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
+
+
+def recorded(app):
+    """`app`, writing each EC2 exchange down for the contract check when asked to."""
+    out_dir = os.environ.get("RAYSCALE_CONTRACT_DIR")
+    if not out_dir:
+        return app
+    path = os.path.join(out_dir, f"aws-{os.getpid()}.jsonl")
+    lock = threading.Lock()
+
+    def wrapped(environ, start_response):
+        if environ.get("PATH_INFO", "").startswith(("/_rayscale/", "/moto-api/")):
+            return app(environ, start_response)
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        raw = environ["wsgi.input"].read(size) if size else b""
+        environ["wsgi.input"] = io.BytesIO(raw)
+        seen = {}
+
+        def capture(status, headers, exc_info=None):
+            seen["status"] = int(status.split()[0])
+            return start_response(status, headers, exc_info)
+
+        body = b"".join(app(environ, capture))
+        status = seen.get("status", 0)
+        code = ERROR_CODE.search(body) if status >= 400 else None
+        line = {
+            "cloud": "aws",
+            "test": os.environ.get("RAYSCALE_CONTRACT_TEST", "moto"),
+            "method": environ.get("REQUEST_METHOD", ""),
+            "path": environ.get("PATH_INFO", ""),
+            "query": urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True),
+            "headers": {"user-agent": environ.get("HTTP_USER_AGENT", ""), "content-type": environ.get("CONTENT_TYPE", "")},
+            "body": raw.decode("utf-8", "replace"),
+            "status": status,
+            "response": {"error_code": code.group(1).decode()} if code else None,
+        }
+        with lock, open(path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        return [body]
+
+    return wrapped
 
 
 def main():

@@ -711,3 +711,24 @@ fn boot_script_prints_what_a_node_runs() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.lines().count() == 1, "{err}");
 }
+
+/// Ray's AWS YAMLs from the wheel and rayscale's spot and GPU variants: every node type
+/// launches on moto (the requests go to the contract check, tests/contract). The region is
+/// the emulator's; zones named for another region are dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
+    let moto = MotoEc2::start();
+    let mut launched = 0;
+    for (origin, mut v) in rayscale_tests::cluster_yamls::for_cloud("aws") {
+        v["provider"]["region"] = serde_json::json!(REGION);
+        if let Some(p) = v["provider"].as_object_mut() {
+            p.remove("availability_zone");
+        }
+        let cfg = ClusterConfig::from_value(&v, "").unwrap_or_else(|e| panic!("{origin}: {e}"));
+        let p =
+            AwsProvider::new(moto.client(), &cfg, None).unwrap_or_else(|e| panic!("{origin}: {e}"));
+        launched +=
+            rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &v, &origin).await;
+    }
+    assert!(launched >= 6, "{launched} node types launched");
+}

@@ -119,7 +119,7 @@ impl Provoke for ArmProvoke {
             // A 503 is tried four times in all.
             ProviderErrorKind::Transient => self.0.faults(|f| {
                 f.put_errors
-                    .extend(std::iter::repeat_n((503, "ServiceUnavailable".into()), 4))
+                    .extend(std::iter::repeat_n((503, "ServerTimeout".into()), 4))
             }),
             ProviderErrorKind::NotFound => return None,
         }
@@ -409,15 +409,7 @@ async fn the_head_boots_rayscale_and_workers_join_it() {
 /// (the subnet Ray's bootstrap makes) and loads once the bootstrap's keys are added.
 #[test]
 fn rays_azure_yamls_load_once_bootstrapped() {
-    let py = std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON names Ray's python");
-    let out = std::process::Command::new(&py)
-        .args([
-            "-c",
-            "import os, ray.autoscaler; print(os.path.dirname(ray.autoscaler.__file__))",
-        ])
-        .output()
-        .unwrap();
-    let dir = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("azure");
+    let dir = rayscale_tests::cluster_yamls::ray_autoscaler_dir().join("azure");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap().flatten() {
         let path = e.path();
@@ -569,4 +561,50 @@ async fn a_state_change_is_seen() {
             .iter()
             .all(|c| c.cloud_instance_id != id)
     );
+}
+
+/// Ray's Azure YAMLs from the wheel (with what Ray's bootstrap writes: the subnet, the
+/// subscription, each type's SSH key) and rayscale's Spot, Low-priority and GPU variants:
+/// every node type is created on a fake of the YAML's own location and resource group (the
+/// requests go to the contract check, tests/contract).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
+    let mut launched = 0;
+    for (origin, mut v) in rayscale_tests::cluster_yamls::for_cloud("azure") {
+        let rg = v["provider"]["resource_group"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let loc = v["provider"]["location"].as_str().unwrap().to_string();
+        if v["provider"]["subnet"].is_null() {
+            v["provider"]["subnet"] = serde_json::json!(format!(
+                "/subscriptions/{SUB}/resourceGroups/{rg}/providers/Microsoft.Network/virtualNetworks/v/subnets/s"
+            ));
+            v["provider"]["subscription_id"] = serde_json::json!(SUB);
+            for (_, t) in v["available_node_types"]
+                .as_object_mut()
+                .unwrap()
+                .iter_mut()
+            {
+                t["node_config"]["azure_arm_parameters"]["publicKey"] =
+                    serde_json::json!("ssh-ed25519 AAAA");
+            }
+        }
+        let sub = v["provider"]["subscription_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let fake = ArmFake::start(&sub, &rg, &loc, Timing::default()).await;
+        let cfg = ClusterConfig::from_value(&v, "").unwrap_or_else(|e| panic!("{origin}: {e}"));
+        let p = provider_with(&fake, &cfg, Some("127.0.0.1"), polling());
+        launched +=
+            rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &v, &origin).await;
+        assert_eq!(
+            fake.vms().len(),
+            rayscale_tests::cluster_yamls::node_types(&v).len(),
+            "{origin}: {:?}",
+            fake.vms()
+        );
+    }
+    assert!(launched >= 6, "{launched} node types launched");
 }

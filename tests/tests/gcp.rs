@@ -369,15 +369,7 @@ async fn the_head_boots_rayscale_and_workers_join_it() {
 /// node config gets the one-line error naming its path.
 #[test]
 fn rays_gcp_yamls_load_and_tpus_are_refused() {
-    let py = std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON names Ray's python");
-    let out = std::process::Command::new(&py)
-        .args([
-            "-c",
-            "import os, ray.autoscaler; print(os.path.dirname(ray.autoscaler.__file__))",
-        ])
-        .output()
-        .unwrap();
-    let dir = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("gcp");
+    let dir = rayscale_tests::cluster_yamls::ray_autoscaler_dir().join("gcp");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap().flatten() {
         let path = e.path();
@@ -508,4 +500,34 @@ async fn a_taken_name_of_another_request_is_not_counted_as_made() {
         "{e}"
     );
     assert_eq!(fake.instances().len(), 1, "nothing more made");
+}
+
+/// Ray's GCP YAMLs from the wheel and rayscale's SPOT, preemptible and GPU variants: every
+/// node type is inserted on a fake of the YAML's own project and zone (the requests go to
+/// the contract check, tests/contract). Ray's YAMLs leave the project to the user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
+    let mut launched = 0;
+    for (origin, mut v) in rayscale_tests::cluster_yamls::for_cloud("gcp") {
+        if v["provider"]["project_id"].is_null() {
+            v["provider"]["project_id"] = serde_json::json!("my-project");
+        }
+        let project = v["provider"]["project_id"].as_str().unwrap().to_string();
+        let zone = v["provider"]["availability_zone"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let fake = GceFake::start(&project, &zone, Timing::default()).await;
+        let cfg = ClusterConfig::from_value(&v, "").unwrap_or_else(|e| panic!("{origin}: {e}"));
+        let p = provider(&fake, &cfg).await;
+        launched +=
+            rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &v, &origin).await;
+        assert!(
+            rayscale_tests::wait_until(Duration::from_secs(10), || fake.instances().len()
+                == rayscale_tests::cluster_yamls::node_types(&v).len()),
+            "{origin}: {:?}",
+            fake.instances()
+        );
+    }
+    assert!(launched >= 7, "{launched} node types launched");
 }

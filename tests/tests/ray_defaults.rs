@@ -3,24 +3,8 @@
 //! test fails loudly rather than skipping.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use rayscale_core::config::{ClusterConfig, parse_yaml};
-
-fn ray_autoscaler_dir() -> PathBuf {
-    let py = std::env::var("RAYSCALE_PYTHON").expect(
-        "RAYSCALE_PYTHON must name a Python with ray==2.60.0 (scripts/setup-python.sh prints one)",
-    );
-    let out = Command::new(&py)
-        .args([
-            "-c",
-            "import os, ray.autoscaler; print(os.path.dirname(ray.autoscaler.__file__))",
-        ])
-        .output()
-        .expect("run the Ray python");
-    assert!(out.status.success(), "{py} cannot import ray");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
 
 fn find_defaults(dir: &PathBuf, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).expect("readable dir").flatten() {
@@ -36,7 +20,10 @@ fn find_defaults(dir: &PathBuf, out: &mut Vec<PathBuf>) {
 #[test]
 fn every_ray_defaults_yaml_loads() {
     let mut files = Vec::new();
-    find_defaults(&ray_autoscaler_dir(), &mut files);
+    find_defaults(
+        &rayscale_tests::cluster_yamls::ray_autoscaler_dir(),
+        &mut files,
+    );
     assert!(files.len() >= 5, "found only {files:?}");
     for f in &files {
         let text = std::fs::read_to_string(f).expect("read defaults.yaml");

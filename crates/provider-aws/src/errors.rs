@@ -144,10 +144,12 @@ const TABLE: &[(&str, Class)] = &[
     ("InvalidAMIID.Unavailable", Class::Invalid),
     ("InvalidSubnetID.NotFound", Class::Invalid),
     ("InvalidSubnetID.Malformed", Class::Invalid),
+    // EC2's error page spells it both ways.
+    ("InvalidSubnetId.NotFound", Class::Invalid),
     ("InvalidGroup.NotFound", Class::Invalid),
     ("InvalidGroupId.Malformed", Class::Invalid),
     ("InvalidKeyPair.NotFound", Class::Invalid),
-    ("InvalidInstanceType.NotFound", Class::Invalid),
+    ("InvalidInstanceType", Class::Invalid),
     ("InvalidBlockDeviceMapping", Class::Invalid),
     (
         "InvalidLaunchTemplateName.NotFoundException",

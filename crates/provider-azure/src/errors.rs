@@ -114,10 +114,8 @@ const TABLE: &[(&str, Class)] = &[
     ("ZonalAllocationFailed", Class::Capacity),
     ("OverconstrainedAllocationRequest", Class::Capacity),
     ("OverconstrainedZonalAllocationRequest", Class::Capacity),
-    ("SpotAllocationFailed", Class::Capacity),
     // Quota.
     ("QuotaExceeded", Class::Quota),
-    ("OperationNotAllowedQuota", Class::Quota),
     ("ResourceQuotaExceeded", Class::Quota),
     ("SubscriptionRequestsThrottled", Class::Throttled),
     // Throttling.
@@ -150,15 +148,20 @@ const TABLE: &[(&str, Class)] = &[
     // Transient.
     ("InternalServerError", Class::Transient),
     ("InternalExecutionError", Class::Transient),
-    ("ServiceUnavailable", Class::Transient),
     ("GatewayTimeout", Class::Transient),
 ];
 
-/// The class of an ARM error code and HTTP status, with its message (quota errors come
-/// as `OperationNotAllowed` whose message speaks of a quota): the table first, then the
-/// status (429 throttled, 401/403 auth, 404 not found, 409 conflict, other 4xx invalid,
-/// the rest transient).
+/// The class of an ARM error code and HTTP status, with its message: a 429 is throttled
+/// whatever its code; quota errors come as `OperationNotAllowed` whose message speaks of
+/// a quota; then the table, then the status (401/403 auth, 404 not found, 409 conflict,
+/// other 4xx invalid, the rest transient).
 pub fn classify(code: Option<&str>, status: Option<u16>, message: &str) -> Class {
+    // Compute throttles with HTTP 429 and the top-level code `OperationNotAllowed`
+    // (details `TooManyRequests`: "Troubleshooting API throttling errors"): the status
+    // says it before the code does.
+    if status == Some(429) {
+        return Class::Throttled;
+    }
     if code == Some("OperationNotAllowed") {
         let m = message.to_ascii_lowercase();
         return if m.contains("quota") {
@@ -337,6 +340,14 @@ mod tests {
             (Some("QuotaExceeded"), Some(400), "", Class::Quota),
             (None, Some(429), "", Class::Throttled),
             (Some("TooManyRequests"), Some(429), "", Class::Throttled),
+            // Compute's throttling answer (found by the contract check's error lists:
+            // it was read as a conflict before).
+            (
+                Some("OperationNotAllowed"),
+                Some(429),
+                "The server rejected the request because too many requests have been received for this subscription.",
+                Class::Throttled,
+            ),
             (Some("ResourceNotFound"), Some(404), "", Class::NotFound),
             (None, Some(404), "", Class::NotFound),
             (Some("AuthorizationFailed"), Some(403), "", Class::Auth),

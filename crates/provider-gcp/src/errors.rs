@@ -112,11 +112,11 @@ const TABLE: &[(&str, Class)] = &[
     ("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", Class::Capacity),
     ("RESOURCE_POOL_EXHAUSTED", Class::Capacity),
     ("STOCKOUT", Class::Capacity),
-    ("resourcePoolExhausted", Class::Capacity),
+    // The bulk insert API's HTTP 503 reason ("Troubleshooting bulk VM creation").
+    ("insufficientCapacity", Class::Capacity),
     // Quota.
     ("QUOTA_EXCEEDED", Class::Quota),
     ("quotaExceeded", Class::Quota),
-    ("QUOTA_LIMIT", Class::Quota),
     // Throttling.
     ("rateLimitExceeded", Class::Throttled),
     ("userRateLimitExceeded", Class::Throttled),
@@ -131,19 +131,16 @@ const TABLE: &[(&str, Class)] = &[
     ("RESOURCE_NOT_FOUND", Class::NotFound),
     // Exists.
     ("alreadyExists", Class::AlreadyExists),
-    ("RESOURCE_ALREADY_EXISTS", Class::AlreadyExists),
     // Invalid.
     ("invalid", Class::Invalid),
     ("badRequest", Class::Invalid),
     ("required", Class::Invalid),
     ("INVALID_FIELD_VALUE", Class::Invalid),
     ("INVALID_USAGE", Class::Invalid),
-    ("UNSUPPORTED_OPERATION", Class::Invalid),
     // Transient.
     ("backendError", Class::Transient),
     ("internalError", Class::Transient),
     ("resourceNotReady", Class::Transient),
-    ("RESOURCE_NOT_READY", Class::Transient),
 ];
 
 /// The class of an error code (or reason) and HTTP status: the table first, then the
@@ -288,6 +285,8 @@ mod tests {
                 None,
                 Class::Capacity,
             ),
+            // The bulk API's capacity reason is a 503: a capacity error, not a retry.
+            (Some("insufficientCapacity"), Some(503), Class::Capacity),
             (Some("QUOTA_EXCEEDED"), Some(403), Class::Quota),
             (Some("rateLimitExceeded"), Some(403), Class::Throttled),
             (None, Some(429), Class::Throttled),

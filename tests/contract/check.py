@@ -1,0 +1,263 @@
+"""The contract check: every request rayscale's AWS, GCP and Azure providers sent in the
+test suite, and every answer the GCE and ARM fakes gave, judged by the cloud's own
+published API model (botocore's EC2 model; Compute's v1 discovery document; the
+azure-mgmt-compute/-network SDK models), and every error code the fakes answer or the
+providers' error tables name checked against the cloud's documented error list
+(tests/contract/errors/*.txt, each code with its source).
+
+    check.py --capture DIR [--min aws=N,gcp=N,azure=N]   judge what the tests recorded
+    check.py --self-test                                  the checker refuses bad requests
+
+The capture is written by the fakes (tests/fakes/record.rs) and by moto's fault switch
+(tests/fakes/moto_ec2.py) when RAYSCALE_CONTRACT_DIR is set; scripts/test.sh sets it for
+`cargo test`. Exit 1 on any finding, each printed with the member's path.
+"""
+
+import argparse
+import collections
+import copy
+import os
+import re
+import sys
+import urllib.parse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+from common import Finding, read_capture, read_error_list  # noqa: E402
+
+ERROR_LISTS = {"aws": "ec2.txt", "gcp": "gce.txt", "azure": "arm.txt"}
+TABLES = {
+    "aws": "crates/provider-aws/src/errors.rs",
+    "gcp": "crates/provider-gcp/src/errors.rs",
+    "azure": "crates/provider-azure/src/errors.rs",
+}
+
+
+def table_codes(cloud):
+    """The error codes a provider's error table names (its `TABLE` constant), and the
+    codes its classifier matches by name outside the table."""
+    src = open(os.path.join(ROOT, TABLES[cloud])).read()
+    m = re.search(r"const TABLE: &\[\(&str, Class\)\] = &\[(.*?)\n\];", src, re.S)
+    if not m:
+        raise SystemExit(f"contract check: no TABLE in {TABLES[cloud]}")
+    codes = set(re.findall(r'\(\s*"([^"]+)",\s*Class::', m.group(1)))
+    codes |= set(re.findall(r'code == Some\("([^"]+)"\)', src))
+    return codes
+
+
+def checkers():
+    import arm
+    import ec2
+    import gce
+
+    return {
+        "aws": ec2.load_model(),
+        "gcp": gce.Checker(gce.load_model()),
+        "azure": arm.Checker(arm.load_model()),
+    }
+
+
+def check_one(cloud, models, rec, codes):
+    if cloud == "aws":
+        import ec2
+
+        where, findings = ec2.check_request(models["aws"], rec)
+        code = (rec.get("response") or {}).get("error_code")
+        if code and code not in codes:
+            findings.append(Finding("aws", where, "Errors.Error.Code", f"{code!r} is not in the documented error list", "error code"))
+        return where, findings
+    return models[cloud].check(rec, codes)
+
+
+def is_ec2(rec):
+    form = dict(urllib.parse.parse_qsl(rec.get("body") or "", keep_blank_values=True))
+    return form.get("Version") == "2016-11-15"
+
+
+def sender(cloud, rec):
+    ua = (rec.get("headers") or {}).get("user-agent", "")
+    if cloud == "aws" and "aws-sdk-rust" not in ua:
+        return "other: " + (ua.split(" ")[0] or "no user-agent")
+    return "rayscale"
+
+
+def run_capture(directory, minimum):
+    models = checkers()
+    failures = []
+    for cloud in ("aws", "gcp", "azure"):
+        documented, kept = read_error_list(os.path.join(HERE, "errors", ERROR_LISTS[cloud]))
+        codes = set(documented) | set(kept)
+        recs = read_capture(directory, cloud)
+        by_sender = collections.Counter()
+        ops = collections.Counter()
+        responses = 0
+        findings = collections.OrderedDict()
+        skipped = collections.Counter()
+        for rec in recs:
+            who = sender(cloud, rec)
+            if cloud == "aws" and who != "rayscale" and not is_ec2(rec):
+                # Ray's own AWS provider (run through moto as the reference for the
+                # first launches) also bootstraps IAM on the same endpoint.
+                skipped[who] += 1
+                continue
+            by_sender[who] += 1
+            where, fs = check_one(cloud, models, rec, codes)
+            ops[where] += 1
+            if cloud != "aws" and rec.get("response") is not None:
+                responses += 1
+            for f in fs:
+                key = f.line() + ("" if who == "rayscale" else f"  [sent by {who}]")
+                findings.setdefault(key, [0, rec.get("test", "?")])[0] += 1
+        table = table_codes(cloud)
+        for code in sorted(table - codes):
+            findings[Finding(cloud, TABLES[cloud], code, "named by the error table, not in the documented error list", "error code").line()] = [1, "-"]
+        kept_used = sorted((table | {c for c in codes if c in kept}) & set(kept))
+        print(f"== {cloud}: {len(recs)} exchanges ({', '.join(f'{n} from {w}' for w, n in by_sender.most_common())}), "
+              f"{len(ops)} distinct operations, {responses} fake answers checked, "
+              f"{len(table)} error-table codes ({len(table & set(documented))} documented, {len(table & set(kept))} kept with evidence)")
+        for op, n in sorted(ops.items()):
+            print(f"   {n:6d}  {op}")
+        for who, n in skipped.items():
+            print(f"   skipped: {n} requests of another AWS service (not EC2) from {who}")
+        for note in sorted(getattr(models[cloud], "notes", ())):
+            print(f"   note: {note}")
+        for c in kept_used:
+            print(f"   kept, not in a documented list: {c}  ({kept[c]})")
+        for line, (n, test) in findings.items():
+            print(f"FINDING ({n}x, e.g. test {test}): {line}")
+            failures.append(line)
+        want = minimum.get(cloud, 0)
+        if by_sender["rayscale"] < want:
+            print(f"FAIL: {cloud}: only {by_sender['rayscale']} requests from rayscale recorded, at least {want} expected "
+                  f"(was the test suite run with RAYSCALE_CONTRACT_DIR={directory}?)")
+            failures.append(f"{cloud}: too few requests")
+    return 1 if failures else 0
+
+
+# -- the checker's self-test -------------------------------------------------------------
+
+def ec2_form(pairs):
+    return {"method": "POST", "path": "/", "query": [], "headers": {"user-agent": "aws-sdk-rust/self-test"},
+            "body": urllib.parse.urlencode(pairs), "status": 200, "response": None}
+
+
+def self_test():
+    models = checkers()
+    problems = []
+
+    def expect(cloud, name, rec, member, words):
+        _, fs = check_one(cloud, models, rec, set())
+        fs = [f for f in fs if f.side != "error code"]
+        if member is None:
+            if fs:
+                problems.append(f"{cloud} {name}: a good request refused: {[f.line() for f in fs]}")
+            return
+        hit = [f for f in fs if f.member == member and words in f.message]
+        if not hit:
+            problems.append(f"{cloud} {name}: no finding at {member!r} containing {words!r}; got {[f.line() for f in fs]}")
+        else:
+            print(f"   {cloud} {name}: refused: {hit[0].line()}")
+
+    run = [("Action", "RunInstances"), ("Version", "2016-11-15"), ("ImageId", "ami-12c6146b"),
+           ("InstanceType", "m5.large"), ("MinCount", "1"), ("MaxCount", "2"),
+           ("TagSpecification.1.ResourceType", "instance"), ("TagSpecification.1.Tag.1.Key", "ray-node-type"),
+           ("TagSpecification.1.Tag.1.Value", "worker"), ("ClientToken", "abc")]
+    expect("aws", "good RunInstances", ec2_form(run), None, "")
+    expect("aws", "misspelled member", ec2_form(run + [("InstanceTyp", "m5.large")]), "InstanceTyp", "unknown member")
+    expect("aws", "misspelled nested member", ec2_form(run + [("TagSpecification.1.Tag.1.Vaule", "x")]), "TagSpecification.1.Tag.1.Vaule", "unknown member")
+    expect("aws", "wrong enum", ec2_form([(k, "m5.huge" if k == "InstanceType" else v) for k, v in run]), "InstanceType", "not one of the enum")
+    expect("aws", "missing required", ec2_form([(k, v) for k, v in run if k != "MinCount"]), "MinCount", "required member")
+    expect("aws", "wrong type", ec2_form([(k, "two" if k == "MaxCount" else v) for k, v in run]), "MaxCount", "not an integer")
+
+    gbody = {"name": "ray-w-1", "machineType": "zones/us-central1-a/machineTypes/n1-standard-2",
+             "labels": {"ray-node-type": "worker"},
+             "scheduling": {"provisioningModel": "SPOT", "instanceTerminationAction": "DELETE"},
+             "disks": [{"boot": True, "autoDelete": True, "initializeParams": {"diskSizeGb": "50", "sourceImage": "projects/debian-cloud/global/images/family/debian-12"}}],
+             "networkInterfaces": [{"network": "global/networks/default"}]}
+
+    def gce_rec(body, query=(("requestId", "5f0c2f7e-3a0b-4c1e-9a43-1b2c3d4e5f60"),)):
+        return {"method": "POST", "path": "/compute/v1/projects/p1/zones/us-central1-a/instances", "query": list(query),
+                "headers": {}, "body": body, "status": 200, "response": None}
+
+    expect("gcp", "good instances.insert", gce_rec(gbody), None, "")
+    b = copy.deepcopy(gbody)
+    b["machineTyp"] = b.pop("machineType")
+    expect("gcp", "misspelled member", gce_rec(b), "machineTyp", "unknown member")
+    b = copy.deepcopy(gbody)
+    b["scheduling"]["provisioningModel"] = "SPOTTY"
+    expect("gcp", "wrong enum", gce_rec(b), "scheduling.provisioningModel", "is not one of")
+    b = copy.deepcopy(gbody)
+    del b["name"]
+    expect("gcp", "missing required", gce_rec(b), "name", "required")
+    b = copy.deepcopy(gbody)
+    b["scheduling"]["automaticRestart"] = "yes"
+    expect("gcp", "wrong type", gce_rec(b), "scheduling.automaticRestart", "where a boolean")
+    b = copy.deepcopy(gbody)
+    b["disks"][0]["initializeParams"]["diskSizeGb"] = "fifty"
+    expect("gcp", "not an int64", gce_rec(b), "disks[0].initializeParams.diskSizeGb", "is not a int64")
+    b = copy.deepcopy(gbody)
+    b["id"] = "123"
+    expect("gcp", "read-only member", gce_rec(b), "id", "read-only")
+    expect("gcp", "bad query", gce_rec(gbody, (("requestId", "not-a-uuid"),)), "?requestId", "not a UUID")
+
+    abody = {"location": "westus2", "tags": {"ray-node-type": "worker"},
+             "properties": {"hardwareProfile": {"vmSize": "Standard_D2s_v3"}, "priority": "Spot",
+                            "evictionPolicy": "Delete",
+                            "storageProfile": {"imageReference": {"publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server", "version": "latest"},
+                                               "osDisk": {"createOption": "FromImage"}},
+                            "osProfile": {"computerName": "w1", "adminUsername": "ray", "linuxConfiguration": {"disablePasswordAuthentication": True}}}}
+
+    def arm_rec(body):
+        return {"method": "PUT", "path": "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/w1",
+                "query": [["api-version", "2024-07-01"]], "headers": {}, "body": body, "status": 200, "response": None}
+
+    expect("azure", "good VM create", arm_rec(abody), None, "")
+    b = copy.deepcopy(abody)
+    b["properties"]["hardwareProfile"]["vmSze"] = b["properties"]["hardwareProfile"].pop("vmSize")
+    expect("azure", "misspelled member", arm_rec(b), "properties.hardwareProfile.vmSze", "unknown member")
+    b = copy.deepcopy(abody)
+    b["properties"]["priority"] = "Cheap"
+    expect("azure", "wrong enum", arm_rec(b), "properties.priority", "is not one of")
+    b = copy.deepcopy(abody)
+    del b["location"]
+    expect("azure", "missing required", arm_rec(b), "location", "required")
+    b = copy.deepcopy(abody)
+    b["properties"]["provisioningState"] = "Succeeded"
+    expect("azure", "read-only member", arm_rec(b), "properties.provisioningState", "read-only")
+    b = copy.deepcopy(abody)
+    b["properties"]["storageProfile"]["osDisk"]["diskSizeGB"] = "30"
+    expect("azure", "wrong type", arm_rec(b), "properties.storageProfile.osDisk.diskSizeGB", "integer")
+    r = arm_rec(abody)
+    r["query"] = []
+    expect("azure", "no api-version", r, "?api-version", "missing")
+    r = arm_rec(abody)
+    r["path"] = r["path"].replace("virtualMachines", "virtualMachine")
+    expect("azure", "wrong path", r, "(path)", "no operation")
+
+    for p in problems:
+        print("SELF-TEST FAIL:", p)
+    print("contract check self-test:", "FAILED" if problems else "ok")
+    return 1 if problems else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--capture", help="the directory RAYSCALE_CONTRACT_DIR pointed at")
+    ap.add_argument("--min", default="", help="least requests from rayscale per cloud, e.g. aws=100,gcp=100,azure=100")
+    ap.add_argument("--self-test", action="store_true")
+    a = ap.parse_args()
+    if a.self_test:
+        return self_test()
+    if not a.capture:
+        ap.error("--capture DIR or --self-test")
+    minimum = {}
+    for part in filter(None, a.min.split(",")):
+        k, _, v = part.partition("=")
+        minimum[k] = int(v)
+    return run_capture(a.capture, minimum)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""EC2 requests judged by botocore's EC2 service model (`botocore/data/ec2/2016-11-15/
+service-2.json`, the model AWS's SDKs are generated from).
+
+EC2 speaks the "ec2" Query protocol: a form-encoded POST to `/` with `Action`, `Version`
+and the input members flattened into keys, as botocore's `EC2Serializer` writes them:
+a member's key is its `queryName`, else its `locationName` with the first letter
+capitalised, else the member name; a structure's members are `Prefix.Member`; a list is
+always flattened, `Prefix.1`, `Prefix.2`, ...; booleans are `true`/`false`.
+
+This walks a captured form against the operation's input shape and reports unknown keys,
+missing required members, values of the wrong type, outside an enum, a range or a length,
+and list indices that are not 1..n.
+"""
+
+import base64
+import re
+import urllib.parse
+
+from common import Finding
+
+MODEL_VERSION = "2016-11-15"
+
+
+def load_model():
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("ec2")
+
+
+def serialized_name(shape, default):
+    s = shape.serialization
+    if "queryName" in s:
+        return s["queryName"]
+    if "name" in s:
+        return s["name"][0].upper() + s["name"][1:]
+    return default
+
+
+def check_scalar(shape, value, path, out):
+    t = shape.type_name
+    meta = shape.metadata
+    if t == "boolean":
+        if value not in ("true", "false"):
+            out.append((path, f"{value!r} is not a boolean (true/false)"))
+        return
+    if t in ("integer", "long"):
+        if not re.fullmatch(r"-?[0-9]+", value):
+            out.append((path, f"{value!r} is not an integer"))
+            return
+        n = int(value)
+        if "min" in meta and n < meta["min"]:
+            out.append((path, f"{n} is below the minimum {meta['min']}"))
+        if "max" in meta and n > meta["max"]:
+            out.append((path, f"{n} is above the maximum {meta['max']}"))
+        return
+    if t in ("double", "float"):
+        try:
+            float(value)
+        except ValueError:
+            out.append((path, f"{value!r} is not a number"))
+        return
+    if t == "timestamp":
+        if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9:]+)?|[0-9]+(\.[0-9]+)?", value):
+            out.append((path, f"{value!r} is not a timestamp"))
+        return
+    if t == "blob":
+        try:
+            base64.b64decode(value, validate=True)
+        except Exception:
+            out.append((path, "not base64"))
+        return
+    if t == "string":
+        enum = shape.enum
+        if enum and value not in enum:
+            out.append((path, f"{value!r} is not one of the enum {shape.name} ({', '.join(enum[:12])}{', ...' if len(enum) > 12 else ''})"))
+        if "pattern" in meta and not re.fullmatch(meta["pattern"], value):
+            out.append((path, f"{value!r} does not match the pattern {meta['pattern']!r}"))
+        if "min" in meta and len(value) < meta["min"]:
+            out.append((path, f"shorter than {meta['min']}"))
+        if "max" in meta and len(value) > meta["max"]:
+            out.append((path, f"longer than {meta['max']}"))
+        return
+    out.append((path, f"a value for a {t} shape"))
+
+
+def walk(shape, keys, prefix, out):
+    """`keys`: {relative key: value} of every form key under `prefix` (already stripped)."""
+    t = shape.type_name
+    if t == "structure":
+        if "" in keys:
+            out.append((prefix or "(root)", f"a value {keys['']!r} where structure {shape.name} is expected"))
+        by_name = {}
+        for name, member in shape.members.items():
+            by_name[serialized_name(member, name)] = (name, member)
+        groups = {}
+        for k, v in keys.items():
+            if k == "":
+                continue
+            head, _, rest = k.partition(".")
+            groups.setdefault(head, {})[rest] = v
+        for head, sub in groups.items():
+            path = f"{prefix}.{head}" if prefix else head
+            if head not in by_name:
+                out.append((path, f"unknown member of {shape.name}"))
+                continue
+            walk(by_name[head][1], sub, path, out)
+        for name in shape.required_members:
+            sname = serialized_name(shape.members[name], name)
+            if sname not in groups:
+                out.append((f"{prefix}.{sname}" if prefix else sname, f"required member of {shape.name} missing"))
+        return
+    if t == "list":
+        if "" in keys:
+            # An empty list is sent as nothing at all by the EC2 protocol.
+            out.append((prefix, f"a bare value {keys['']!r} where list {shape.name} is expected"))
+        groups = {}
+        for k, v in keys.items():
+            if k == "":
+                continue
+            head, _, rest = k.partition(".")
+            groups.setdefault(head, {})[rest] = v
+        idx = []
+        for head in groups:
+            if not re.fullmatch(r"[1-9][0-9]*", head):
+                out.append((f"{prefix}.{head}", f"list {shape.name} wants indices 1..n, not {head!r}"))
+            else:
+                idx.append(int(head))
+        if idx and sorted(idx) != list(range(1, len(idx) + 1)):
+            out.append((prefix, f"list indices {sorted(idx)} are not 1..{len(idx)}"))
+        meta = shape.metadata
+        if "max" in meta and len(idx) > meta["max"]:
+            out.append((prefix, f"{len(idx)} items, above the maximum {meta['max']}"))
+        for head, sub in groups.items():
+            if re.fullmatch(r"[1-9][0-9]*", head):
+                walk(shape.member, sub, f"{prefix}.{head}", out)
+        return
+    if t == "map":
+        out.append((prefix, "a map member (rayscale sends none; not checked)"))
+        return
+    # Scalar: exactly one key, the member itself.
+    for k, v in keys.items():
+        if k != "":
+            out.append((f"{prefix}.{k}", f"a sub-key under scalar {shape.name} ({t})"))
+        else:
+            check_scalar(shape, v, prefix, out)
+
+
+def check_request(model, rec):
+    """Findings for one captured request (a dict from the capture file)."""
+    where = f"{rec['method']} {rec['path']}"
+    form = urllib.parse.parse_qsl(rec.get("body") or "", keep_blank_values=True)
+    form += [tuple(kv) for kv in rec.get("query") or []]
+    keys = {}
+    dup = []
+    for k, v in form:
+        if k in keys:
+            dup.append(k)
+        keys[k] = v
+    action = keys.pop("Action", None)
+    version = keys.pop("Version", None)
+    findings = []
+    if action is None:
+        return "?", [Finding("aws", where, "Action", "no Action: not an EC2 Query request")]
+    where = f"{action}"
+    if action not in model.operation_names:
+        return action, [Finding("aws", where, "Action", f"{action!r} is not an EC2 operation")]
+    op = model.operation_model(action)
+    if version != MODEL_VERSION:
+        findings.append(Finding("aws", where, "Version", f"{version!r}, the model is {MODEL_VERSION}"))
+    http = op.http
+    if rec["method"] != http.get("method", "POST"):
+        findings.append(Finding("aws", where, "(method)", f"{rec['method']}, the model says {http.get('method')}"))
+    if rec["path"] != http.get("requestUri", "/"):
+        findings.append(Finding("aws", where, "(path)", f"{rec['path']}, the model says {http.get('requestUri')}"))
+    for k in dup:
+        findings.append(Finding("aws", where, k, "sent twice"))
+    out = []
+    if op.input_shape is not None:
+        walk(op.input_shape, keys, "", out)
+    elif keys:
+        out.append(("(root)", f"{action} takes no input"))
+    findings += [Finding("aws", where, p, m) for p, m in out]
+    return action, findings
