@@ -16,6 +16,7 @@ api-version rayscale's provider speaks) and `azure-mgmt-network` (NetworkInterfa
 """
 
 import enum
+import functools
 import inspect
 import json
 import os
@@ -93,6 +94,7 @@ def split_key(key):
     return [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", key)]
 
 
+@functools.lru_cache(maxsize=None)
 def enum_of(cls, attr, models):
     """The enum class the model's constructor names for `attr`, if any."""
     try:
@@ -108,6 +110,7 @@ def enum_of(cls, attr, models):
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def tree(cls):
     """{json name: node} where a node is ("attr", attr, spec) or ("obj", {…})."""
     root = {}
@@ -303,16 +306,16 @@ class Checker:
         status, resp = rec.get("status", 0), rec.get("response")
         out = []
         if status >= 400:
-            out += self.error_body(resp, codes)
+            out += self.error_body(resp, codes, where)
         elif resp not in (None, {}) and not op["response"]:
             out.append(Finding("azure", where, "(body)", f"a body where {where} answers none", "response"))
         elif resp is not None and op["response"]:
             w = []
             Walker(op["models"], False).model(op["response"], resp, "", w)
             out += [Finding("azure", where, p, m, "response") for p, m in w]
-        return [Finding("azure", where, f.member, f.message, f.side) if isinstance(f, Finding) else f for f in out]
+        return out
 
-    def error_body(self, resp, codes, where="(error)"):
+    def error_body(self, resp, codes, where):
         out = []
         e = resp.get("error") if isinstance(resp, dict) else None
         if not isinstance(e, dict) or not isinstance(e.get("code"), str) or not isinstance(e.get("message"), str):

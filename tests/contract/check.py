@@ -138,6 +138,31 @@ def run_capture(directory, minimum):
 
 # -- the checker's self-test -------------------------------------------------------------
 
+DROP = object()
+
+
+class Rename:
+    def __init__(self, to):
+        self.to = to
+
+
+def edited(body, path, value):
+    """A copy of `body` with the member at `path` set to `value`, removed (`DROP`) or
+    renamed (`Rename`)."""
+    out = copy.deepcopy(body)
+    parent = out
+    for k in path[:-1]:
+        parent = parent[k]
+    last = path[-1]
+    if value is DROP:
+        del parent[last]
+    elif isinstance(value, Rename):
+        parent[value.to] = parent.pop(last)
+    else:
+        parent[last] = value
+    return out
+
+
 def ec2_form(pairs):
     return {"method": "POST", "path": "/", "query": [], "headers": {"user-agent": "aws-sdk-rust/self-test"},
             "body": urllib.parse.urlencode(pairs), "status": 200, "response": None}
@@ -182,24 +207,15 @@ def self_test():
                 "headers": {}, "body": body, "status": 200, "response": None}
 
     expect("gcp", "good instances.insert", gce_rec(gbody), None, "")
-    b = copy.deepcopy(gbody)
-    b["machineTyp"] = b.pop("machineType")
-    expect("gcp", "misspelled member", gce_rec(b), "machineTyp", "unknown member")
-    b = copy.deepcopy(gbody)
-    b["scheduling"]["provisioningModel"] = "SPOTTY"
-    expect("gcp", "wrong enum", gce_rec(b), "scheduling.provisioningModel", "is not one of")
-    b = copy.deepcopy(gbody)
-    del b["name"]
-    expect("gcp", "missing required", gce_rec(b), "name", "required")
-    b = copy.deepcopy(gbody)
-    b["scheduling"]["automaticRestart"] = "yes"
-    expect("gcp", "wrong type", gce_rec(b), "scheduling.automaticRestart", "where a boolean")
-    b = copy.deepcopy(gbody)
-    b["disks"][0]["initializeParams"]["diskSizeGb"] = "fifty"
-    expect("gcp", "not an int64", gce_rec(b), "disks[0].initializeParams.diskSizeGb", "is not a int64")
-    b = copy.deepcopy(gbody)
-    b["id"] = "123"
-    expect("gcp", "read-only member", gce_rec(b), "id", "read-only")
+    for name, path, value, member, words in [
+        ("misspelled member", ["machineType"], Rename("machineTyp"), "machineTyp", "unknown member"),
+        ("wrong enum", ["scheduling", "provisioningModel"], "SPOTTY", "scheduling.provisioningModel", "is not one of"),
+        ("missing required", ["name"], DROP, "name", "required"),
+        ("wrong type", ["scheduling", "automaticRestart"], "yes", "scheduling.automaticRestart", "where a boolean"),
+        ("not an int64", ["disks", 0, "initializeParams", "diskSizeGb"], "fifty", "disks[0].initializeParams.diskSizeGb", "is not a int64"),
+        ("read-only member", ["id"], "123", "id", "read-only"),
+    ]:
+        expect("gcp", name, gce_rec(edited(gbody, path, value)), member, words)
     expect("gcp", "bad query", gce_rec(gbody, (("requestId", "not-a-uuid"),)), "?requestId", "not a UUID")
 
     abody = {"location": "westus2", "tags": {"ray-node-type": "worker"},
@@ -214,21 +230,15 @@ def self_test():
                 "query": [["api-version", "2024-07-01"]], "headers": {}, "body": body, "status": 200, "response": None}
 
     expect("azure", "good VM create", arm_rec(abody), None, "")
-    b = copy.deepcopy(abody)
-    b["properties"]["hardwareProfile"]["vmSze"] = b["properties"]["hardwareProfile"].pop("vmSize")
-    expect("azure", "misspelled member", arm_rec(b), "properties.hardwareProfile.vmSze", "unknown member")
-    b = copy.deepcopy(abody)
-    b["properties"]["priority"] = "Cheap"
-    expect("azure", "wrong enum", arm_rec(b), "properties.priority", "is not one of")
-    b = copy.deepcopy(abody)
-    del b["location"]
-    expect("azure", "missing required", arm_rec(b), "location", "required")
-    b = copy.deepcopy(abody)
-    b["properties"]["provisioningState"] = "Succeeded"
-    expect("azure", "read-only member", arm_rec(b), "properties.provisioningState", "read-only")
-    b = copy.deepcopy(abody)
-    b["properties"]["storageProfile"]["osDisk"]["diskSizeGB"] = "30"
-    expect("azure", "wrong type", arm_rec(b), "properties.storageProfile.osDisk.diskSizeGB", "integer")
+    hw = ["properties", "hardwareProfile"]
+    for name, path, value, member, words in [
+        ("misspelled member", hw + ["vmSize"], Rename("vmSze"), "properties.hardwareProfile.vmSze", "unknown member"),
+        ("wrong enum", ["properties", "priority"], "Cheap", "properties.priority", "is not one of"),
+        ("missing required", ["location"], DROP, "location", "required"),
+        ("read-only member", ["properties", "provisioningState"], "Succeeded", "properties.provisioningState", "read-only"),
+        ("wrong type", ["properties", "storageProfile", "osDisk", "diskSizeGB"], "30", "properties.storageProfile.osDisk.diskSizeGB", "integer"),
+    ]:
+        expect("azure", name, arm_rec(edited(abody, path, value)), member, words)
     r = arm_rec(abody)
     r["query"] = []
     expect("azure", "no api-version", r, "?api-version", "missing")

@@ -83,6 +83,16 @@ def check_scalar(shape, value, path, out):
     out.append((path, f"a value for a {t} shape"))
 
 
+def by_head(keys):
+    """{first key part: {rest: value}} of the keys under one prefix (the bare key aside)."""
+    groups = {}
+    for k, v in keys.items():
+        if k:
+            head, _, rest = k.partition(".")
+            groups.setdefault(head, {})[rest] = v
+    return groups
+
+
 def walk(shape, keys, prefix, out):
     """`keys`: {relative key: value} of every form key under `prefix` (already stripped)."""
     t = shape.type_name
@@ -92,12 +102,7 @@ def walk(shape, keys, prefix, out):
         by_name = {}
         for name, member in shape.members.items():
             by_name[serialized_name(member, name)] = (name, member)
-        groups = {}
-        for k, v in keys.items():
-            if k == "":
-                continue
-            head, _, rest = k.partition(".")
-            groups.setdefault(head, {})[rest] = v
+        groups = by_head(keys)
         for head, sub in groups.items():
             path = f"{prefix}.{head}" if prefix else head
             if head not in by_name:
@@ -113,12 +118,7 @@ def walk(shape, keys, prefix, out):
         if "" in keys:
             # An empty list is sent as nothing at all by the EC2 protocol.
             out.append((prefix, f"a bare value {keys['']!r} where list {shape.name} is expected"))
-        groups = {}
-        for k, v in keys.items():
-            if k == "":
-                continue
-            head, _, rest = k.partition(".")
-            groups.setdefault(head, {})[rest] = v
+        groups = by_head(keys)
         idx = []
         for head in groups:
             if not re.fullmatch(r"[1-9][0-9]*", head):

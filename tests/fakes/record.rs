@@ -73,9 +73,15 @@ pub fn test_name() -> String {
 
 /// Records the exchange (when asked to) and returns the template to answer with.
 pub fn answer(cloud: &str, test: &str, req: &Request, reply: Reply) -> ResponseTemplate {
-    let response = reply.body.clone().unwrap_or(Value::Null);
-    record(cloud, test, req, reply.status, response);
+    if recording() {
+        let response = reply.body.clone().unwrap_or(Value::Null);
+        record(cloud, test, req, reply.status, response);
+    }
     reply.into()
+}
+
+fn recording() -> bool {
+    std::env::var_os("RAYSCALE_CONTRACT_DIR").is_some()
 }
 
 /// Records one exchange of `cloud` when `RAYSCALE_CONTRACT_DIR` is set; a response that

@@ -405,6 +405,20 @@ async fn the_head_boots_rayscale_and_workers_join_it() {
     );
 }
 
+/// What Ray's Azure bootstrap writes into a cluster YAML: the subnet, the subscription and
+/// each type's SSH key.
+fn as_rays_bootstrap_leaves_it(v: &mut serde_json::Value, subnet: &str) {
+    v["provider"]["subnet"] = serde_json::json!(subnet);
+    v["provider"]["subscription_id"] = serde_json::json!(SUB);
+    for (_, t) in v["available_node_types"]
+        .as_object_mut()
+        .unwrap()
+        .iter_mut()
+    {
+        t["node_config"]["azure_arm_parameters"]["publicKey"] = serde_json::json!("ssh-rsa AAAA");
+    }
+}
+
 /// Ray's Azure YAMLs in the wheel: each gives a one-line error naming what it lacks
 /// (the subnet Ray's bootstrap makes) and loads once the bootstrap's keys are added.
 #[test]
@@ -428,18 +442,8 @@ fn rays_azure_yamls_load_once_bootstrapped() {
             path.display()
         );
         assert!(!err.contains('\n'));
-        // What Ray's bootstrap writes: the subnet, and each type's SSH key.
         let mut v = rayscale_core::config::parse_yaml(&text, "azure.yaml").unwrap();
-        v["provider"]["subnet"] = serde_json::json!(subnet());
-        v["provider"]["subscription_id"] = serde_json::json!(SUB);
-        for (_, t) in v["available_node_types"]
-            .as_object_mut()
-            .unwrap()
-            .iter_mut()
-        {
-            t["node_config"]["azure_arm_parameters"]["publicKey"] =
-                serde_json::json!("ssh-rsa AAAA");
-        }
+        as_rays_bootstrap_leaves_it(&mut v, &subnet());
         let cfg =
             ClusterConfig::from_value(&v, "").unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let a = rayscale_provider_azure::AzureConfig::from_cluster(&cfg, None)
@@ -577,18 +581,10 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
             .to_string();
         let loc = v["provider"]["location"].as_str().unwrap().to_string();
         if v["provider"]["subnet"].is_null() {
-            v["provider"]["subnet"] = serde_json::json!(format!(
+            let subnet = format!(
                 "/subscriptions/{SUB}/resourceGroups/{rg}/providers/Microsoft.Network/virtualNetworks/v/subnets/s"
-            ));
-            v["provider"]["subscription_id"] = serde_json::json!(SUB);
-            for (_, t) in v["available_node_types"]
-                .as_object_mut()
-                .unwrap()
-                .iter_mut()
-            {
-                t["node_config"]["azure_arm_parameters"]["publicKey"] =
-                    serde_json::json!("ssh-ed25519 AAAA");
-            }
+            );
+            as_rays_bootstrap_leaves_it(&mut v, &subnet);
         }
         let sub = v["provider"]["subscription_id"]
             .as_str()
