@@ -15,6 +15,16 @@
 //! instance's processes get `RAYSCALE_METADATA_URL=http://127.0.0.1:<port>/<id>`, which
 //! rayscale's boot scripts read in place of `http://169.254.169.254`.
 //!
+//! It also serves each cloud's preemption notice endpoints, as the clouds document them:
+//! EC2's `latest/meta-data/spot/instance-action` (404 until a notice, then `{"action":
+//! "terminate", "time": "..."}`) and `.../events/recommendations/rebalance`, GCE's
+//! `computeMetadata/v1/instance/preempted` (`FALSE`, then `TRUE`) and
+//! `.../maintenance-event` (`NONE`), Azure's `metadata/scheduledevents` (no events, then
+//! a `Preempt` event naming the VM, `NotBefore` the deadline). A test posts a notice for
+//! an instance ([`BootSimulator::post_notice`]); at the deadline the simulator kills
+//! the instance's processes, as the cloud would (the instance stays in the API: taking
+//! it away is the control plane's, which rayscale then does).
+//!
 //! Like cloud-init, the first boot of an instance runs its payload: a MIME multi-part
 //! payload (as rayscale sends a user's `UserData` beside its boot script) runs its
 //! shell-script parts in order; other parts (`#cloud-config`) are skipped. A later boot
@@ -52,12 +62,31 @@ struct Sim {
     live: BTreeMap<String, Child>,
     ever: Vec<String>,
     killed: Vec<String>,
+    /// Instances the cloud took back at a notice's deadline: never booted again.
+    reclaimed: Vec<String>,
 }
+
+/// A cloud's preemption notice (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// An EC2 spot interruption notice (`instance-action`, `terminate`).
+    AwsSpot,
+    /// An EC2 rebalance recommendation (no deadline: nothing is killed).
+    AwsRebalance,
+    /// A GCE preemption (`preempted` is `TRUE`).
+    GcePreempted,
+    /// An Azure Spot eviction (a Scheduled Events `Preempt` event).
+    AzurePreempt,
+}
+
+/// Metadata paths answered per instance, beyond the fixed ones: `id -> path -> body`.
+type Served = Arc<Mutex<BTreeMap<String, BTreeMap<String, String>>>>;
 
 /// The data plane of a cloud, on this machine. Dropping it kills every process it started.
 pub struct BootSimulator {
     stop: Arc<AtomicBool>,
     sim: Arc<Mutex<Sim>>,
+    served: Served,
     dir: PathBuf,
     port: u16,
     threads: Vec<JoinHandle<()>>,
@@ -74,9 +103,12 @@ impl BootSimulator {
         let port = listener.local_addr().expect("address").port();
         listener.set_nonblocking(true).expect("nonblocking");
         let mut threads = Vec::new();
+        let served: Served = Arc::default();
         {
-            let stop = stop.clone();
-            threads.push(std::thread::spawn(move || metadata_server(listener, stop)));
+            let (stop, served) = (stop.clone(), served.clone());
+            threads.push(std::thread::spawn(move || {
+                metadata_server(listener, stop, served)
+            }));
         }
         {
             let (stop, sim, dir) = (stop.clone(), sim.clone(), dir.clone());
@@ -98,6 +130,7 @@ impl BootSimulator {
         BootSimulator {
             stop,
             sim,
+            served,
             dir,
             port,
             threads,
@@ -109,6 +142,60 @@ impl BootSimulator {
     /// head).
     pub fn metadata_url(&self, id: &str) -> String {
         format!("http://127.0.0.1:{}/{id}", self.port)
+    }
+
+    /// The cloud warns instance `id` that it takes it back in `deadline`: the notice is
+    /// served on its metadata path from now on, and at the deadline its processes are
+    /// killed (not for a rebalance recommendation, which has none).
+    pub fn post_notice(&self, id: &str, notice: Notice, deadline: Duration) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        let at = now + deadline.as_secs();
+        let (path, body) = match notice {
+            Notice::AwsSpot => (
+                "latest/meta-data/spot/instance-action",
+                format!(r#"{{"action": "terminate", "time": "{}"}}"#, rfc3339(at)),
+            ),
+            Notice::AwsRebalance => (
+                "latest/meta-data/events/recommendations/rebalance",
+                format!(r#"{{"noticeTime": "{}"}}"#, rfc3339(now)),
+            ),
+            Notice::GcePreempted => ("computeMetadata/v1/instance/preempted", "TRUE".into()),
+            Notice::AzurePreempt => (
+                "metadata/scheduledevents",
+                format!(
+                    r#"{{"DocumentIncarnation": 1, "Events": [{{"EventId": "sim-{id}", "EventType": "Preempt", "ResourceType": "VirtualMachine", "Resources": ["{id}"], "EventStatus": "Scheduled", "NotBefore": "{}", "Description": "Spot eviction", "EventSource": "Platform", "DurationInSeconds": -1}}]}}"#,
+                    rfc1123(at)
+                ),
+            ),
+        };
+        lock(&self.served)
+            .entry(id.to_string())
+            .or_default()
+            .insert(path.to_string(), body);
+        if notice == Notice::AwsRebalance {
+            return;
+        }
+        let (sim, id) = (self.sim.clone(), id.to_string());
+        std::thread::spawn(move || {
+            std::thread::sleep(deadline);
+            let child = {
+                let mut s = lock(&sim);
+                s.reclaimed.push(id.clone());
+                s.live.remove(&id)
+            };
+            if let Some(child) = child {
+                kill_instance(&id, child);
+                lock(&sim).killed.push(id);
+            }
+        });
+    }
+
+    /// Instances taken back at a notice's deadline.
+    pub fn reclaimed(&self) -> Vec<String> {
+        self.lock().reclaimed.clone()
     }
 
     /// Instances whose processes run now.
@@ -190,7 +277,7 @@ fn step(
         }
     }
     for (id, payload) in now {
-        if s.live.contains_key(id) {
+        if s.live.contains_key(id) || s.reclaimed.iter().any(|r| r == id) {
             continue;
         }
         let again = !rerun && s.ever.iter().any(|e| e == id);
@@ -326,7 +413,7 @@ fn marked_processes(id: &str) -> Vec<u32> {
 
 /// EC2's IMDSv2 paths under `/<instance id>/`: a token for a PUT, the id and the
 /// (loopback) private address for GETs.
-fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>) {
+fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>, served: Served) {
     while !stop.load(Ordering::Relaxed) {
         let (mut s, _) = match listener.accept() {
             Ok(c) => c,
@@ -358,7 +445,16 @@ fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>) {
         let path = path.split('?').next().unwrap_or("");
         let mut segs = path.trim_start_matches('/').splitn(2, '/');
         let (id, rest) = (segs.next().unwrap_or(""), segs.next().unwrap_or(""));
+        let posted = lock(&served).get(id).and_then(|m| m.get(rest)).cloned();
         let (status, body) = match (method, rest) {
+            ("GET", _) if posted.is_some() => ("200 OK", posted.unwrap_or_default()),
+            // Before any notice, as each cloud answers.
+            ("GET", "computeMetadata/v1/instance/preempted") => ("200 OK", "FALSE".into()),
+            ("GET", "computeMetadata/v1/instance/maintenance-event") => ("200 OK", "NONE".into()),
+            ("GET", "metadata/scheduledevents") => (
+                "200 OK",
+                r#"{"DocumentIncarnation": 0, "Events": []}"#.to_string(),
+            ),
             ("PUT", "latest/api/token") => ("200 OK", "rayscale-sim-token".to_string()),
             ("GET", "latest/meta-data/instance-id") => ("200 OK", id.to_string()),
             ("GET", "latest/meta-data/local-ipv4") => ("200 OK", "127.0.0.1".to_string()),
@@ -379,6 +475,67 @@ fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>) {
             "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// `(year, month, day, hour, minute, second, weekday 0 = Thursday)` of `secs` since the
+/// epoch (UTC; Howard Hinnant's days-to-civil).
+fn civil(secs: u64) -> (u64, u64, u64, u64, u64, u64, u64) {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (
+        y as u64,
+        m as u64,
+        d as u64,
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        days % 7,
+    )
+}
+
+/// `2026-12-02T12:03:10Z`.
+fn rfc3339(secs: u64) -> String {
+    let (y, mo, d, h, mi, s, _) = civil(secs);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+}
+
+/// `Wed, 02 Dec 2026 12:03:10 GMT`.
+fn rfc1123(secs: u64) -> String {
+    let (y, mo, d, h, mi, s, wd) = civil(secs);
+    let day = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][wd as usize];
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][(mo - 1) as usize];
+    format!("{day}, {d:02} {month} {y} {h:02}:{mi:02}:{s:02} GMT")
+}
+
+#[cfg(test)]
+mod time_tests {
+    #[test]
+    fn dates_as_the_clouds_write_them() {
+        assert_eq!(super::rfc3339(1_796_212_990), "2026-12-02T12:03:10Z");
+        assert_eq!(
+            super::rfc1123(1_796_212_990),
+            "Wed, 02 Dec 2026 12:03:10 GMT"
+        );
+        assert_eq!(super::rfc1123(0), "Thu, 01 Jan 1970 00:00:00 GMT");
     }
 }
 

@@ -87,6 +87,7 @@ pub async fn launch_every_node_type(
                 .node_type(t)
                 .map(|n| n.launch_config_hash.clone())
                 .unwrap_or_default(),
+            avoid_zones: Vec::new(),
         };
         let out = if *is_head {
             provider.launch_head(&r).await

@@ -223,3 +223,187 @@ pub fn up_scale_down(name: &str, cloud: &dyn Cloud) {
     }
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+/// A cloud with spot capacity, for [`preempt_and_replace`].
+pub trait SpotCloud: Cloud {
+    /// The spot worker's and the on-demand worker's `node_config` (flow mappings).
+    fn spot_configs(&self) -> (String, String);
+    /// The notice this cloud gives before it takes a spot instance back.
+    fn notice(&self) -> crate::boot_sim::Notice;
+    /// The node type (Ray's `ray-user-node-type` tag) and the zone of instance `id`.
+    fn placement(&self, id: &str) -> (String, Option<String>);
+}
+
+/// Preemption end to end on one machine: a cluster with a spot type and an on-demand
+/// type, `rayscale.preemption.enabled`; a task runs on a spot worker; the cloud posts a
+/// notice for it (the boot simulator serves it on the instance's metadata path); the
+/// worker's own watcher (from the rendered boot script) drains its Ray node; rayscale
+/// launches the replacement before the deadline, away from the preempted (type, zone);
+/// at the deadline the simulator kills the node's processes; the task is retried and
+/// finishes on the replacement; the idle workers go and nothing is left but the head.
+pub fn preempt_and_replace(name: &str, cloud: &dyn SpotCloud) {
+    let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
+    let port = crate::ray_head::free_ports(1)[0];
+    let gcs = format!("127.0.0.1:{port}");
+    let cluster = format!("{name}pre{}", std::process::id());
+    let scratch = std::env::temp_dir().join(format!("rayscale-{name}-pre-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    let config = scratch.join("cluster.yaml");
+    let (head_nc, _) = cloud.node_configs();
+    let (spot_nc, od_nc) = cloud.spot_configs();
+    std::fs::write(
+        &config,
+        format!(
+            "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 0.2\n\
+             provider: {}\n\
+             rayscale: {{preemption: {{enabled: true, notice_poll_s: 1}}}}\n\
+             head_node_type: head\n\
+             head_start_ray_commands:\n  - ray start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsh-${{RAY_CLOUD_INSTANCE_ID#ray-*-}}\n\
+             worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-${{RAY_CLOUD_INSTANCE_ID#ray-*-}} --disable-usage-stats\n\
+             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {head_nc}}}\n  \
+             spot: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {spot_nc}}}\n  \
+             od: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {od_nc}}}\n",
+            cloud.provider()
+        ),
+    )
+    .expect("config");
+    let config_arg = config.display().to_string();
+    let venv_bin = python.parent().expect("venv bin").to_path_buf();
+    let path = format!(
+        "{}:{}",
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut env = cloud.env();
+    env.push(("PATH".to_string(), path));
+    env.push((
+        "RAYSCALE_BIN".to_string(),
+        crate::workspace_bin("rayscale").display().to_string(),
+    ));
+    env.push(("RUST_LOG".to_string(), "info".to_string()));
+    let sim = crate::boot_sim::BootSimulator::start(
+        cloud.plane(&cluster),
+        env.clone(),
+        scratch.join("sim"),
+    );
+    let diag = |extra: &[String]| {
+        let booted = sim.ever_booted();
+        let mut s = format!("booted {booted:?}\n");
+        for id in booted.iter().take(1).chain(extra) {
+            s.push_str(&format!("--- {id}:\n{}\n", sim.log(id)));
+            let notice = scratch.join("sim").join(id).join("boot/notice.log");
+            s.push_str(&std::fs::read_to_string(notice).unwrap_or_default());
+        }
+        s
+    };
+
+    let (ok, out) = rayscale_with(&cloud.env(), &["up", &config_arg]);
+    assert!(
+        ok && out.contains("launched and running"),
+        "{out}\n{}",
+        diag(&[])
+    );
+    let head_id = cloud.running().first().cloned().expect("a head instance");
+    assert!(
+        wait_until(Duration::from_secs(90), || gcs_answers(&gcs)),
+        "the head's GCS does not answer at {gcs}\n{}",
+        diag(&[])
+    );
+    // One task of 2 CPUs for 40 s (retried when its node dies, Ray's default).
+    let job = Command::new(&python)
+        .arg(root().join("tests/live/workload.py"))
+        .arg(&gcs)
+        .args(["tasks", "1", "2", "40"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("workload");
+    let busy = || {
+        crate::ray_head::workers_at(&gcs)
+            .into_iter()
+            .find(|w| w.busy && w.status == crate::ray_head::pb::NodeStatus::Running)
+    };
+    assert!(
+        wait_until(Duration::from_secs(120), || busy().is_some()),
+        "no busy worker\n{}",
+        diag(&[])
+    );
+    let victim = busy().expect("busy").instance_id;
+    let (vtype, vzone) = cloud.placement(&victim);
+    assert_eq!(vtype, "spot", "the spot type is Ray's first choice");
+    let before: Vec<String> = cloud.instances();
+    let deadline = Duration::from_secs(25);
+    let t0 = std::time::Instant::now();
+    sim.post_notice(&victim, cloud.notice(), deadline);
+    // The worker's watcher drains its node.
+    let draining = || {
+        crate::ray_head::workers_at(&gcs).iter().any(|w| {
+            w.instance_id == victim && w.status == crate::ray_head::pb::NodeStatus::Draining
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), draining),
+        "the node did not drain\n{}",
+        diag(std::slice::from_ref(&victim))
+    );
+    let drained_after = t0.elapsed();
+    // The replacement is asked for before the node dies.
+    let new = || -> Vec<String> {
+        cloud
+            .instances()
+            .into_iter()
+            .filter(|i| !before.contains(i))
+            .collect()
+    };
+    assert!(
+        wait_until(deadline.saturating_sub(t0.elapsed()), || !new().is_empty()),
+        "no replacement before the deadline\n{}",
+        diag(std::slice::from_ref(&victim))
+    );
+    let replaced_after = t0.elapsed();
+    eprintln!(
+        "{name}: notice -> drained {drained_after:?}, -> replacement launched {replaced_after:?}"
+    );
+    let replacement = new();
+    for r in &replacement {
+        let p = cloud.placement(r);
+        assert!(
+            !(p.0 == "spot" && p.1 == vzone),
+            "{r} is in the preempted offering {vtype}/{vzone:?}"
+        );
+    }
+    // The task is retried after the node dies, and finishes.
+    let (ok, text) = finish(job, Duration::from_secs(240));
+    assert!(
+        ok && text.contains("done 1"),
+        "workload: {text}\n{}",
+        diag(&replacement)
+    );
+    assert!(sim.reclaimed().contains(&victim));
+    // Nothing launched twice: one replacement for one preempted node.
+    assert_eq!(replacement.len(), 1, "{replacement:?}");
+    // Idle: only the head is left.
+    let only_head = || cloud.instances() == [head_id.clone()];
+    assert!(
+        wait_until(Duration::from_secs(150), only_head),
+        "instances still there: {:?}\n{}",
+        cloud.instances(),
+        diag(&replacement)
+    );
+    let (ok, out) = rayscale_with(&cloud.env(), &["down", &config_arg]);
+    assert!(ok, "{out}");
+    assert!(
+        wait_until(Duration::from_secs(30), || sim.live().is_empty()),
+        "processes still running for {:?}",
+        sim.live()
+    );
+    drop(sim);
+    for id in before.iter().chain(&replacement) {
+        let short = id.trim_start_matches(&format!("ray-{cluster}-"));
+        let _ = std::fs::remove_dir_all(format!("/tmp/rsw-{short}"));
+        let _ = std::fs::remove_dir_all(format!("/tmp/rsh-{short}"));
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}

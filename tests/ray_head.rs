@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use rayscale_gcs_client::client::{ClientOptions, GcsClient};
-use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
+pub use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 
 /// How long `ray start --head` plus the head node's registration may take.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
@@ -537,6 +537,29 @@ impl RayHead {
 /// Alive worker nodes (neither the head nor dead) of the GCS at `addr`, by cloud
 /// instance id; empty when it does not answer within 3 s.
 pub fn alive_workers_at(addr: &str) -> Vec<String> {
+    workers_at(addr)
+        .into_iter()
+        .filter(|w| w.status != pb::NodeStatus::Dead)
+        .map(|w| w.instance_id)
+        .collect()
+}
+
+/// A worker node as the GCS reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Worker {
+    /// Its cloud instance id.
+    pub instance_id: String,
+    /// Its Ray node type.
+    pub node_type: String,
+    /// Its status.
+    pub status: pb::NodeStatus,
+    /// Whether some of its CPUs are in use.
+    pub busy: bool,
+}
+
+/// The worker nodes (not the head) of the GCS at `addr`, dead ones too; empty when it
+/// does not answer within 3 s.
+pub fn workers_at(addr: &str) -> Vec<Worker> {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -559,8 +582,14 @@ pub fn alive_workers_at(addr: &str) -> Vec<String> {
                 .node_states
                 .iter()
                 .filter(|n| !is_head_node(n))
-                .filter(|n| n.status != pb::NodeStatus::Dead as i32)
-                .map(|n| n.instance_id.clone())
+                .map(|n| Worker {
+                    instance_id: n.instance_id.clone(),
+                    node_type: n.ray_node_type_name.clone(),
+                    status: pb::NodeStatus::try_from(n.status)
+                        .unwrap_or(pb::NodeStatus::Unspecified),
+                    busy: n.available_resources.get("CPU").copied().unwrap_or(0.0)
+                        < n.total_resources.get("CPU").copied().unwrap_or(0.0),
+                })
                 .collect(),
             Err(_) => Vec::new(),
         }

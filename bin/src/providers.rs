@@ -89,6 +89,7 @@ pub fn boot_script(args: &BootScriptArgs) -> Result<String> {
                 head_ip: &args.head_ip,
                 instance_id_command: m.instance_id,
                 per_boot: m.per_boot,
+                notices: m.notices,
             },
         )?
     };

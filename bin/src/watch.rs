@@ -89,7 +89,7 @@ pub async fn transitions(gcs: &GcsClient, cluster: Option<&str>) -> Result<Vec<T
 pub fn summary(reply: &pb::GetClusterStatusReply) -> String {
     let state = reply.cluster_resource_state.clone().unwrap_or_default();
     let auto = reply.autoscaling_state.clone().unwrap_or_default();
-    let mut nodes: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut nodes: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     for n in &state.node_states {
         let status = pb::NodeStatus::try_from(n.status).unwrap_or(pb::NodeStatus::Unspecified);
         if status == pb::NodeStatus::Dead {
@@ -105,12 +105,25 @@ pub fn summary(reply: &pb::GetClusterStatusReply) -> String {
         if status == pb::NodeStatus::Idle {
             e.1 += 1;
         }
+        if status == pb::NodeStatus::Draining {
+            e.2 += 1;
+        }
     }
     let nodes: Vec<String> = nodes
         .iter()
-        .map(|(t, (n, idle))| match idle {
-            0 => format!("{t} {n}"),
-            i => format!("{t} {n} ({i} idle)"),
+        .map(|(t, (n, idle, draining))| {
+            let mut said = Vec::new();
+            if *idle > 0 {
+                said.push(format!("{idle} idle"));
+            }
+            if *draining > 0 {
+                said.push(format!("{draining} draining"));
+            }
+            if said.is_empty() {
+                format!("{t} {n}")
+            } else {
+                format!("{t} {n} ({})", said.join(", "))
+            }
         })
         .collect();
     let mut launching: BTreeMap<String, u64> = BTreeMap::new();
@@ -131,11 +144,21 @@ pub fn summary(reply: &pb::GetClusterStatusReply) -> String {
     let infeasible = auto.infeasible_resource_requests.len()
         + auto.infeasible_gang_resource_requests.len()
         + auto.infeasible_cluster_resource_constraints.len();
-    let unavailable: Vec<&str> = auto
+    // A whole type, or one zone of it (a preemption or a capacity error there).
+    let unavailable: Vec<String> = auto
         .failed_instance_requests
         .iter()
         .filter(|f| f.count == 0)
-        .map(|f| f.ray_node_type_name.as_str())
+        .map(|f| {
+            match f
+                .reason
+                .strip_prefix("zone ")
+                .and_then(|r| r.split_once(" avoided"))
+            {
+                Some((zone, _)) => format!("{} in {zone}", f.ray_node_type_name),
+                None => f.ray_node_type_name.clone(),
+            }
+        })
         .collect();
     let or_none = |v: Vec<String>| {
         if v.is_empty() {
@@ -148,7 +171,7 @@ pub fn summary(reply: &pb::GetClusterStatusReply) -> String {
         "nodes: {} | launching: {} | demand: {demand} | infeasible: {infeasible} | unavailable: {}",
         or_none(nodes),
         or_none(launching),
-        or_none(unavailable.iter().map(|s| s.to_string()).collect()),
+        or_none(unavailable),
     )
 }
 
@@ -283,6 +306,7 @@ mod tests {
                     node("worker", pb::NodeStatus::Idle),
                     node("worker", pb::NodeStatus::Idle),
                     node("worker", pb::NodeStatus::Dead),
+                    node("spot", pb::NodeStatus::Draining),
                 ],
                 pending_resource_requests: vec![pb::ResourceRequestByCount {
                     request: None,
@@ -296,18 +320,28 @@ mod tests {
                     count: 2,
                     ..Default::default()
                 }],
-                failed_instance_requests: vec![pb::FailedInstanceRequest {
-                    ray_node_type_name: "big".into(),
-                    count: 0,
-                    ..Default::default()
-                }],
+                failed_instance_requests: vec![
+                    pb::FailedInstanceRequest {
+                        ray_node_type_name: "big".into(),
+                        count: 0,
+                        ..Default::default()
+                    },
+                    pb::FailedInstanceRequest {
+                        ray_node_type_name: "spot".into(),
+                        count: 0,
+                        reason: "zone us-west-2a avoided for 170s more: preempted (AWS spot \
+                                 interruption, deadline 12:03:10 UTC)"
+                            .into(),
+                        ..Default::default()
+                    },
+                ],
                 ..Default::default()
             }),
         };
         assert_eq!(
             summary(&reply),
-            "nodes: head 1, worker 4 (2 idle) | launching: gpu 2 | demand: 3 | infeasible: 0 \
-             | unavailable: big"
+            "nodes: head 1, spot 1 (1 draining), worker 4 (2 idle) | launching: gpu 2 | demand: 3 \
+             | infeasible: 0 | unavailable: big, spot in us-west-2a"
         );
     }
 

@@ -45,6 +45,7 @@ async fn launch_all(p: &AwsProvider, total: u64, per_request: u64) -> Result<u64
                     node_type: t.into(),
                     count,
                     launch_config_hash: String::new(),
+                    avoid_zones: Vec::new(),
                 })
                 .await
                 .map_err(|e| e.to_string())?;

@@ -49,6 +49,7 @@ async fn launch(op: Duration, n: u64) -> Result<(), String> {
             node_type: "a".into(),
             count: n,
             launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
         })
         .await
         .map_err(|e| e.to_string())?;

@@ -101,6 +101,7 @@ fn request(s: &Subject, id: &str, count: u64) -> LaunchRequest {
         node_type: s.node_type.clone(),
         count,
         launch_config_hash: "conformance".to_string(),
+        avoid_zones: Vec::new(),
     }
 }
 

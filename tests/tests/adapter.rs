@@ -114,6 +114,7 @@ impl Provoke for V1Provoke {
             node_type: "w".into(),
             count: 1,
             launch_config_hash: "h".into(),
+            avoid_zones: Vec::new(),
         })
     }
     async fn limit_capacity(&self, _: &str, n: u64) -> bool {
@@ -149,6 +150,7 @@ fn req(id: &str, n: u64) -> LaunchRequest {
         node_type: "w".into(),
         count: n,
         launch_config_hash: "h".into(),
+        avoid_zones: Vec::new(),
     }
 }
 

@@ -91,6 +91,7 @@ impl Provoke for MotoProvoke {
             node_type: "cpu".into(),
             count: 1,
             launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
         })
     }
     async fn limit_capacity(&self, _node_type: &str, n: u64) -> bool {
@@ -138,6 +139,7 @@ async fn cached_workers_are_stopped_then_restarted() {
         node_type: "cpu".into(),
         count: n,
         launch_config_hash: cfg.node_type("cpu").unwrap().launch_config_hash.clone(),
+        avoid_zones: Vec::new(),
     };
     let first = p.launch(&req("lr-1", 2)).await.unwrap();
     let mut ids: Vec<String> = first
@@ -205,6 +207,7 @@ async fn a_cached_head_is_stopped_by_down_and_started_by_the_next_up() {
         node_type: "head".into(),
         count: 1,
         launch_config_hash: cfg.node_type("head").unwrap().launch_config_hash.clone(),
+        avoid_zones: Vec::new(),
     };
     // A worker type is not a head, and the head's type is not a worker.
     let e = p
@@ -267,6 +270,7 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
             node_type: "cpu".into(),
             count: 2,
             launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
         })
         .await
         .unwrap();
@@ -302,6 +306,7 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
             node_type: "cpu".into(),
             count: 1,
             launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
         })
         .await
         .unwrap_err();
@@ -314,6 +319,55 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
         "{e}"
     );
     assert_eq!(moto.calls("RunInstances"), 4);
+    // Capacity back; the first subnet avoided (a preemption there): the launch goes to
+    // the second, and with both avoided no call is made and the type is out.
+    moto.faults(r#"{"uncap": ["m5.large"]}"#);
+    let listed = p.list().await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .all(|c| c.zone.as_deref() == Some(subnets[1].as_str())),
+        "a subnet type's instances are placed by subnet: {listed:?}"
+    );
+    let o = p
+        .launch(&LaunchRequest {
+            request_id: "lr-u".into(),
+            node_type: "cpu".into(),
+            count: 1,
+            launch_config_hash: String::new(),
+            avoid_zones: vec![subnets[0].clone()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(o.instances.len(), 1);
+    assert_eq!(
+        o.instances[0].zone, None,
+        "RunInstances' answer is not relisted here"
+    );
+    assert_eq!(
+        moto.calls("RunInstances"),
+        5,
+        "one call, in the open subnet"
+    );
+    let e = p
+        .launch(&LaunchRequest {
+            request_id: "lr-v".into(),
+            node_type: "cpu".into(),
+            count: 1,
+            launch_config_hash: String::new(),
+            avoid_zones: vec![subnets[0].clone(), subnets[1].clone()],
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e.kind, ProviderErrorKind::Capacity { zone: None, .. }),
+        "{e}"
+    );
+    assert_eq!(
+        moto.calls("RunInstances"),
+        5,
+        "no call with every place avoided"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,6 +383,7 @@ async fn a_replay_whose_describe_shows_part_of_the_launch_makes_nothing_more() {
         node_type: "cpu".into(),
         count: 3,
         launch_config_hash: cfg.node_type("cpu").unwrap().launch_config_hash.clone(),
+        avoid_zones: Vec::new(),
     };
     assert_eq!(p.launch(&req).await.unwrap().instances.len(), 3);
     moto.faults(r#"{"hide_last": 2}"#);
@@ -412,6 +467,7 @@ async fn a_bad_node_config_fails_at_load_naming_its_path() {
             node_type: "cpu".into(),
             count: 1,
             launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
         })
         .await
         .unwrap();

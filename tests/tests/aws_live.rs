@@ -19,8 +19,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rayscale_tests::boot_sim::{BootSimulator, Ec2Plane};
-use rayscale_tests::e2e::{finish, gcs_answers, root, workload};
+use rayscale_tests::boot_sim::{BootSimulator, DataPlane, Ec2Plane, Notice};
+use rayscale_tests::e2e::{
+    Cloud, SpotCloud, finish, gcs_answers, preempt_and_replace, root, workload,
+};
 use rayscale_tests::fakes::aws::{MotoEc2, REGION};
 use rayscale_tests::ray_head::{alive_workers_at, free_ports};
 use rayscale_tests::wait_until;
@@ -428,4 +430,111 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
     }
     let _ = std::fs::remove_dir_all(format!("/tmp/rsu-{pid}"));
     let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// moto as a [`Cloud`] with two zones (a test's own server: every instance is its
+/// cluster's).
+struct Moto(Arc<MotoEc2>);
+
+impl Moto {
+    fn describe(&self) -> Vec<aws_sdk_ec2::types::Instance> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let out = self
+                .0
+                .client()
+                .describe_instances()
+                .send()
+                .await
+                .expect("DescribeInstances");
+            out.reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .cloned()
+                .collect()
+        })
+    }
+
+    fn with_state(&self, states: &[&str]) -> Vec<String> {
+        self.describe()
+            .iter()
+            .filter(|i| {
+                i.state()
+                    .and_then(|s| s.name())
+                    .is_some_and(|n| states.contains(&n.as_str()))
+            })
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect()
+    }
+}
+
+impl Cloud for Moto {
+    fn env(&self) -> Vec<(String, String)> {
+        aws_env(&self.0)
+    }
+    fn provider(&self) -> String {
+        format!(
+            "{{type: aws, region: {REGION}, availability_zone: '{REGION}a,{REGION}b', cache_stopped_nodes: false}}"
+        )
+    }
+    fn node_configs(&self) -> (String, String) {
+        let nc = "{InstanceType: m5.large, ImageId: ami-12c6146b}".to_string();
+        (nc.clone(), nc)
+    }
+    fn plane(&self, cluster: &str) -> Arc<dyn DataPlane> {
+        Arc::new(Ec2Plane::new(self.0.client(), cluster).with_heads())
+    }
+    fn instances(&self) -> Vec<String> {
+        let mut v =
+            self.with_state(&["pending", "running", "stopping", "stopped", "shutting-down"]);
+        v.sort();
+        v
+    }
+    fn running(&self) -> Vec<String> {
+        self.with_state(&["running"])
+    }
+    fn creates(&self) -> u64 {
+        self.0.calls("RunInstances")
+    }
+}
+
+impl SpotCloud for Moto {
+    fn spot_configs(&self) -> (String, String) {
+        (
+            "{InstanceType: m5.large, ImageId: ami-12c6146b, InstanceMarketOptions: {MarketType: spot}}".into(),
+            "{InstanceType: m5.large, ImageId: ami-12c6146b}".into(),
+        )
+    }
+    fn notice(&self) -> Notice {
+        Notice::AwsSpot
+    }
+    fn placement(&self, id: &str) -> (String, Option<String>) {
+        let all = self.describe();
+        let Some(i) = all.iter().find(|i| i.instance_id() == Some(id)) else {
+            return (String::new(), None);
+        };
+        let t = i
+            .tags()
+            .iter()
+            .find(|t| t.key() == Some("ray-user-node-type"))
+            .and_then(|t| t.value())
+            .unwrap_or_default()
+            .to_string();
+        (
+            t,
+            i.placement()
+                .and_then(|p| p.availability_zone())
+                .map(str::to_string),
+        )
+    }
+}
+
+/// A spot interruption in one zone: the replacement is a spot instance in the other.
+#[test]
+fn a_preempted_spot_worker_is_replaced_in_the_other_zone_before_it_dies() {
+    let _turn = serial();
+    preempt_and_replace("aws", &Moto(Arc::new(MotoEc2::start())));
 }

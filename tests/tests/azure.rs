@@ -92,6 +92,7 @@ fn req(cfg: &ClusterConfig, id: &str, t: &str, n: u64) -> LaunchRequest {
         node_type: t.into(),
         count: n,
         launch_config_hash: cfg.node_type(t).unwrap().launch_config_hash.clone(),
+        avoid_zones: Vec::new(),
     }
 }
 
@@ -128,6 +129,7 @@ impl Provoke for ArmProvoke {
             node_type: "cpu".into(),
             count: 1,
             launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
         })
     }
     async fn limit_capacity(&self, _node_type: &str, n: u64) -> bool {
@@ -462,6 +464,7 @@ fn rays_azure_yamls_load_once_bootstrapped() {
                     name: "n",
                     request_id: Some("lr-1"),
                     boot_script: Some("echo"),
+                    avoid_zones: &[],
                 },
             )
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -7,8 +7,9 @@
 
 use std::sync::Arc;
 
+use rayscale_tests::boot_sim::Notice;
 use rayscale_tests::boot_sim::{AzurePlane, DataPlane};
-use rayscale_tests::e2e::{Cloud, up_scale_down};
+use rayscale_tests::e2e::{Cloud, SpotCloud, preempt_and_replace, up_scale_down};
 use rayscale_tests::fakes::azure::{ArmFake, Timing};
 
 const SUB: &str = "0000-sub";
@@ -65,4 +66,68 @@ fn rayscale_up_runs_a_ray_azure_cluster_on_the_fake_and_down_removes_it() {
         .expect("runtime");
     let fake = Arc::new(rt.block_on(ArmFake::start(SUB, RG, "westus2", Timing::default())));
     up_scale_down("azure", &Azure(fake));
+}
+
+/// The same cluster with two zones.
+struct ZonalAzure(Azure);
+
+impl Cloud for ZonalAzure {
+    fn env(&self) -> Vec<(String, String)> {
+        self.0.env()
+    }
+    fn provider(&self) -> String {
+        self.0.provider().replacen(
+            "{type: azure,",
+            "{type: azure, availability_zone: '1,2',",
+            1,
+        )
+    }
+    fn node_configs(&self) -> (String, String) {
+        self.0.node_configs()
+    }
+    fn plane(&self, cluster: &str) -> Arc<dyn DataPlane> {
+        self.0.plane(cluster)
+    }
+    fn instances(&self) -> Vec<String> {
+        self.0.instances()
+    }
+    fn running(&self) -> Vec<String> {
+        self.0.running()
+    }
+    fn creates(&self) -> u64 {
+        self.0.creates()
+    }
+}
+
+impl SpotCloud for ZonalAzure {
+    fn spot_configs(&self) -> (String, String) {
+        let (_, spot) = self.0.node_configs();
+        let od = spot.replace(", priority: Spot", "");
+        (spot, od)
+    }
+    fn notice(&self) -> Notice {
+        Notice::AzurePreempt
+    }
+    fn placement(&self, id: &str) -> (String, Option<String>) {
+        let v = self.0.0.vm(id).unwrap_or_default();
+        (
+            v["tags"]["ray-user-node-type"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            v["zones"][0].as_str().map(str::to_string),
+        )
+    }
+}
+
+/// A Spot eviction in one zone: the replacement is a Spot VM in the other zone.
+#[test]
+fn a_preempted_spot_worker_is_replaced_in_the_other_zone_before_it_dies() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fake = Arc::new(rt.block_on(ArmFake::start(SUB, RG, "westus2", Timing::default())));
+    preempt_and_replace("azure", &ZonalAzure(Azure(fake)));
 }

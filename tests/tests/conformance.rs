@@ -30,6 +30,7 @@ impl Provoke for FakeProvoke {
             node_type: "cpu".into(),
             count: 1,
             launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
         })
     }
     async fn limit_capacity(&self, node_type: &str, n: u64) -> bool {
@@ -70,6 +71,7 @@ impl Provoke for LocalProvoke {
             node_type: "no-such-type".into(),
             count: 1,
             launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
         })
     }
     async fn limit_capacity(&self, _: &str, _: u64) -> bool {

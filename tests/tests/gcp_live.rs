@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
+use rayscale_tests::boot_sim::Notice;
 use rayscale_tests::boot_sim::{DataPlane, GcePlane};
-use rayscale_tests::e2e::{Cloud, up_scale_down};
+use rayscale_tests::e2e::{Cloud, SpotCloud, preempt_and_replace, up_scale_down};
 use rayscale_tests::fakes::gce::{GceFake, Timing};
 
 struct Gce(Arc<GceFake>);
@@ -62,4 +63,41 @@ fn rayscale_up_runs_a_ray_gcp_cluster_on_the_fake_and_down_removes_it() {
         .expect("runtime");
     let fake = Arc::new(rt.block_on(GceFake::start("proj", "us-west1-a", Timing::default())));
     up_scale_down("gcp", &Gce(fake));
+}
+
+impl SpotCloud for Gce {
+    fn spot_configs(&self) -> (String, String) {
+        (
+            "{machineType: n1-standard-2, scheduling: {provisioningModel: SPOT}}".into(),
+            "{machineType: n1-standard-2}".into(),
+        )
+    }
+    fn notice(&self) -> Notice {
+        Notice::GcePreempted
+    }
+    fn placement(&self, id: &str) -> (String, Option<String>) {
+        let i = self.0.instance(id).unwrap_or_default();
+        (
+            i["labels"]["ray-user-node-type"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            i["zone"]
+                .as_str()
+                .and_then(|z| z.rsplit('/').next())
+                .map(str::to_string),
+        )
+    }
+}
+
+/// The cluster's one zone took the spot node back: the replacement is on-demand.
+#[test]
+fn a_preempted_spot_worker_is_replaced_on_demand_before_it_dies() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fake = Arc::new(rt.block_on(GceFake::start("proj", "us-west1-a", Timing::default())));
+    preempt_and_replace("gcp", &Gce(fake));
 }

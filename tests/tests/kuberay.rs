@@ -32,6 +32,7 @@ fn req(id: &str, t: &str, n: u64) -> LaunchRequest {
         node_type: t.into(),
         count: n,
         launch_config_hash: String::new(),
+        avoid_zones: Vec::new(),
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use anyhow::{Context, Result};
 use rayscale_core::driver::{IterationView, Observer};
 use rayscale_core::expander::SeededRng;
-use rayscale_core::telemetry::events::{Event, Said, infeasible_events, scaling_events};
+use rayscale_core::telemetry::events::{Event, Said, Severity, infeasible_events, scaling_events};
 
 /// Ray's `LOGGING_ROTATE_BYTES` and `LOGGING_ROTATE_BACKUP_COUNT`.
 const ROTATE_BYTES: u64 = 512 * 1024 * 1024;
@@ -167,6 +167,17 @@ impl EventLog {
         );
         let mut inner = super::lock(&self.inner);
         out.extend(inner.said.new_ones(warnings));
+        // A node preempted (or drained by an operator), once, when it is first seen.
+        out.extend(
+            v.outcome
+                .drained_outside
+                .iter()
+                .filter(|d| d.new)
+                .map(|d| Event {
+                    severity: Severity::Warning,
+                    message: d.event_line(),
+                }),
+        );
         out
     }
 }
@@ -181,7 +192,6 @@ impl Observer for EventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rayscale_core::telemetry::events::Severity;
 
     #[test]
     fn the_event_file_is_rotated_as_ray_rotates_its_logs() {

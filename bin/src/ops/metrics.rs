@@ -135,6 +135,7 @@ pub struct Metrics {
     worker_create_node_time: Histograms,
     worker_update_time: Histograms,
     // rayscale's own.
+    preemption: super::preemption::PreemptionMetrics,
     phase_seconds: Histograms,
     effects: Counters,
     provider_errors: Counters,
@@ -288,7 +289,20 @@ impl Metrics {
             "rayscale_last_iteration_timestamp_seconds",
             "Wall-clock time of the last stored iteration.",
         );
+        let preemption = super::preemption::PreemptionMetrics::new(
+            r.counters(
+                "rayscale_preemption_notices",
+                "Nodes Ray drained without rayscale asking, by node type and notice source.",
+            ),
+            r.histograms(
+                "rayscale_preemption_replacement_seconds",
+                "From a preemption notice seen to its replacement running.",
+                super::preemption::replacement_buckets,
+            ),
+            session,
+        );
         Metrics {
+            preemption,
             registry,
             session: session.to_string(),
             pending_nodes,
@@ -549,11 +563,14 @@ impl Observer for Metrics {
         }
         seen.fallbacks = now;
 
+        self.preemption.iteration(v);
+        // Whole types (a zone set aside is not the type).
         let unavailable: BTreeSet<String> = v
             .outcome
             .report
             .unavailable_types
             .iter()
+            .filter(|u| u.zone.is_none())
             .map(|u| u.node_type.clone())
             .collect();
         for t in &unavailable {

@@ -5,6 +5,7 @@
 pub mod events;
 pub mod health;
 pub mod metrics;
+pub mod preemption;
 pub mod server;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -159,6 +159,7 @@ fn bench(c: &mut Criterion) {
                 cloud: &cloud,
                 provider_errors: &[],
                 drain_rejections: &[],
+                notices: &[],
             },
             3_600_000_000_000,
             &mut Ids(0),

@@ -115,11 +115,18 @@ pub struct Unavailable {
     pub until_ns: i64,
 }
 
-/// Node types no new node is launched of for a while after a capacity error.
+/// Offerings — node types, or one zone of a type — no new node is launched of for a
+/// while after a capacity error or a preemption (Karpenter's unavailable offerings).
+///
+/// An entry without a zone makes the whole type unavailable: the scheduler places its
+/// demand on other types. An entry with a zone steers the type's next launches away from
+/// that zone ([`zones_out`](Self::zones_out), sent with each launch); the provider that
+/// finds no zone left answers with a capacity error without a zone, which then makes the
+/// type unavailable — so a type is unavailable as a whole only when every zone is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UnavailableTypes {
     ttl_ns: i64,
-    entries: BTreeMap<String, Unavailable>,
+    entries: BTreeMap<(String, Option<String>), Unavailable>,
 }
 
 impl Default for UnavailableTypes {
@@ -137,13 +144,15 @@ impl UnavailableTypes {
         }
     }
 
-    /// Marks `node_type` unavailable from `now_ns` for the window (a later mark extends it).
+    /// Marks `node_type` (in `zone`, or all of it) unavailable from `now_ns` for the
+    /// window (a later mark extends it).
     pub fn mark(&mut self, node_type: &str, zone: Option<&str>, reason: &str, now_ns: i64) {
+        let zone = zone.filter(|z| !z.is_empty()).map(str::to_string);
         self.entries.insert(
-            node_type.to_string(),
+            (node_type.to_string(), zone.clone()),
             Unavailable {
                 node_type: node_type.to_string(),
-                zone: zone.map(str::to_string),
+                zone,
                 reason: reason.to_string(),
                 since_ns: now_ns,
                 until_ns: now_ns.saturating_add(self.ttl_ns),
@@ -161,7 +170,7 @@ impl UnavailableTypes {
         self.entries.retain(|_, u| u.until_ns > now_ns);
     }
 
-    /// Entries still in force at `now_ns`, by node type.
+    /// Entries still in force at `now_ns`, by node type then zone.
     pub fn active(&self, now_ns: i64) -> Vec<&Unavailable> {
         self.entries
             .values()
@@ -169,11 +178,21 @@ impl UnavailableTypes {
             .collect()
     }
 
-    /// Whether `node_type` is unavailable at `now_ns`.
+    /// Whether `node_type` as a whole is unavailable at `now_ns`.
     pub fn contains(&self, node_type: &str, now_ns: i64) -> bool {
         self.entries
-            .get(node_type)
+            .get(&(node_type.to_string(), None))
             .is_some_and(|u| u.until_ns > now_ns)
+    }
+
+    /// The zones of `node_type` marked unavailable at `now_ns` (what its launches avoid).
+    pub fn zones_out(&self, node_type: &str, now_ns: i64) -> Vec<String> {
+        self.entries
+            .range((node_type.to_string(), None)..)
+            .take_while(|((t, _), _)| t == node_type)
+            .filter(|(_, u)| u.until_ns > now_ns)
+            .filter_map(|((_, z), _)| z.clone())
+            .collect()
     }
 }
 
@@ -219,7 +238,7 @@ impl Availability {
         self.unavailable.entries = state
             .unavailable
             .into_iter()
-            .map(|u| (u.node_type.clone(), u))
+            .map(|u| ((u.node_type.clone(), u.zone.clone()), u))
             .collect();
     }
 
@@ -233,7 +252,7 @@ impl Availability {
                 .unavailable
                 .active(now_ns)
                 .into_iter()
-                .filter(|u| config.node_type(&u.node_type).is_some())
+                .filter(|u| u.zone.is_none() && config.node_type(&u.node_type).is_some())
                 .map(|u| u.node_type.clone())
                 .collect(),
         }
@@ -278,12 +297,36 @@ mod tests {
     #[test]
     fn unavailable_types_expire() {
         let mut u = UnavailableTypes::new(180);
-        u.mark("gpu", Some("z1"), "no capacity", 10 * S);
+        u.mark("gpu", None, "no capacity", 10 * S);
         assert!(u.contains("gpu", 189 * S));
         assert!(!u.contains("gpu", 190 * S));
-        assert_eq!(u.active(100 * S)[0].zone.as_deref(), Some("z1"));
         u.expire(190 * S);
         assert!(u.active(0).is_empty());
+    }
+
+    #[test]
+    fn a_zone_is_an_offering_not_the_type() {
+        let mut u = UnavailableTypes::new(180);
+        u.mark("gpu", Some("z1"), "preempted", 10 * S);
+        u.mark("gpu", Some("z2"), "no capacity", 20 * S);
+        u.mark("gpu-b", Some("z1"), "no capacity", 20 * S);
+        assert!(
+            !u.contains("gpu", 30 * S),
+            "one zone out is not the type out"
+        );
+        assert_eq!(u.zones_out("gpu", 30 * S), ["z1", "z2"]);
+        assert_eq!(u.zones_out("gpu", 195 * S), ["z2"], "z1's window is over");
+        assert_eq!(u.zones_out("gp", 30 * S), Vec::<String>::new());
+        assert_eq!(u.active(100 * S)[0].zone.as_deref(), Some("z1"));
+        // The provider that finds no zone left says so without a zone: the type is out.
+        u.mark("gpu", None, "every zone out", 40 * S);
+        assert!(u.contains("gpu", 41 * S));
+        assert_eq!(u.zones_out("gpu", 41 * S), ["z1", "z2"]);
+        let mut a = Availability::new(180, 600.0);
+        a.unavailable = u;
+        let mut b = Availability::new(180, 600.0);
+        b.restore(a.state());
+        assert_eq!(a, b, "zones survive a restart");
     }
 
     #[test]

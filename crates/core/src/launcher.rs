@@ -112,6 +112,7 @@ pub async fn up(
                 node_type: head_type.to_string(),
                 count: 1,
                 launch_config_hash: hash,
+                avoid_zones: Vec::new(),
             })
             .await
             .map_err(provider_err)?;

@@ -28,6 +28,7 @@ pub mod expander;
 pub mod instance;
 pub mod launcher;
 pub mod model;
+pub mod preemption;
 pub mod provider;
 pub mod reconciler;
 pub mod scenario;

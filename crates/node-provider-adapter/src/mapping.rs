@@ -88,6 +88,7 @@ pub fn to_instance(node: &NodeInfo) -> Listed {
             .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok()),
         launch_config_hash: tag(tags::LAUNCH_CONFIG),
         labels: node.tags.clone(),
+        zone: None,
     })
 }
 

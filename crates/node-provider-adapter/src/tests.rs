@@ -120,6 +120,7 @@ fn req(id: &str, count: u64) -> LaunchRequest {
         node_type: "w".into(),
         count,
         launch_config_hash: "h".into(),
+        avoid_zones: Vec::new(),
     }
 }
 

@@ -45,7 +45,9 @@ pub fn ray_tags(
     out
 }
 
-/// One RunInstances call to make: where, how many, with which token.
+/// One RunInstances call to make: where, how many, with which token. Its place (the
+/// subnet id, else the zone) is what capacity errors, a listed instance's zone and a
+/// launch's `avoid_zones` name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Placement<'a> {
     /// The subnet of this attempt (`SubnetId`), if the config names subnets.
@@ -53,6 +55,16 @@ pub struct Placement<'a> {
     /// The zone of this attempt (`Placement.AvailabilityZone`), when the config names no
     /// subnet but the provider names zones.
     pub zone: Option<&'a str>,
+}
+
+impl Placement<'_> {
+    /// Whether this attempt goes to one of `avoid` (by subnet id or zone).
+    pub fn avoided(&self, avoid: &[String]) -> bool {
+        [self.subnet, self.zone]
+            .into_iter()
+            .flatten()
+            .any(|p| avoid.iter().any(|a| a == p))
+    }
 }
 
 /// Builds the RunInstances request for `count` nodes of `node_type` (MinCount 1,
@@ -416,6 +428,7 @@ pub const METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =
         instance_id: INSTANCE_ID_COMMAND,
         private_ip: PRIVATE_IP_COMMAND,
         per_boot: true,
+        notices: Some(rayscale_core::provider::boot::NoticeCloud::Aws),
     };
 
 /// EC2's limit on `UserData`, before base64 (RunInstances reference).
@@ -491,7 +504,18 @@ pub fn cloud_instance(i: &ec2::Instance) -> Option<CloudInstance> {
         private_ip: i.private_ip_address().map(str::to_string),
         launch_config_hash: labels.get(tags::LAUNCH_CONFIG).cloned(),
         labels,
+        zone: zone_of(i),
     })
+}
+
+/// The instance's zone as the launch attempts name places: its availability zone (the
+/// provider names its subnet instead for a type that launches into subnets, see
+/// [`Placement`]).
+pub fn zone_of(i: &ec2::Instance) -> Option<String> {
+    i.placement()
+        .and_then(|p| p.availability_zone())
+        .filter(|z| !z.is_empty())
+        .map(str::to_string)
 }
 
 /// Whether an instance is a spot instance (terminated, never stopped, when workers are

@@ -380,7 +380,30 @@ impl AwsProvider {
                 nc.user_data.as_deref(),
                 state.boot.get(t).map(String::as_str),
             );
-            for (n, at) in attempts.iter().enumerate() {
+            // Places that ran out or took an instance back a short while ago are
+            // skipped; with none left the type is out, and no call is made. The index
+            // stays the attempt's (its token names it).
+            let open: Vec<(usize, &Placement<'_>)> = attempts
+                .iter()
+                .enumerate()
+                .filter(|(_, at)| !at.avoided(&req.avoid_zones))
+                .collect();
+            if open.is_empty() {
+                let e = AwsError::Call {
+                    call: "RunInstances",
+                    code: None,
+                    status: None,
+                    kind: Class::Capacity.kind(t, None),
+                    message: format!(
+                        "every place of {t} is avoided for now ({}): not launched",
+                        req.avoid_zones.join(", ")
+                    ),
+                };
+                return Err(e.into_provider(launch_op(req.count)));
+            }
+            let tried = open.len();
+            let mut out_of_capacity = 0;
+            for (n, at) in open {
                 // The token names the request and the attempt, never a count computed from
                 // DescribeInstances (eventually consistent: a replay that sees part of
                 // its instances would make a new token, and EC2 would launch again). A
@@ -435,6 +458,9 @@ impl AwsProvider {
                         break;
                     }
                     Err(e) => {
+                        if matches!(e.kind(), ProviderErrorKind::Capacity { .. }) {
+                            out_of_capacity += 1;
+                        }
                         let next = classify(e.code(), None).next_subnet_may_help()
                             || matches!(e.kind(), ProviderErrorKind::Capacity { .. });
                         tracing::info!("launch {} of {t} at {at:?}: {e}", req.request_id);
@@ -445,8 +471,9 @@ impl AwsProvider {
                     }
                 }
             }
-            // Every place tried was out of capacity: the type is, not one zone.
-            if attempts.len() > 1
+            // Every place tried was out of capacity: the type is, not one zone (a single
+            // place that is out is the type out too: there is nowhere else to go).
+            if out_of_capacity == tried
                 && let Some(AwsError::Call {
                     kind: ProviderErrorKind::Capacity { zone, .. },
                     ..
@@ -666,7 +693,23 @@ impl CloudInstanceProvider for AwsProvider {
             .describe(&state.cfg, &["pending", "running", "stopping"], Vec::new())
             .await
             .map_err(|e| e.into_provider(ProviderOp::List))?;
-        Ok(all.iter().filter_map(mapping::cloud_instance).collect())
+        // A type that launches into subnets names its places by subnet.
+        Ok(all
+            .iter()
+            .filter_map(|i| {
+                let mut c = mapping::cloud_instance(i)?;
+                if let Some(subnet) = i.subnet_id()
+                    && state
+                        .cfg
+                        .node_types
+                        .get(&c.node_type)
+                        .is_some_and(|nc| !nc.subnets().is_empty())
+                {
+                    c.zone = Some(subnet.to_string());
+                }
+                Some(c)
+            })
+            .collect())
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {

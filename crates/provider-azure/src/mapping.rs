@@ -21,6 +21,7 @@ pub const METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =
         instance_id: INSTANCE_ID_COMMAND,
         private_ip: PRIVATE_IP_COMMAND,
         per_boot: true,
+        notices: Some(rayscale_core::provider::boot::NoticeCloud::Azure),
     };
 
 /// A shell command that prints `path` of IMDS (`instance/...`, as text), retried while
@@ -92,6 +93,19 @@ pub fn ray_tags(
     t
 }
 
+/// The zones of `zones` a launch may use: those not in `avoid` (zones that ran out or
+/// took a VM back a short while ago). `None` when every listed zone is avoided.
+pub fn open_zones(zones: &Zones, avoid: &[String]) -> Option<Zones> {
+    match zones {
+        Zones::Any => Some(Zones::Any),
+        Zones::List(z) if z.is_empty() => Some(Zones::Any),
+        Zones::List(z) => {
+            let open: Vec<String> = z.iter().filter(|z| !avoid.contains(z)).cloned().collect();
+            (!open.is_empty()).then_some(Zones::List(open))
+        }
+    }
+}
+
 /// The zone of VM `name` among `zones`: spread by the name's hash, so the VMs of one
 /// request (and of one-at-a-time requests) land in different zones.
 pub fn zone_for(zones: &Zones, name: &str) -> Option<String> {
@@ -121,6 +135,8 @@ pub struct CreateSpec<'a> {
     pub request_id: Option<&'a str>,
     /// rayscale's boot script, if any.
     pub boot_script: Option<&'a str>,
+    /// Zones not to use (the launch's `avoid_zones`).
+    pub avoid_zones: &'a [String],
 }
 
 /// The VM body for `spec`, as the REST API spells it (`VirtualMachine`, api-version
@@ -240,7 +256,18 @@ pub fn vm_json(cfg: &AzureConfig, spec: &CreateSpec<'_>) -> Result<Value, AzureE
         "tags": tag_map,
         "properties": properties,
     });
-    if let Some(z) = zone_for(nc.zones.as_ref().unwrap_or(&cfg.zones), name) {
+    let zones = nc.zones.as_ref().unwrap_or(&cfg.zones);
+    let open = open_zones(zones, spec.avoid_zones).ok_or_else(|| AzureError::Call {
+        call: "virtualMachines.createOrUpdate",
+        code: None,
+        status: None,
+        kind: crate::errors::Class::Capacity.kind(t, None),
+        message: format!(
+            "every zone of {t} is avoided for now ({}): not created",
+            spec.avoid_zones.join(", ")
+        ),
+    })?;
+    if let Some(z) = zone_for(&open, name) {
         body["zones"] = json!([z]);
     }
     if let Some(msi) = &cfg.msi {
@@ -317,6 +344,8 @@ pub struct Vm {
     pub vm_id: String,
     /// The resource id of its primary NIC (made with it), once Azure has made it.
     pub nic_id: Option<String>,
+    /// Its zone (`zones[0]`), when pinned to one.
+    pub zone: Option<String>,
 }
 
 impl Vm {
@@ -346,6 +375,7 @@ impl Vm {
                         .or(n.network_interfaces.first())
                 })
                 .and_then(|i| i.sub_resource.id.clone()),
+            zone: vm.zones.first().cloned(),
         })
     }
 
@@ -394,6 +424,7 @@ pub fn cloud_instance(vm: &Vm, power: Power) -> Option<CloudInstance> {
         private_ip: None,
         launch_config_hash: vm.tags.get(tags::LAUNCH_CONFIG).cloned(),
         labels: vm.tags.clone(),
+        zone: vm.zone.clone(),
     })
 }
 
@@ -436,6 +467,7 @@ mod tests {
             name: "ray-demo-1-worker-0a1b2c3d",
             request_id: Some("req-1"),
             boot_script: Some("#!/bin/bash\necho hi\n"),
+            avoid_zones: &[],
         };
         let b = vm_body(&c, &spec).expect("a valid VM");
         assert_eq!(b["location"], "westus2");
@@ -501,6 +533,52 @@ mod tests {
     }
 
     #[test]
+    fn avoided_zones_are_skipped_and_none_left_is_the_type_out() {
+        let c = cfg(", availability_zone: '1,2'", "");
+        let avoid = ["1".to_string()];
+        for i in 0..10 {
+            let name = vm_name("c", NodeKind::Worker, "r", i);
+            let spec = CreateSpec {
+                node_type: "w",
+                kind: NodeKind::Worker,
+                name: &name,
+                request_id: Some("r"),
+                boot_script: None,
+                avoid_zones: &avoid,
+            };
+            assert_eq!(
+                vm_json(&c, &spec).expect("zone 2 is open")["zones"],
+                json!(["2"])
+            );
+        }
+        let both = ["1".to_string(), "2".to_string()];
+        let e = vm_json(
+            &c,
+            &CreateSpec {
+                node_type: "w",
+                kind: NodeKind::Worker,
+                name: "n",
+                request_id: None,
+                boot_script: None,
+                avoid_zones: &both,
+            },
+        )
+        .expect_err("no zone left");
+        assert!(
+            matches!(
+                e.kind(),
+                rayscale_core::provider::ProviderErrorKind::Capacity { zone: None, .. }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            open_zones(&Zones::Any, &both),
+            Some(Zones::Any),
+            "no zone pinned: Azure picks"
+        );
+    }
+
+    #[test]
     fn states_from_provisioning_and_power() {
         let mut vm = Vm {
             name: "n".into(),
@@ -508,6 +586,7 @@ mod tests {
             provisioning_state: "Creating".into(),
             vm_id: "id".into(),
             nic_id: None,
+            zone: None,
         };
         let st = |vm: &Vm, p| cloud_instance(vm, p).map(|c| c.state);
         assert_eq!(st(&vm, Power::Unknown), Some(CloudInstanceState::Pending));

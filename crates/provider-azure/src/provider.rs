@@ -114,6 +114,7 @@ fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, AzureErr
                 name: "check",
                 request_id: None,
                 boot_script: boot.get(t).map(String::as_str),
+                avoid_zones: &[],
             },
         )?;
     }
@@ -371,10 +372,22 @@ impl AzureProvider {
             Ok(b) => b,
             Err(e) => return Made::Failed(e),
         };
+        // A capacity error names the zone only where another zone is left to try (the
+        // next launch avoids this one); in the last open zone it is the type's.
+        let zones = cfg
+            .node_types
+            .get(t)
+            .and_then(|nc| nc.zones.as_ref())
+            .unwrap_or(&cfg.zones);
+        let others_left = matches!(
+            mapping::open_zones(zones, spec.avoid_zones),
+            Some(crate::config::Zones::List(z)) if z.len() > 1
+        );
         let zone = body
             .get("zones")
             .and_then(|z| z.get(0))
             .and_then(Value::as_str)
+            .filter(|_| others_left)
             .map(str::to_string);
         let acc = match self
             .arm
@@ -684,6 +697,7 @@ impl AzureProvider {
                         name: n,
                         request_id: Some(&req.request_id),
                         boot_script: boot,
+                        avoid_zones: &req.avoid_zones,
                     },
                     deadline,
                 )

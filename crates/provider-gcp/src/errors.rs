@@ -163,12 +163,14 @@ pub fn classify(code: Option<&str>, status: Option<u16>) -> Class {
 }
 
 impl Class {
-    /// The contract kind; a capacity class names `node_type` and `zone`.
-    pub fn kind(self, node_type: &str, zone: Option<&str>) -> ProviderErrorKind {
+    /// The contract kind; a capacity class names `node_type`, and no zone: a cluster
+    /// lives in one zone (`provider.availability_zone`), so a zone out of capacity is
+    /// the type out (the error's message names the zone).
+    pub fn kind(self, node_type: &str) -> ProviderErrorKind {
         match self {
             Class::Capacity => ProviderErrorKind::Capacity {
                 node_type: node_type.to_string(),
-                zone: zone.map(str::to_string),
+                zone: None,
             },
             Class::Quota => ProviderErrorKind::Quota,
             Class::Throttled => ProviderErrorKind::Throttled,
@@ -190,13 +192,11 @@ fn pick<'a>(codes: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
         .copied()
 }
 
-/// A client error of `call` as a [`GcpError`] (`node_type` and `zone` fill in a
-/// capacity error).
+/// A client error of `call` as a [`GcpError`] (`node_type` fills in a capacity error).
 pub fn call_error(
     call: &'static str,
     err: &google_cloud_gax::error::Error,
     node_type: &str,
-    zone: Option<&str>,
 ) -> GcpError {
     let status = err.http_status_code();
     let (code, message) = match err.status() {
@@ -224,19 +224,14 @@ pub fn call_error(
         call,
         code,
         status,
-        kind: class.kind(node_type, zone),
+        kind: class.kind(node_type),
         message,
     }
 }
 
 /// The failure an operation that ended `DONE` reports in `error`, if any (`call` names
 /// what started it).
-pub fn operation_error(
-    call: &'static str,
-    op: &Operation,
-    node_type: &str,
-    zone: Option<&str>,
-) -> Option<GcpError> {
+pub fn operation_error(call: &'static str, op: &Operation, node_type: &str) -> Option<GcpError> {
     let errors = &op.error.as_ref()?.errors;
     let first = errors.first();
     let code = pick(errors.iter().filter_map(|e| e.code.as_deref())).map(str::to_string);
@@ -257,7 +252,7 @@ pub fn operation_error(
     };
     Some(GcpError::Call {
         call,
-        kind: classify(code.as_deref(), status).kind(node_type, zone),
+        kind: classify(code.as_deref(), status).kind(node_type),
         code,
         status,
         message: one_line(&message),
@@ -305,10 +300,10 @@ mod tests {
             assert_eq!(classify(*code, *status), *want, "{code:?} {status:?}");
         }
         assert_eq!(
-            Class::Capacity.kind("w", Some("z")),
+            Class::Capacity.kind("w"),
             ProviderErrorKind::Capacity {
                 node_type: "w".into(),
-                zone: Some("z".into())
+                zone: None
             }
         );
     }
@@ -321,7 +316,7 @@ mod tests {
                 "message": "The zone 'projects/p/zones/z' does not have enough resources available to fulfill the request."}]}
         }))
         .expect("operation JSON");
-        let e = operation_error("instances.insert", &op, "w", Some("z")).expect("an error");
+        let e = operation_error("instances.insert", &op, "w").expect("an error");
         assert_eq!(e.code(), Some("ZONE_RESOURCE_POOL_EXHAUSTED"));
         assert!(matches!(e.kind(), ProviderErrorKind::Capacity { .. }));
         assert!(
@@ -331,6 +326,6 @@ mod tests {
         let ok: Operation =
             serde_json::from_value(serde_json::json!({"name": "operation-2", "status": "DONE"}))
                 .expect("operation JSON");
-        assert!(operation_error("instances.insert", &ok, "w", None).is_none());
+        assert!(operation_error("instances.insert", &ok, "w").is_none());
     }
 }

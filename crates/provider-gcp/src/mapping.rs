@@ -23,6 +23,7 @@ pub const METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =
         instance_id: INSTANCE_ID_COMMAND,
         private_ip: PRIVATE_IP_COMMAND,
         per_boot: false,
+        notices: Some(rayscale_core::provider::boot::NoticeCloud::Gce),
     };
 
 /// Ray's `ray-node-status` value of a node nobody has set up yet.
@@ -340,6 +341,13 @@ pub fn cloud_instance(i: &model::Instance, types: &TypesByLabel) -> Option<Cloud
             .and_then(|n| n.network_ip.clone()),
         launch_config_hash: labels.get(tags::LAUNCH_CONFIG).cloned(),
         labels,
+        // The zone's URL ends in its name.
+        zone: i
+            .zone
+            .as_deref()
+            .and_then(|z| z.rsplit('/').next())
+            .filter(|z| !z.is_empty())
+            .map(str::to_string),
     })
 }
 

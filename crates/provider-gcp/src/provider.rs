@@ -220,7 +220,7 @@ impl GcpProvider {
         let mut out = Vec::new();
         while let Some(page) = pages.next().await {
             self.calls.list.fetch_add(1, Ordering::Relaxed);
-            let page = page.map_err(|e| call_error("instances.list", &e, "", None))?;
+            let page = page.map_err(|e| call_error("instances.list", &e, ""))?;
             out.extend(page.items);
         }
         Ok(out)
@@ -232,15 +232,14 @@ impl GcpProvider {
     where
         P: google_cloud_lro::Poller<model::Operation, model::Operation>,
     {
-        let zone = self.state().cfg.zone.clone();
         match poller.poll().await {
             None => Started::Ended(None, Ok(true)),
             Some(PollingResult::Completed(Ok(op))) => Started::Ended(
                 op.name.clone(),
-                operation_error(call, &op, node_type, Some(&zone)).map_or(Ok(true), Err),
+                operation_error(call, &op, node_type).map_or(Ok(true), Err),
             ),
             Some(PollingResult::Completed(Err(e)) | PollingResult::PollingError(e)) => {
-                Started::Ended(None, Err(call_error(call, &e, node_type, Some(&zone))))
+                Started::Ended(None, Err(call_error(call, &e, node_type)))
             }
             Some(PollingResult::InProgress(op)) => match op.and_then(|o| o.name) {
                 Some(name) => Started::Running(Some(name), poller),
@@ -264,9 +263,8 @@ impl GcpProvider {
     where
         P: google_cloud_lro::Poller<model::Operation, model::Operation>,
     {
-        let zone = self.state().cfg.zone.clone();
         match tokio::time::timeout_at(deadline, poller.until_done()).await {
-            Ok(Ok(op)) => operation_error(call, &op, node_type, Some(&zone)).map_or(Ok(true), Err),
+            Ok(Ok(op)) => operation_error(call, &op, node_type).map_or(Ok(true), Err),
             Ok(Err(e)) => {
                 tracing::debug!("polling {call}: {e}");
                 Ok(false)
@@ -401,7 +399,7 @@ impl GcpProvider {
             .set_instance(name)
             .send()
             .await
-            .map_err(|e| call_error("instances.get", &e, "", None))?;
+            .map_err(|e| call_error("instances.get", &e, ""))?;
         Ok(i.labels.get(tags::LAUNCH_REQUEST).map(String::as_str)
             == Some(mapping::label_value(request_id).as_str()))
     }
@@ -596,7 +594,7 @@ impl GcpProvider {
             .set_operation(&p.name)
             .send()
             .await
-            .map_err(|e| call_error("zoneOperations.get", &e, &p.node_type, None));
+            .map_err(|e| call_error("zoneOperations.get", &e, &p.node_type));
         (p, r)
     }
 
@@ -620,6 +618,18 @@ impl GcpProvider {
             req,
             kind,
         )?;
+        // The cluster's one zone took an instance back or ran out a short while ago:
+        // there is nowhere else to go, so the type is out (no call is made).
+        if req.avoid_zones.contains(&cfg.zone) {
+            return Err(GcpError::Call {
+                call: "instances.insert",
+                code: None,
+                status: None,
+                kind: Class::Capacity.kind(t),
+                message: format!("zone {} is avoided for now: {t} not launched", cfg.zone),
+            }
+            .into_provider(launch_op(req.count)));
+        }
         // 1. What this request made already (a replay after a crash, a retry), in any
         //    status.
         let ours = self
@@ -873,7 +883,7 @@ impl CloudInstanceProvider for GcpProvider {
             match r {
                 Ok(op) if op.status == Some(model::operation::Status::Done) => {
                     if let Some(e) =
-                        operation_error(p.call, &op, &p.node_type, Some(&state.cfg.zone))
+                        operation_error(p.call, &op, &p.node_type)
                     {
                         errors.push(e.into_provider(p.op.clone()));
                     }

@@ -479,6 +479,7 @@ pub fn pod_view(pod: &Pod) -> Option<PodView> {
                 private_ip: status.and_then(|s| s.pod_ip.clone()),
                 launch_config_hash: None,
                 labels: labels.into_iter().collect(),
+                zone: None,
             })
         }
         _ => None,

@@ -155,6 +155,7 @@ fn request(id: &str, node_type: &str, count: u64) -> LaunchRequest {
         node_type: node_type.into(),
         count,
         launch_config_hash: String::new(),
+        avoid_zones: Vec::new(),
     }
 }
 

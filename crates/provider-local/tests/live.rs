@@ -176,6 +176,7 @@ available_node_types:
             node_type: "cpu2".into(),
             count: 1,
             launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
         })
         .await
         .unwrap();

@@ -124,11 +124,11 @@ impl ExpanderSettings {
             match k.as_str() {
                 "expander" => s.read_expander(val, &p, node_types)?,
                 // Read by the cluster config; `bridge` by the node-provider adapter.
-                "unavailable_type_ttl_s" | "bridge" => {}
+                "unavailable_type_ttl_s" | "bridge" | "preemption" => {}
                 _ => {
                     return Err(CoreError::invalid(
                         p,
-                        "unknown key (known: expander, unavailable_type_ttl_s, bridge)",
+                        "unknown key (known: expander, unavailable_type_ttl_s, preemption, bridge)",
                     ));
                 }
             }

@@ -7,6 +7,7 @@
 pub mod canonical_json;
 pub mod expander_settings;
 pub mod fast_yaml;
+pub mod preemption;
 pub mod schema;
 
 use serde_json::Value;
@@ -14,6 +15,7 @@ use serde_json::Value;
 use crate::CoreError;
 use crate::model::ResourceMap;
 use expander_settings::ExpanderSettings;
+use preemption::PreemptionSettings;
 use schema::{describe, join};
 
 /// Ray's default idle timeout (minutes) when the config does not set one.
@@ -68,6 +70,8 @@ pub struct ClusterConfig {
     /// `rayscale.unavailable_type_ttl_s`: how long a capacity error makes a node type
     /// unavailable (default 180 s).
     pub unavailable_type_ttl_s: i64,
+    /// `rayscale.preemption` (default: off).
+    pub preemption: PreemptionSettings,
     /// The whole document as given.
     pub raw: Value,
 }
@@ -201,9 +205,14 @@ impl ClusterConfig {
                         )
                     })?,
             };
+        let preemption = PreemptionSettings::from_value(
+            get("rayscale").and_then(|r| r.get("preemption")),
+            &join(&join(path, "rayscale"), "preemption"),
+        )?;
         Ok(ClusterConfig {
             expander,
             unavailable_type_ttl_s,
+            preemption,
             cluster_name,
             max_workers,
             upscaling_speed,

@@ -97,6 +97,20 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             unreadable,
             |e| tracing::warn!("cannot read the GCS row of {e}: its instance is kept as it was"),
         );
+        // Preemption notices, for the nodes Ray reports draining (one KV read, only
+        // when some node drains).
+        let notices = if loaded.config.preemption.enabled {
+            read_notices(
+                gcs.as_ref(),
+                &loaded.config.cluster_name,
+                &state.state,
+                options.call_deadline,
+                self.said.entry("notices").or_default(),
+            )
+            .await
+        } else {
+            Vec::new()
+        };
         // All or nothing: the iteration's writes to the table are tentative (the storage
         // remembers what each replaced) and are kept only once the table is stored;
         // anything short of that rolls them back, at a cost that grows with what changed.
@@ -119,6 +133,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                     cloud: &cloud,
                     provider_errors: &errors,
                     drain_rejections: &rejections,
+                    notices: &notices,
                 },
                 now,
                 ids,
@@ -289,6 +304,57 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         );
         Ok(())
     }
+}
+
+/// The notices the watchers left for the nodes `state` reports draining; a value that
+/// does not read is said once (in `said`) and is no notice; a failed read is none.
+async fn read_notices<G: Gcs + ?Sized>(
+    gcs: &G,
+    cluster: &str,
+    state: &crate::model::ClusterResourceState,
+    deadline: std::time::Duration,
+    said: &mut BTreeSet<String>,
+) -> Vec<crate::preemption::Notice> {
+    let ids: Vec<&str> = state
+        .node_states
+        .iter()
+        .filter(|n| n.status == Some(crate::model::NodeStatus::Draining))
+        .map(|n| n.instance_id.as_str())
+        .filter(|i| !i.is_empty())
+        .collect();
+    if ids.is_empty() {
+        return Vec::new();
+    }
+    let keys: Vec<String> = ids
+        .iter()
+        .map(|i| crate::preemption::notice_key(cluster, i))
+        .collect();
+    let got = match tokio::time::timeout(deadline, gcs.kv_multi_get(NAMESPACE, &keys)).await {
+        Ok(Ok(got)) => got,
+        Ok(Err(e)) => {
+            tracing::warn!("cannot read the preemption notices: {e}");
+            return Vec::new();
+        }
+        Err(_) => {
+            tracing::warn!("the preemption notices did not come within {deadline:?}");
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for (key, value) in got {
+        let Some(id) = key.rsplit('/').next().filter(|_| keys.contains(&key)) else {
+            continue;
+        };
+        match crate::preemption::Notice::parse(id, &value) {
+            Ok(n) => out.push(n),
+            Err(e) => {
+                if said.insert(key.clone()) {
+                    tracing::warn!("preemption notice {key}: {e}: taken as no notice");
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Resolves once the lease no longer lets this process act: at once when it does not,

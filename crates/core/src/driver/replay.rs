@@ -63,6 +63,7 @@ pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<
             node_type,
             count,
             launch_config_hash,
+            avoid_zones: Vec::new(),
         }));
     }
     if !terminate.is_empty() {

@@ -213,6 +213,8 @@ pub struct MetadataCommands<'a> {
     pub private_ip: &'a str,
     /// The cloud runs the payload once per instance (see [`BootTarget::per_boot`]).
     pub per_boot: bool,
+    /// Whose notice endpoints a worker's watcher polls (`rayscale.preemption`).
+    pub notices: Option<super::boot::NoticeCloud>,
 }
 
 /// Every node type's boot script: the head type's (the launcher's head), and with
@@ -243,6 +245,7 @@ pub fn boot_scripts(
                     head_ip: ip,
                     instance_id_command: m.instance_id,
                     per_boot: m.per_boot,
+                    notices: m.notices,
                 },
             )?
         } else {
@@ -263,6 +266,7 @@ mod tests {
             node_type: t.into(),
             count: 1,
             launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
         }
     }
 

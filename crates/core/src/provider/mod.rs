@@ -95,6 +95,10 @@ pub struct CloudInstance {
     pub launch_config_hash: Option<String>,
     /// The cloud's labels or tags on the instance.
     pub labels: BTreeMap<String, String>,
+    /// Where the instance runs, as the provider names zones in [`LaunchRequest::avoid_zones`]
+    /// (AWS: the subnet id when the type launches into subnets, else the availability
+    /// zone; GCE and Azure: the zone), when known.
+    pub zone: Option<String>,
 }
 
 impl CloudInstance {
@@ -113,6 +117,7 @@ impl CloudInstance {
             private_ip: None,
             launch_config_hash: None,
             labels: BTreeMap::new(),
+            zone: None,
         }
     }
 
@@ -150,6 +155,12 @@ pub struct LaunchRequest {
     pub count: u64,
     /// The node type's launch config hash, for the `ray-launch-config` tag.
     pub launch_config_hash: String,
+    /// Zones (AWS: availability zones or subnet ids, as the provider names them in its
+    /// capacity errors and [`CloudInstance::zone`]) this launch must not use: they ran
+    /// out of capacity or took an instance back a short while ago. A provider that has
+    /// no other zone left fails the launch with a capacity error without a zone (the
+    /// type is out), without calling the cloud.
+    pub avoid_zones: Vec<String>,
 }
 
 /// What a launch call made.

@@ -25,6 +25,9 @@
 #[cfg(test)]
 mod cloud_tests;
 mod pacing;
+mod preempt;
+#[cfg(test)]
+mod preempt_tests;
 mod step;
 mod sync;
 #[cfg(test)]
@@ -45,6 +48,7 @@ use crate::model::{
     ClusterConstraint, ClusterResourceState, GangRequest, InstanceStatus, NodeStatus,
     ResourceRequest,
 };
+use crate::preemption::{DrainedOutside, Notice};
 use crate::provider::{
     CloudInstance, CloudInstanceState, LaunchRequest, ProviderError, ProviderOp,
 };
@@ -140,6 +144,8 @@ pub struct Observed<'a> {
     pub provider_errors: &'a [ProviderError],
     /// Drains the GCS rejected.
     pub drain_rejections: &'a [DrainRejection],
+    /// Preemption notices the workers' watchers left (read for draining nodes only).
+    pub notices: &'a [Notice],
 }
 
 /// Source of new ids (injected so that iterations are deterministic in tests).
@@ -260,6 +266,9 @@ pub struct Outcome {
     pub events_applied: usize,
     /// Things worth a log line.
     pub warnings: Vec<String>,
+    /// Nodes Ray drains without rayscale having asked (preempted, or an operator's
+    /// drain), while they last; with `rayscale.preemption.enabled` only.
+    pub drained_outside: Vec<DrainedOutside>,
 }
 
 /// Runs one iteration at `now_ns` (wall clock, ns since the epoch). `avail` carries what
@@ -361,6 +370,10 @@ pub(crate) fn summarize(what: &str, items: &[String]) -> Option<String> {
         )),
     }
 }
+
+/// The start of the details of RAY_STOPPING entered from RAY_RUNNING: Ray drains the node
+/// and rayscale did not ask (a preemption notice, or an operator's drain).
+pub const DRAINED_OUTSIDE: &str = "ray node is draining, not asked by rayscale";
 
 /// The creation detail of a record adopted from a cloud instance no record knew.
 pub const ADOPTED_UNKNOWN: &str = "adopted an unknown cloud instance";

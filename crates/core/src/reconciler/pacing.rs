@@ -102,11 +102,13 @@ impl<S: InstanceStorage> Run<'_, S> {
         }
         self.apply(events)?;
         for ((request_id, node_type), (count, launch_config_hash)) in launches {
+            let avoid_zones = self.avail.unavailable.zones_out(&node_type, now);
             self.out.effects.push(Effect::Launch(LaunchRequest {
                 request_id,
                 node_type,
                 count,
                 launch_config_hash,
+                avoid_zones,
             }));
         }
         Ok(())
@@ -177,15 +179,18 @@ impl<S: InstanceStorage> Run<'_, S> {
             self.out.report.failed_requests.push(FailedRequest {
                 node_type: u.node_type.clone(),
                 count: 0,
-                reason: format!(
-                    "node type unavailable for {}s more after a capacity error{}: {}",
-                    (u.until_ns - now).div_euclid(SEC).max(0),
-                    u.zone
-                        .as_deref()
-                        .map(|z| format!(" in {z}"))
-                        .unwrap_or_default(),
-                    u.reason
-                ),
+                reason: match &u.zone {
+                    None => format!(
+                        "node type unavailable for {}s more after a capacity error: {}",
+                        (u.until_ns - now).div_euclid(SEC).max(0),
+                        u.reason
+                    ),
+                    Some(z) => format!(
+                        "zone {z} avoided for {}s more: {}",
+                        (u.until_ns - now).div_euclid(SEC).max(0),
+                        u.reason
+                    ),
+                },
                 start_ts_s: u.since_ns / SEC,
                 failed_ts_s: u.since_ns / SEC,
             });

@@ -102,6 +102,13 @@ impl<S: InstanceStorage> Run<'_, S> {
         }
         self.apply(events)?;
 
+        // Nodes drained from outside (preempted): their work is demand now.
+        let outside_demand = if config.preemption.enabled {
+            self.drained_outside(obs, &unreadable)?
+        } else {
+            Vec::new()
+        };
+
         // 3. Scale: the scheduler's decision.
         let table = self.table()?;
         let head_running = obs.ray.node_states.iter().any(|n| {
@@ -204,6 +211,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             "instance table",
         )?;
         inputs.apply(&mut request);
+        request.resource_requests.extend(outside_demand);
         let decision = schedule_with(&request, chain);
         self.out.warnings.extend(chain.take_warnings());
         for (r, _) in &decision.infeasible_requests {

@@ -484,6 +484,21 @@ impl<S: InstanceStorage> Run<'_, S> {
                 && crate::instance::is_valid_transition(i.status, target)
                 && moved.insert(i.instance_id.as_str())
             {
+                // Draining without rayscale having asked: the notice says why.
+                let why = if target == InstanceStatus::RayStopping
+                    && i.status == InstanceStatus::RayRunning
+                {
+                    match obs
+                        .notices
+                        .iter()
+                        .find(|n| n.cloud_instance_id == ns.instance_id)
+                    {
+                        Some(n) => format!("{DRAINED_OUTSIDE}: preempted ({})", n.describe()),
+                        None => format!("{DRAINED_OUTSIDE} (no notice)"),
+                    }
+                } else {
+                    why.to_string()
+                };
                 events.push(Self::ev(i, target, why).with_node_id(hex));
             }
         }

@@ -42,6 +42,7 @@ pub(super) struct World {
     pub(super) rejections: Vec<DrainRejection>,
     pub(super) avail: Availability,
     pub(super) now: i64,
+    pub(super) notices: Vec<Notice>,
 }
 
 pub(super) fn node(
@@ -88,6 +89,7 @@ impl World {
             rejections: Vec::new(),
             avail: Availability::new(ttl, 600.0),
             now: 1_000 * SEC,
+            notices: Vec::new(),
         }
     }
 
@@ -97,6 +99,7 @@ impl World {
             cloud: &self.cloud,
             provider_errors: &self.errors,
             drain_rejections: &self.rejections,
+            notices: &self.notices,
         };
         let out = reconcile(
             &mut self.im,

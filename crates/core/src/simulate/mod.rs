@@ -784,6 +784,7 @@ impl<'a> Sim<'a> {
                     cloud: &cloud,
                     provider_errors: &errors,
                     drain_rejections: &rejections,
+                    notices: &[],
                 },
                 now_ns,
                 &mut ids,

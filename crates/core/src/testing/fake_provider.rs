@@ -37,8 +37,11 @@ struct State {
     made: BTreeMap<String, u64>,
     /// Per node type, how many more instances the cloud has (absent = unlimited).
     capacity: BTreeMap<String, u64>,
-    /// Zone named in capacity errors.
+    /// The one zone of every type without zones of its own (its instances' zone).
     zone: Option<String>,
+    /// Types with zones of their own: (zone, how many more it has; `None` unlimited),
+    /// in the order launches try them.
+    zones: BTreeMap<String, Vec<(String, Option<u64>)>>,
     /// Errors the next calls return, in order (`op` says which call).
     faults: VecDeque<(FaultOn, ProviderErrorKind)>,
     /// Calls that never answer (the next call of each listed kind).
@@ -138,6 +141,16 @@ impl FakeProvider {
             }
         }
         st.zone = zone.map(str::to_string);
+    }
+
+    /// Gives `node_type` zones of its own, each with its capacity (`None` unlimited):
+    /// a launch fills them in order, skipping those the request avoids, and fails
+    /// without a zone (the type is out) when none is left open.
+    pub fn set_zones(&self, node_type: &str, zones: &[(&str, Option<u64>)]) {
+        self.lock().zones.insert(
+            node_type.to_string(),
+            zones.iter().map(|(z, n)| (z.to_string(), *n)).collect(),
+        );
     }
 
     /// The next call `on` fails with an error of `kind` (and makes nothing).
@@ -265,40 +278,92 @@ impl FakeProvider {
         }
         let done = st.made.get(&request.request_id).copied().unwrap_or(0);
         let want = request.count.saturating_sub(done);
-        let room = st.capacity.get(&request.node_type).copied();
-        let n = room.map_or(want, |r| r.min(want));
-        let mut made = Vec::new();
-        for _ in 0..n {
-            let id = format!("fake-{}", st.next_id);
-            st.next_id += 1;
-            let mut c = CloudInstance::worker(
-                id.clone(),
-                request.node_type.clone(),
-                st.tag_request_ids.then_some(request.request_id.as_str()),
-            );
-            c.kind = kind;
-            c.launch_config_hash = Some(request.launch_config_hash.clone());
-            if st.boot_pending {
-                c.state = CloudInstanceState::Pending;
+        // The zones this launch may use: a type's own, else the one zone.
+        let places: Vec<(Option<String>, Option<u64>)> = match st.zones.get(&request.node_type) {
+            Some(z) => z
+                .iter()
+                .filter(|(z, _)| !request.avoid_zones.contains(z))
+                .map(|(z, n)| (Some(z.clone()), *n))
+                .collect(),
+            None => {
+                let zone = st.zone.clone();
+                if zone
+                    .as_ref()
+                    .is_some_and(|z| request.avoid_zones.contains(z))
+                {
+                    Vec::new()
+                } else {
+                    vec![(zone, st.capacity.get(&request.node_type).copied())]
+                }
             }
-            st.instances.insert(id, c.clone());
-            made.push(c);
+        };
+        if places.is_empty() {
+            return Err(ProviderError::new(
+                op(request.count),
+                ProviderErrorKind::Capacity {
+                    node_type: request.node_type.clone(),
+                    zone: None,
+                },
+                format!("fake: every zone of {} is avoided", request.node_type),
+            ));
         }
-        if let Some(r) = st.capacity.get_mut(&request.node_type) {
-            *r -= n;
+        let mut made = Vec::new();
+        let mut n = 0;
+        for (zone, room) in places {
+            let k = room.map_or(want - n, |r| r.min(want - n));
+            for _ in 0..k {
+                let id = format!("fake-{}", st.next_id);
+                st.next_id += 1;
+                let mut c = CloudInstance::worker(
+                    id.clone(),
+                    request.node_type.clone(),
+                    st.tag_request_ids.then_some(request.request_id.as_str()),
+                );
+                c.kind = kind;
+                c.launch_config_hash = Some(request.launch_config_hash.clone());
+                c.zone = zone.clone();
+                if st.boot_pending {
+                    c.state = CloudInstanceState::Pending;
+                }
+                st.instances.insert(id, c.clone());
+                made.push(c);
+            }
+            n += k;
+            match st.zones.get_mut(&request.node_type) {
+                Some(zs) => {
+                    if let Some(r) = zs
+                        .iter_mut()
+                        .find(|(z, _)| Some(z) == zone.as_ref())
+                        .and_then(|(_, r)| r.as_mut())
+                    {
+                        *r -= k;
+                    }
+                }
+                None => {
+                    if let Some(r) = st.capacity.get_mut(&request.node_type) {
+                        *r -= k;
+                    }
+                }
+            }
         }
         *st.made.entry(request.request_id.clone()).or_default() += n;
         let short = want - n;
+        // Every open zone was tried: a shortfall is the type's (no zone named).
         let shortfall = (short > 0).then(|| {
             ProviderError::new(
                 op(short),
                 ProviderErrorKind::Capacity {
                     node_type: request.node_type.clone(),
-                    zone: st.zone.clone(),
+                    zone: None,
                 },
                 format!(
-                    "fake: no capacity for {} more of {}",
-                    short, request.node_type
+                    "fake: no capacity for {} more of {}{}",
+                    short,
+                    request.node_type,
+                    st.zone
+                        .as_deref()
+                        .map(|z| format!(" in {z}"))
+                        .unwrap_or_default()
                 ),
             )
         });

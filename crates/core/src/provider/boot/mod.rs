@@ -42,7 +42,11 @@
 //! cloud-init's per-boot directory (`RAYSCALE_PER_BOOT_DIR`, by default
 //! `/var/lib/cloud/scripts/per-boot`), which cloud-init runs at every later boot.
 
+mod notice;
+
 use serde_json::Value;
+
+pub use notice::{NOTICE_PY, NoticeCloud, Watcher, worker_gcs_address};
 
 use crate::CoreError;
 use crate::config::ClusterConfig;
@@ -60,6 +64,9 @@ pub struct BootTarget<'a> {
     /// Whether the cloud runs the script once per instance (cloud-init's user scripts),
     /// so the script installs itself to run at every later boot (see the module docs).
     pub per_boot: bool,
+    /// Whose notice endpoints the worker's watcher polls, with
+    /// `rayscale.preemption.enabled` (see [`notice`]); `None`: no watcher.
+    pub notices: Option<NoticeCloud>,
 }
 
 /// Where the head's boot script will run (the launcher's head).
@@ -85,9 +92,15 @@ pub const DEFAULT_HEAD_START: &[&str] = &[
 pub const DEFAULT_GCS_PORT: u16 = 6379;
 
 /// Which node a script boots.
+#[derive(Clone, Copy)]
 enum Role<'a> {
-    Worker { head_ip: &'a str },
-    Head { private_ip_command: &'a str },
+    Worker {
+        head_ip: &'a str,
+        notices: Option<NoticeCloud>,
+    },
+    Head {
+        private_ip_command: &'a str,
+    },
 }
 
 /// Ray's default worker start commands (its AWS `defaults.yaml`), when the YAML has none.
@@ -116,6 +129,7 @@ pub fn render_worker(config: &ClusterConfig, target: &BootTarget<'_>) -> Result<
         target.per_boot,
         Role::Worker {
             head_ip: target.head_ip,
+            notices: target.notices.filter(|_| config.preemption.enabled),
         },
     )
 }
@@ -329,7 +343,7 @@ fn render(
     ));
     s.push_str("[ -n \"$RAY_CLOUD_INSTANCE_ID\" ] || { echo 'rayscale: no instance id from the metadata service' >&2; exit 1; }\n");
     let head_ip = match role {
-        Role::Worker { head_ip } => head_ip.to_string(),
+        Role::Worker { head_ip, .. } => head_ip.to_string(),
         Role::Head { private_ip_command } => {
             s.push_str(&format!("RAY_HEAD_IP=\"$({private_ip_command})\"\n"));
             s.push_str("[ -n \"$RAY_HEAD_IP\" ] || { echo 'rayscale: no private address from the metadata service' >&2; exit 1; }\n");
@@ -423,6 +437,28 @@ fn render(
             "chmod 600 ~/ray_bootstrap_config.yaml".to_string(),
         ];
         step(&mut s, "config", &write, false);
+    }
+    if let Role::Worker {
+        notices: Some(cloud),
+        ..
+    } = role
+    {
+        // The notice watcher, in the background where Ray runs (see `notice`), started
+        // before Ray (a start command may block): it waits for the node to notice.
+        let w = notice::render(&Watcher {
+            cloud,
+            settings: config.preemption,
+            key_prefix: crate::preemption::notice_key(&config.cluster_name, ""),
+            gcs: &notice::worker_gcs_address(&start),
+        });
+        s.push_str(&format!(
+            "cat >\"$BOOT_DIR/notice-watch.sh\" <<'{EOF_MARK}'\n{w}{EOF_MARK}\n"
+        ));
+        if docker.is_some() {
+            s.push_str("docker exec -d \"$CONTAINER\" bash -l -c \"$(cat \"$BOOT_DIR/env.sh\" \"$BOOT_DIR/notice-watch.sh\")\"\n");
+        } else {
+            s.push_str("run_as_user \"$BOOT_DIR/notice-watch.sh\" >>\"$BOOT_DIR/notice.log\" 2>&1 </dev/null &\n");
+        }
     }
     step(&mut s, "start", &start, docker.is_some());
     if is_head {

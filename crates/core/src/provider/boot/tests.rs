@@ -18,6 +18,7 @@ fn target() -> BootTarget<'static> {
         head_ip: "10.0.0.1",
         instance_id_command: "echo i-123",
         per_boot: false,
+        notices: None,
     }
 }
 
@@ -265,6 +266,7 @@ fn a_per_boot_script_installs_itself_once() {
         &c,
         &BootTarget {
             per_boot: true,
+            notices: None,
             ..target()
         },
     )
@@ -296,4 +298,62 @@ fn a_per_boot_script_installs_itself_once() {
         "start\nstart\n"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_notice_watcher_is_there_only_with_preemption_on_and_before_ray() {
+    let t = BootTarget {
+        notices: Some(NoticeCloud::Aws),
+        ..target()
+    };
+    let start = "worker_start_ray_commands: ['ray start --block --address=$RAY_HEAD_IP:6380']\n";
+    let off = render_worker(&cfg(start), &t).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!off.contains("notice-watch"), "off by default");
+    let on = render_worker(
+        &cfg(&format!(
+            "{start}rayscale: {{preemption: {{enabled: true, on_rebalance: drain, notice_poll_s: 2}}}}\n"
+        )),
+        &t,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let at = |needle: &str| {
+        on.find(needle)
+            .unwrap_or_else(|| panic!("{needle} missing:\n{on}"))
+    };
+    // Started in the background before a start command that may block.
+    assert!(at("notice-watch.sh\" >>") < at("ray start --block"));
+    assert!(on.contains("GCS=\"$RAY_HEAD_IP:6380\""));
+    assert!(on.contains("KEY='notices/demo/'\"$RAY_CLOUD_INSTANCE_ID\""));
+    assert!(on.contains("POLL=2") && on.contains("ON_REBALANCE=drain"));
+    assert!(on.contains("latest/meta-data/spot/instance-action"));
+    assert!(on.contains("--reason DRAIN_NODE_REASON_PREEMPTION"));
+    let syntax = std::process::Command::new("bash")
+        .arg("-n")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("stdin").write_all(on.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("bash");
+    assert!(
+        syntax.status.success(),
+        "{}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    // A head has none.
+    let h = render_head(
+        &cfg("rayscale: {preemption: {enabled: true}}\n"),
+        &HeadBootTarget {
+            node_type: "h",
+            instance_id_command: "echo i",
+            private_ip_command: "echo 10.0.0.1",
+            per_boot: false,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!h.contains("notice-watch"));
 }
