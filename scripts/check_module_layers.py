@@ -15,6 +15,7 @@ LAYERS = [
     ["instance"],
     ["error"],
     ["config"],
+    ["preemption"],
     ["provider", "expander"],
     ["scheduler"],
     ["availability", "scenario", "launcher"],
@@ -48,7 +49,7 @@ root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", 
 bad = []
 for dirpath, _, files in os.walk(root):
     for f in files:
-        if not f.endswith(".rs") or f in ("tests.rs", "cloud_tests.rs", "lib.rs"):
+        if not f.endswith(".rs") or f == "lib.rs" or f == "tests.rs" or f.endswith("_tests.rs"):
             continue
         path = os.path.relpath(os.path.join(dirpath, f), root)
         top = path.split(os.sep)[0].removesuffix(".rs")

@@ -1,5 +1,5 @@
-//! Preemption notices: what a worker's notice watcher (rendered into its boot script, see
-//! [`crate::provider::boot`]) tells rayscale beside draining its own Ray node, and what
+//! Preemption notices: what a worker's notice watcher (rendered into its boot script by
+//! the provider's `boot` module) tells rayscale beside draining its own Ray node, and what
 //! the reconciler makes of a node Ray drains without rayscale having asked.
 //!
 //! The watcher writes one KV entry per notice, in rayscale's namespace, under
@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::model::ResourceMap;
 
-/// The prefix of notice keys (in [`crate::driver::NAMESPACE`]).
+/// The prefix of notice keys (in rayscale's KV namespace, the driver's `NAMESPACE`).
 pub const NOTICE_PREFIX: &str = "notices/";
 
 /// The KV key of the notice of cloud instance `cloud_instance_id` of `cluster`.
