@@ -341,8 +341,9 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
         .unwrap();
     assert_eq!(o.instances.len(), 1);
     assert_eq!(
-        o.instances[0].zone, None,
-        "RunInstances' answer is not relisted here"
+        o.instances[0].zone.as_deref(),
+        Some(subnets[1].as_str()),
+        "placed by subnet, as listed"
     );
     assert_eq!(
         moto.calls("RunInstances"),

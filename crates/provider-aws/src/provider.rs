@@ -291,7 +291,7 @@ impl AwsProvider {
                         stopped_ours.push(id.to_string());
                     }
                 }
-                _ => made.extend(mapping::cloud_instance(i)),
+                _ => made.extend(placed(cfg, i)),
             }
         }
         let mut remaining = req.count.saturating_sub(made.len() as u64);
@@ -426,7 +426,7 @@ impl AwsProvider {
                 match self.run_instances(input, t, zone).await {
                     Ok(instances) => {
                         let got = instances.len() as u64;
-                        made.extend(instances.iter().filter_map(mapping::cloud_instance));
+                        made.extend(instances.iter().filter_map(|i| placed(cfg, i)));
                         if got < remaining {
                             shortfall = Some(AwsError::Call {
                                 call: "RunInstances",
@@ -670,6 +670,21 @@ fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, AwsError
     Ok(State { cfg, boot })
 }
 
+/// The instance as core sees it, its zone named as the launch attempts name places: the
+/// subnet for a type that launches into subnets, else the availability zone.
+fn placed(cfg: &AwsConfig, i: &ec2::Instance) -> Option<CloudInstance> {
+    let mut c = mapping::cloud_instance(i)?;
+    if let Some(subnet) = i.subnet_id()
+        && cfg
+            .node_types
+            .get(&c.node_type)
+            .is_some_and(|nc| !nc.subnets().is_empty())
+    {
+        c.zone = Some(subnet.to_string());
+    }
+    Some(c)
+}
+
 fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> ec2::Filter {
     ec2::Filter::builder()
         .name(name)
@@ -693,23 +708,7 @@ impl CloudInstanceProvider for AwsProvider {
             .describe(&state.cfg, &["pending", "running", "stopping"], Vec::new())
             .await
             .map_err(|e| e.into_provider(ProviderOp::List))?;
-        // A type that launches into subnets names its places by subnet.
-        Ok(all
-            .iter()
-            .filter_map(|i| {
-                let mut c = mapping::cloud_instance(i)?;
-                if let Some(subnet) = i.subnet_id()
-                    && state
-                        .cfg
-                        .node_types
-                        .get(&c.node_type)
-                        .is_some_and(|nc| !nc.subnets().is_empty())
-                {
-                    c.zone = Some(subnet.to_string());
-                }
-                Some(c)
-            })
-            .collect())
+        Ok(all.iter().filter_map(|i| placed(&state.cfg, i)).collect())
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
