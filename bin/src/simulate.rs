@@ -90,6 +90,13 @@ fn table(label: &str, chain: &str, r: &Run, wall: std::time::Duration) -> String
         "  scale events: {} launch requests, {} instances terminated, {} drains refused\n",
         s.launch_requests, s.terminated, s.drains_refused
     ));
+    if s.preemptions > 0 {
+        out.push_str(&format!(
+            "  preemptions: {}; work lost {:.1} unit-hours (run again)\n",
+            s.preemptions,
+            s.work_lost_unit_s / 3600.0
+        ));
+    }
     out
 }
 

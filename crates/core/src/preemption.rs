@@ -29,6 +29,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("gce-maintenance", "GCE host maintenance (terminate)"),
     ("azure-preempt", "Azure Spot eviction"),
     ("azure-terminate", "Azure scheduled termination"),
+    ("simulated", "simulated preemption"),
 ];
 
 /// The latest deadline a notice may carry (s since the epoch, year 2100): beyond is no

@@ -23,7 +23,9 @@ impl Sim<'_> {
                 } else {
                     0
                 },
-                status: Some(if n.running == 0 {
+                status: Some(if n.taken_at_s.is_some() {
+                    NodeStatus::Draining
+                } else if n.running == 0 {
                     NodeStatus::Idle
                 } else {
                     NodeStatus::Running

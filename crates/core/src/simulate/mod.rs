@@ -7,7 +7,11 @@
 //! order (tasks and actors by shape; a placement group all bundles at once, STRICT_SPREAD on
 //! distinct nodes, STRICT_PACK on one); actors are demand that lasts; a node drained while
 //! busy hands its work back to the queue (it starts again); instances are billed from
-//! launch to termination. Pure: no clock, no I/O; the same inputs give the same result.
+//! launch to termination. A spot type's running instances get a preemption notice after
+//! an exponentially drawn time (`preemption_mean_s`): Ray drains the node (nothing new is
+//! placed there; the reconciler is told as a watcher tells it, with the deadline), and at
+//! the end of the notice window the cloud takes the instance: the work still on it goes
+//! back to the queue, and what it had done is counted as work lost. Pure: no clock, no I/O; the same inputs give the same result.
 
 mod cluster;
 pub mod plot;
@@ -98,6 +102,11 @@ pub struct Summary {
     pub terminated: u64,
     /// Drains a busy node refused.
     pub drains_refused: u64,
+    /// Preemption notices (spot instances the cloud took back).
+    pub preemptions: u64,
+    /// Work lost to preemptions: unit-seconds done on a node before the cloud took it
+    /// (run again).
+    pub work_lost_unit_s: f64,
     /// Iterations run.
     pub iterations: u64,
 }
@@ -118,6 +127,8 @@ struct Behaviour {
     failure_rate: f64,
     capacity_error_rate: f64,
     price: f64,
+    preemption_mean_s: Option<f64>,
+    notice_s: f64,
 }
 
 #[derive(Debug)]
@@ -142,6 +153,10 @@ struct Node {
     running: u64,
     idle_since_s: f64,
     alive: bool,
+    /// When the cloud's preemption notice comes (spot types).
+    notice_at_s: Option<f64>,
+    /// Draining on a notice: the cloud takes the instance at this time.
+    taken_at_s: Option<f64>,
 }
 
 /// Work waiting: `count` units of one shape (or one placement group).
@@ -282,6 +297,8 @@ impl<'a> Sim<'a> {
                     price: pick(|m| m.price_per_hour)
                         .or_else(|| chain.price_of(&t.name))
                         .unwrap_or(0.0),
+                    preemption_mean_s: pick(|m| m.preemption_mean_s),
+                    notice_s: pick(|m| m.notice_s).unwrap_or(30.0),
                 },
             );
         }
@@ -315,6 +332,8 @@ impl<'a> Sim<'a> {
                 running: 0,
                 idle_since_s: 0.0,
                 alive: true,
+                notice_at_s: None,
+                taken_at_s: None,
             }],
             waiting: Vec::new(),
             placed: Vec::new(),
@@ -335,6 +354,8 @@ impl<'a> Sim<'a> {
             failure_rate: 0.0,
             capacity_error_rate: 0.0,
             price: 0.0,
+            preemption_mean_s: None,
+            notice_s: 30.0,
         })
     }
 
@@ -388,6 +409,10 @@ impl<'a> Sim<'a> {
             let total = type_shape(self.config, &v.node_type);
             let n = self.nodes.len() as u32;
             let (id, node_type) = (v.id.clone(), v.node_type.clone());
+            // Spot: when its notice comes (exponential, drawn once per instance).
+            let notice_at_s = b
+                .preemption_mean_s
+                .map(|mean| t - mean * (1.0 - self.rng.next_f64()).ln());
             self.nodes.push(Node {
                 id: n.to_be_bytes().to_vec(),
                 instance_id: id,
@@ -397,6 +422,8 @@ impl<'a> Sim<'a> {
                 running: 0,
                 idle_since_s: t,
                 alive: true,
+                notice_at_s,
+                taken_at_s: None,
             });
             self.vms[i].node = Some(self.nodes.len() - 1);
         }
@@ -427,6 +454,59 @@ impl<'a> Sim<'a> {
                 i += 1;
             }
         }
+        self.preempt();
+    }
+
+    /// Notices that came (the node drains) and instances the cloud takes.
+    fn preempt(&mut self) {
+        let t = self.t_s;
+        let mut taken = Vec::new();
+        for n in 0..self.nodes.len() {
+            let node = &self.nodes[n];
+            if !node.alive {
+                continue;
+            }
+            if node.taken_at_s.is_none()
+                && let Some(at) = node.notice_at_s
+                && at <= t + EPS
+            {
+                let notice = self.behaviour(&node.node_type).notice_s;
+                self.nodes[n].taken_at_s = Some(at + notice);
+                self.summary.preemptions += 1;
+            }
+            if self.nodes[n].taken_at_s.is_some_and(|at| at <= t + EPS) {
+                taken.push(n);
+            }
+        }
+        for n in taken {
+            // The work on it is lost: what it had done is run again.
+            for p in self.placed.iter().filter(|p| p.holds.iter().any(|(m, _)| *m == n)) {
+                let started = p.end_s - p.again.duration_s;
+                self.summary.work_lost_unit_s += (t - started).max(0.0) * p.again.count as f64;
+            }
+            let id = self.nodes[n].instance_id.clone();
+            if let Some(i) = self.vms.iter().position(|v| v.id == id) {
+                let v = self.vms.remove(i);
+                self.bill(&v);
+            }
+            self.stop_node(n);
+        }
+    }
+
+    /// The notices of draining nodes, as the workers' watchers leave them.
+    fn notices(&self) -> Vec<crate::preemption::Notice> {
+        self.nodes
+            .iter()
+            .filter(|n| n.alive)
+            .filter_map(|n| {
+                Some(crate::preemption::Notice {
+                    cloud_instance_id: n.instance_id.clone(),
+                    source: "simulated".into(),
+                    deadline_ns: Some(START_NS + (n.taken_at_s? * NS) as i64),
+                    message: "simulated preemption".into(),
+                })
+            })
+            .collect()
     }
 
     fn release(&mut self, p: &Placed) {
@@ -453,7 +533,8 @@ impl<'a> Sim<'a> {
                         if left == 0 {
                             break;
                         }
-                        if !self.nodes[n].alive {
+                        // Ray places nothing new on a draining node.
+                        if !self.nodes[n].alive || self.nodes[n].taken_at_s.is_some() {
                             continue;
                         }
                         let k = how_many(&self.nodes[n].avail, &w.shape).min(left);
@@ -507,7 +588,7 @@ impl<'a> Sim<'a> {
 
     fn fit_gang(&self, bundles: &[Shape], strategy: Strategy) -> Option<Vec<(usize, Shape)>> {
         let alive: Vec<usize> = (0..self.nodes.len())
-            .filter(|n| self.nodes[*n].alive)
+            .filter(|n| self.nodes[*n].alive && self.nodes[*n].taken_at_s.is_none())
             .collect();
         if strategy == Strategy::StrictPack {
             let mut sum = Shape::new();
@@ -565,6 +646,7 @@ impl<'a> Sim<'a> {
             let cloud = self.cloud();
             let errors = std::mem::take(&mut self.errors);
             let rejections = std::mem::take(&mut self.rejections);
+            let notices = self.notices();
             let now_ns = START_NS + (self.t_s * NS) as i64;
             let out = reconcile(
                 &mut im,
@@ -577,7 +659,7 @@ impl<'a> Sim<'a> {
                     cloud: &cloud,
                     provider_errors: &errors,
                     drain_rejections: &rejections,
-                    notices: &[],
+                    notices: &notices,
                 },
                 now_ns,
                 &mut ids,

@@ -259,3 +259,48 @@ fn the_svg_holds_each_series_and_its_values() {
         ]
     );
 }
+
+/// A spot type (first) and an on-demand type: every spot node is preempted once.
+const SPOT: &str = r#"
+cluster_name: sim
+upscaling_speed: 100
+idle_timeout_minutes: 1
+head_node_type: head
+provider: {type: local_processes}
+rayscale: {preemption: {enabled: true}}
+available_node_types:
+  head: {resources: {CPU: 0}, node_config: {}}
+  spot: {resources: {CPU: 2}, max_workers: 10, node_config: {}}
+  od: {resources: {CPU: 2}, max_workers: 10, node_config: {}}
+"#;
+
+#[test]
+fn preempted_spot_work_is_counted_lost_and_rayscale_replaces_before_the_node_goes() {
+    let t = trace(
+        "step_s: 5\nseed: 3\ncloud:\n  default: {boot_s: 20}\n  types:\n    \
+         spot: {preemption_mean_s: 30, notice_s: 60}\n\
+         workload: [{at_s: 0, count: 2, resources: {CPU: 2}, duration_s: 300}]\n",
+    );
+    let on = run(&config(SPOT), &t).summary;
+    let off = run(&config(&SPOT.replace("rayscale: {preemption: {enabled: true}}\n", "")), &t).summary;
+    for s in [&on, &off] {
+        assert!(s.preemptions >= 2, "{s:?}");
+        assert!(s.work_lost_unit_s > 0.0, "{s:?}");
+        assert_eq!(s.unplaced, 0, "the work is done in the end: {s:?}");
+    }
+    // With the notice handled, the preempted (type, zone) is avoided: the replacements are
+    // on-demand, launched during the notice window, so the work is lost once per node and
+    // done sooner than when the replacement waits for the node to go.
+    assert!(on.types.get("od").is_some_and(|x| x.launched >= 2), "{on:?}");
+    assert!(on.end_s < off.end_s, "on {} s, off {} s", on.end_s, off.end_s);
+}
+
+#[test]
+fn a_notice_window_must_be_positive() {
+    let t: Trace = serde_yaml_ng::from_str(
+        "cloud: {types: {s: {preemption_mean_s: 0}}}\nworkload: [{at_s: 0, count: 1, resources: {CPU: 1}, duration_s: 1}]\n",
+    )
+    .expect("parses");
+    let e = t.validate("t.yaml").expect_err("refused").to_string();
+    assert!(e.contains("cloud.types.s.preemption_mean_s"), "{e}");
+}

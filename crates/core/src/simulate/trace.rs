@@ -1,6 +1,7 @@
 //! The workload trace of `rayscale simulate`: what arrives when (tasks, actors, placement
 //! groups, with durations) and how the simulated cloud behaves per node type (boot time,
-//! failure and capacity-error rates, price).
+//! failure and capacity-error rates, price, and for spot types the preemption rate and
+//! the notice window).
 
 use std::collections::BTreeMap;
 
@@ -72,6 +73,12 @@ pub struct TypeModel {
     pub capacity_error_rate: Option<f64>,
     /// Price per instance-hour.
     pub price_per_hour: Option<f64>,
+    /// Spot: the mean time (s) from an instance running to the cloud's preemption notice
+    /// (drawn per instance, exponentially); unset: never preempted.
+    pub preemption_mean_s: Option<f64>,
+    /// The notice's warning (s) before the instance is taken (default 30 s; AWS gives
+    /// 120 s).
+    pub notice_s: Option<f64>,
 }
 
 /// What kind of work arrives.
@@ -225,6 +232,14 @@ impl Trace {
                         &format!("{path}.{name}"),
                         format!("expected a rate in [0, 1], got {r}"),
                     ));
+                }
+            }
+            for (name, v) in [
+                ("preemption_mean_s", m.preemption_mean_s),
+                ("notice_s", m.notice_s),
+            ] {
+                if let Some(v) = v {
+                    positive(&format!("{path}.{name}"), v)?;
                 }
             }
             if let Some(p) = m.price_per_hour
