@@ -480,7 +480,11 @@ impl<'a> Sim<'a> {
         }
         for n in taken {
             // The work on it is lost: what it had done is run again.
-            for p in self.placed.iter().filter(|p| p.holds.iter().any(|(m, _)| *m == n)) {
+            for p in self
+                .placed
+                .iter()
+                .filter(|p| p.holds.iter().any(|(m, _)| *m == n))
+            {
                 let started = p.end_s - p.again.duration_s;
                 self.summary.work_lost_unit_s += (t - started).max(0.0) * p.again.count as f64;
             }
