@@ -89,6 +89,84 @@ fn rayscale_with(env: &[(String, String)], args: &[&str]) -> (bool, String) {
     )
 }
 
+/// What both scenarios set up: a scratch directory, the cluster YAML with the start
+/// commands one machine needs, the environment of the booted instances, and the boot
+/// simulator playing the cloud's data plane.
+struct Stage {
+    python: PathBuf,
+    gcs: String,
+    cluster: String,
+    scratch: PathBuf,
+    config_arg: String,
+    sim: crate::boot_sim::BootSimulator,
+}
+
+impl Stage {
+    /// `cluster_name` `<name><tag><pid>`; `extra` goes after `provider:` (top-level
+    /// keys), `workers` after the head in `available_node_types` (indented entries).
+    fn new(name: &str, tag: &str, cloud: &dyn Cloud, extra: &str, workers: &str) -> Stage {
+        let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
+        let port = crate::ray_head::free_ports(1)[0];
+        let pid = std::process::id();
+        let cluster = format!("{name}{tag}{pid}");
+        let scratch = std::env::temp_dir().join(format!("rayscale-{name}-{tag}-{pid}"));
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::create_dir_all(&scratch).expect("scratch");
+        let config = scratch.join("cluster.yaml");
+        let (head_nc, _) = cloud.node_configs();
+        // The start commands add only what one machine needs (see aws_live.rs), the temp
+        // dirs named by the instance name less `ray-<cluster>-` (Ray's socket paths must
+        // stay under 108 bytes).
+        std::fs::write(
+            &config,
+            format!(
+                "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 0.2\n\
+                 provider: {}\n{extra}\
+                 head_node_type: head\n\
+                 head_start_ray_commands:\n  - ray start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsh-${{RAY_CLOUD_INSTANCE_ID#ray-*-}}\n\
+                 worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-${{RAY_CLOUD_INSTANCE_ID#ray-*-}} --disable-usage-stats\n\
+                 available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {head_nc}}}\n{workers}",
+                cloud.provider()
+            ),
+        )
+        .expect("config");
+        let venv_bin = python.parent().expect("venv bin").to_path_buf();
+        let path = format!(
+            "{}:{}",
+            venv_bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut env = cloud.env();
+        env.push(("PATH".to_string(), path));
+        env.push((
+            "RAYSCALE_BIN".to_string(),
+            crate::workspace_bin("rayscale").display().to_string(),
+        ));
+        env.push(("RUST_LOG".to_string(), "info".to_string()));
+        let sim =
+            crate::boot_sim::BootSimulator::start(cloud.plane(&cluster), env, scratch.join("sim"));
+        Stage {
+            python,
+            gcs: format!("127.0.0.1:{port}"),
+            cluster,
+            scratch,
+            config_arg: config.display().to_string(),
+            sim,
+        }
+    }
+
+    /// Stops the simulator and removes what the instances `ids` and the stage left.
+    fn clean(self, ids: &[String]) {
+        drop(self.sim);
+        for id in ids {
+            let short = id.trim_start_matches(&format!("ray-{}-", self.cluster));
+            let _ = std::fs::remove_dir_all(format!("/tmp/rsw-{short}"));
+            let _ = std::fs::remove_dir_all(format!("/tmp/rsh-{short}"));
+        }
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
 /// A cloud end to end on one machine, the way a user runs it: `rayscale up` with the
 /// cloud's cluster YAML against its fake makes the head; the boot simulator, playing the
 /// cloud's data plane, runs each running instance's boot payload as local processes (the
@@ -96,51 +174,20 @@ fn rayscale_with(env: &[(String, String)], args: &[&str]) -> (bool, String) {
 /// which makes workers for the demand; theirs join the head with their instance names);
 /// the tasks finish, the idle workers go, and `rayscale down` removes the head.
 pub fn up_scale_down(name: &str, cloud: &dyn Cloud) {
-    let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
-    let port = crate::ray_head::free_ports(1)[0];
-    let gcs = format!("127.0.0.1:{port}");
-    let cluster = format!("{name}e2e{}", std::process::id());
-    let scratch = std::env::temp_dir().join(format!("rayscale-{name}-e2e-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
-    std::fs::create_dir_all(&scratch).expect("scratch");
-    let config = scratch.join("cluster.yaml");
-    let (head_nc, worker_nc) = cloud.node_configs();
-    // The start commands add only what one machine needs (see aws_live.rs), the temp
-    // dirs named by the instance name less `ray-<cluster>-` (Ray's socket paths must
-    // stay under 108 bytes).
-    std::fs::write(
-        &config,
-        format!(
-            "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 0.2\n\
-             provider: {}\n\
-             head_node_type: head\n\
-             head_start_ray_commands:\n  - ray start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsh-${{RAY_CLOUD_INSTANCE_ID#ray-*-}}\n\
-             worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-${{RAY_CLOUD_INSTANCE_ID#ray-*-}} --disable-usage-stats\n\
-             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {head_nc}}}\n  \
-             worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {worker_nc}}}\n",
-            cloud.provider()
-        ),
-    )
-    .expect("config");
-    let config_arg = config.display().to_string();
-    let venv_bin = python.parent().expect("venv bin").to_path_buf();
-    let path = format!(
-        "{}:{}",
-        venv_bin.display(),
-        std::env::var("PATH").unwrap_or_default()
+    let (_, worker_nc) = cloud.node_configs();
+    let stage = Stage::new(
+        name,
+        "e2e",
+        cloud,
+        "",
+        &format!("  worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {worker_nc}}}\n"),
     );
-    let mut env = cloud.env();
-    env.push(("PATH".to_string(), path));
-    env.push((
-        "RAYSCALE_BIN".to_string(),
-        crate::workspace_bin("rayscale").display().to_string(),
-    ));
-    env.push(("RUST_LOG".to_string(), "info".to_string()));
-    let sim = crate::boot_sim::BootSimulator::start(
-        cloud.plane(&cluster),
-        env.clone(),
-        scratch.join("sim"),
+    let (python, gcs, cluster) = (
+        stage.python.clone(),
+        stage.gcs.clone(),
+        stage.cluster.clone(),
     );
+    let (config_arg, sim) = (stage.config_arg.clone(), &stage.sim);
     let diag = || {
         let booted = sim.ever_booted();
         let mut s = format!("booted {booted:?}\n");
@@ -215,13 +262,7 @@ pub fn up_scale_down(name: &str, cloud: &dyn Cloud) {
         crate::processes_with_env(&format!("RAYSCALE_SIM_INSTANCE={head_id}")).is_empty(),
         "the head's processes are gone"
     );
-    drop(sim);
-    for id in &booted {
-        let short = id.trim_start_matches(&format!("ray-{cluster}-"));
-        let _ = std::fs::remove_dir_all(format!("/tmp/rsw-{short}"));
-        let _ = std::fs::remove_dir_all(format!("/tmp/rsh-{short}"));
-    }
-    let _ = std::fs::remove_dir_all(&scratch);
+    stage.clean(&booted);
 }
 
 /// A cloud with spot capacity, for [`preempt_and_replace`].
@@ -242,51 +283,23 @@ pub trait SpotCloud: Cloud {
 /// at the deadline the simulator kills the node's processes; the task is retried and
 /// finishes on the replacement; the idle workers go and nothing is left but the head.
 pub fn preempt_and_replace(name: &str, cloud: &dyn SpotCloud) {
-    let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
-    let port = crate::ray_head::free_ports(1)[0];
-    let gcs = format!("127.0.0.1:{port}");
-    let cluster = format!("{name}pre{}", std::process::id());
-    let scratch = std::env::temp_dir().join(format!("rayscale-{name}-pre-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
-    std::fs::create_dir_all(&scratch).expect("scratch");
-    let config = scratch.join("cluster.yaml");
-    let (head_nc, _) = cloud.node_configs();
     let (spot_nc, od_nc) = cloud.spot_configs();
-    std::fs::write(
-        &config,
-        format!(
-            "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 0.2\n\
-             provider: {}\n\
-             rayscale: {{preemption: {{enabled: true, notice_poll_s: 1}}}}\n\
-             head_node_type: head\n\
-             head_start_ray_commands:\n  - ray start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsh-${{RAY_CLOUD_INSTANCE_ID#ray-*-}}\n\
-             worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-${{RAY_CLOUD_INSTANCE_ID#ray-*-}} --disable-usage-stats\n\
-             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {head_nc}}}\n  \
-             spot: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {spot_nc}}}\n  \
-             od: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {od_nc}}}\n",
-            cloud.provider()
+    let stage = Stage::new(
+        name,
+        "pre",
+        cloud,
+        "rayscale: {preemption: {enabled: true, notice_poll_s: 1}}\n",
+        &format!(
+            "  spot: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {spot_nc}}}\n  \
+             od: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {od_nc}}}\n"
         ),
-    )
-    .expect("config");
-    let config_arg = config.display().to_string();
-    let venv_bin = python.parent().expect("venv bin").to_path_buf();
-    let path = format!(
-        "{}:{}",
-        venv_bin.display(),
-        std::env::var("PATH").unwrap_or_default()
     );
-    let mut env = cloud.env();
-    env.push(("PATH".to_string(), path));
-    env.push((
-        "RAYSCALE_BIN".to_string(),
-        crate::workspace_bin("rayscale").display().to_string(),
-    ));
-    env.push(("RUST_LOG".to_string(), "info".to_string()));
-    let sim = crate::boot_sim::BootSimulator::start(
-        cloud.plane(&cluster),
-        env.clone(),
-        scratch.join("sim"),
+    let (python, gcs, scratch) = (
+        stage.python.clone(),
+        stage.gcs.clone(),
+        stage.scratch.clone(),
     );
+    let (config_arg, sim) = (stage.config_arg.clone(), &stage.sim);
     let diag = |extra: &[String]| {
         let booted = sim.ever_booted();
         let mut s = format!("booted {booted:?}\n");
@@ -399,11 +412,6 @@ pub fn preempt_and_replace(name: &str, cloud: &dyn SpotCloud) {
         "processes still running for {:?}",
         sim.live()
     );
-    drop(sim);
-    for id in before.iter().chain(&replacement) {
-        let short = id.trim_start_matches(&format!("ray-{cluster}-"));
-        let _ = std::fs::remove_dir_all(format!("/tmp/rsw-{short}"));
-        let _ = std::fs::remove_dir_all(format!("/tmp/rsh-{short}"));
-    }
-    let _ = std::fs::remove_dir_all(&scratch);
+    let ids: Vec<String> = before.iter().chain(&replacement).cloned().collect();
+    stage.clean(&ids);
 }
