@@ -224,10 +224,7 @@ impl BootSimulator {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Sim> {
-        match self.sim.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        lock(&self.sim)
     }
 }
 
@@ -255,10 +252,7 @@ fn step(
     port: u16,
     rerun: bool,
 ) {
-    let mut s = match sim.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
+    let mut s = lock(sim);
     let now: BTreeMap<&str, &str> = running
         .iter()
         .map(|(i, p)| (i.as_str(), p.as_str()))
