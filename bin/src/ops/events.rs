@@ -178,6 +178,19 @@ impl EventLog {
                     message: d.event_line(),
                 }),
         );
+        // Advice the watchers were told not to drain on, once each.
+        out.extend(v.advisories.iter().map(|n| Event {
+            severity: Severity::Info,
+            message: format!(
+                "Instance {}: {}: kept running (rayscale.preemption.on_rebalance: ignore).",
+                n.cloud_instance_id,
+                if n.message.is_empty() {
+                    "rebalance recommendation"
+                } else {
+                    n.message.as_str()
+                }
+            ),
+        }));
         out
     }
 }

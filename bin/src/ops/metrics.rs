@@ -703,6 +703,7 @@ mod tests {
             drain_rejections: &[],
             chain: &chain,
             first_after_load,
+            advisories: &[],
         });
     }
 

@@ -1,5 +1,6 @@
 //! rayscale's preemption metrics (`rayscale.preemption.enabled`): notices by node type
-//! and source, and how long a preempted node's replacement took, from the iteration that
+//! and source (those that drained a node, and advice that did not: AWS rebalance
+//! recommendations under `on_rebalance: ignore`), and how long a preempted node's replacement took, from the iteration that
 //! first saw the node draining to the first instance of the cluster that reached
 //! RAY_RUNNING after it (replacements are matched to notices in order).
 
@@ -77,6 +78,21 @@ impl PreemptionMetrics {
             if !d.in_use.is_empty() {
                 st.waiting.push_back(d.since_ns);
             }
+        }
+        // Advice that drained no node (the driver hands each over once).
+        for n in v.advisories {
+            let node_type = v
+                .instances
+                .iter()
+                .find(|i| i.cloud_instance_id.as_deref() == Some(n.cloud_instance_id.as_str()))
+                .map_or_else(String::new, |i| i.node_type.clone());
+            self.notices
+                .get_or_create(&vec![
+                    ("NodeType", node_type),
+                    ("source", n.source.clone()),
+                    session.clone(),
+                ])
+                .inc();
         }
         // Instances that reached RAY_RUNNING since the last look, oldest first.
         let mut newly: Vec<(i64, &str)> = v
@@ -160,7 +176,14 @@ mod tests {
         };
         let old = Instance::new("i1", "spot", InstanceStatus::RayRunning, S, "");
         let mut replacement = Instance::new("i2", "spot", InstanceStatus::Queued, 10 * S, "");
-        let feed = |now: i64, instances: Vec<&Instance>, outcome: &Outcome| {
+        replacement.cloud_instance_id = Some("c2".into());
+        let advice = [Notice {
+            cloud_instance_id: "c2".into(),
+            source: "aws-rebalance".into(),
+            deadline_ns: None,
+            message: "AWS rebalance recommendation".into(),
+        }];
+        let feed = |now: i64, instances: Vec<&Instance>, outcome: &Outcome, advice: &[Notice]| {
             m.iteration(&IterationView {
                 now_ns: now * S,
                 config: &config,
@@ -171,15 +194,16 @@ mod tests {
                 drain_rejections: &[],
                 chain: &chain,
                 first_after_load: false,
+                advisories: advice,
             });
         };
         let mut outcome = Outcome {
             drained_outside: vec![drained],
             ..Default::default()
         };
-        feed(10, vec![&old, &replacement], &outcome);
+        feed(10, vec![&old, &replacement], &outcome, &[]);
         outcome.drained_outside[0].new = false;
-        feed(11, vec![&old, &replacement], &outcome);
+        feed(11, vec![&old, &replacement], &outcome, &advice);
         // The replacement runs 24 s after the notice.
         replacement.status = InstanceStatus::RayRunning;
         replacement
@@ -189,12 +213,21 @@ mod tests {
                 timestamp_ns: 34 * S,
                 details: String::new(),
             });
-        feed(34, vec![&old, &replacement], &outcome);
+        feed(34, vec![&old, &replacement], &outcome, &[]);
         let text = m.encode();
         assert_eq!(
             value(
                 &text,
                 "rayscale_preemption_notices_total{NodeType=\"spot\",source=\"aws-spot-interruption\",SessionName=\"s\"}"
+            ),
+            1.0,
+            "{text}"
+        );
+        // The advice that drained nothing is counted under its source, once.
+        assert_eq!(
+            value(
+                &text,
+                "rayscale_preemption_notices_total{NodeType=\"spot\",source=\"aws-rebalance\",SessionName=\"s\"}"
             ),
             1.0,
             "{text}"

@@ -100,7 +100,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         // Preemption notices, for the nodes Ray reports draining (one KV read, only
         // when some node drains).
         let notices = if loaded.config.preemption.enabled {
-            read_notices(
+            notices::read_notices(
                 gcs.as_ref(),
                 &loaded.config.cluster_name,
                 &state.state,
@@ -276,6 +276,41 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         a.rejections.extend(done.rejections);
         a.carried.extend(done.errors);
         report.phases.effects = lap();
+        // Every so often, the cluster's notices whole: advice that drained no node, and
+        // the leftovers of instances that are gone.
+        let mut advisories = Vec::new();
+        if loaded.config.preemption.enabled
+            && a.notice_scan
+                .is_none_or(|t| t.elapsed() >= notices::NOTICE_SCAN)
+        {
+            a.notice_scan = Some(Instant::now());
+            let known: BTreeSet<&str> = a
+                .storage
+                .iter()
+                .filter_map(|i| i.cloud_instance_id.as_deref())
+                .chain(cloud.iter().map(|c| c.cloud_instance_id.as_str()))
+                .collect();
+            let ignore = loaded.config.preemption.on_rebalance
+                == crate::config::preemption::OnRebalance::Ignore;
+            let scan = notices::scan_notices(
+                gcs.as_ref(),
+                &loaded.config.cluster_name,
+                &known,
+                ignore,
+                &mut a.notices_seen,
+                options.call_deadline,
+                self.said.entry("notices").or_default(),
+            )
+            .await;
+            for n in &scan.advisories {
+                tracing::info!(
+                    "instance {}: {}: not drained (rayscale.preemption.on_rebalance: ignore)",
+                    n.cloud_instance_id,
+                    n.message
+                );
+            }
+            advisories = scan.advisories;
+        }
         if !self.observers.is_empty() {
             let view = IterationView {
                 now_ns: now,
@@ -287,6 +322,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
                 drain_rejections: &rejections,
                 chain: &loaded.chain,
                 first_after_load,
+                advisories: &advisories,
             };
             for o in &self.observers {
                 o.iteration(&view);
@@ -304,57 +340,6 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         );
         Ok(())
     }
-}
-
-/// The notices the watchers left for the nodes `state` reports draining; a value that
-/// does not read is said once (in `said`) and is no notice; a failed read is none.
-async fn read_notices<G: Gcs + ?Sized>(
-    gcs: &G,
-    cluster: &str,
-    state: &crate::model::ClusterResourceState,
-    deadline: std::time::Duration,
-    said: &mut BTreeSet<String>,
-) -> Vec<crate::preemption::Notice> {
-    let ids: Vec<&str> = state
-        .node_states
-        .iter()
-        .filter(|n| n.status == Some(crate::model::NodeStatus::Draining))
-        .map(|n| n.instance_id.as_str())
-        .filter(|i| !i.is_empty())
-        .collect();
-    if ids.is_empty() {
-        return Vec::new();
-    }
-    let keys: Vec<String> = ids
-        .iter()
-        .map(|i| crate::preemption::notice_key(cluster, i))
-        .collect();
-    let got = match tokio::time::timeout(deadline, gcs.kv_multi_get(NAMESPACE, &keys)).await {
-        Ok(Ok(got)) => got,
-        Ok(Err(e)) => {
-            tracing::warn!("cannot read the preemption notices: {e}");
-            return Vec::new();
-        }
-        Err(_) => {
-            tracing::warn!("the preemption notices did not come within {deadline:?}");
-            return Vec::new();
-        }
-    };
-    let mut out = Vec::new();
-    for (key, value) in got {
-        let Some(id) = key.rsplit('/').next().filter(|_| keys.contains(&key)) else {
-            continue;
-        };
-        match crate::preemption::Notice::parse(id, &value) {
-            Ok(n) => out.push(n),
-            Err(e) => {
-                if said.insert(key.clone()) {
-                    tracing::warn!("preemption notice {key}: {e}: taken as no notice");
-                }
-            }
-        }
-    }
-    out
 }
 
 /// Resolves once the lease no longer lets this process act: at once when it does not,

@@ -25,6 +25,7 @@ pub mod effects;
 pub mod gcs;
 mod iterate;
 pub mod lease;
+mod notices;
 pub mod observe;
 mod replay;
 pub mod table;
@@ -233,6 +234,9 @@ struct Active {
     last_run: Option<Instant>,
     report_version: i64,
     last_held_check: Option<Instant>,
+    /// When the cluster's notices were last listed, and the keys read already.
+    notice_scan: Option<Instant>,
+    notices_seen: BTreeSet<String>,
 }
 
 struct Loaded {
@@ -579,6 +583,8 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             last_run: None,
             report_version,
             last_held_check: Some(Instant::now()),
+            notice_scan: None,
+            notices_seen: BTreeSet::new(),
         })
     }
 }

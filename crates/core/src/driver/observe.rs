@@ -34,6 +34,9 @@ pub struct IterationView<'a> {
     /// the lease over): transitions older than it were another process's (or an earlier
     /// life's) to count.
     pub first_after_load: bool,
+    /// Preemption advice that drained no node (AWS rebalance recommendations under
+    /// `on_rebalance: ignore`), each once, when first listed.
+    pub advisories: &'a [crate::preemption::Notice],
 }
 
 /// A step, whatever it did.

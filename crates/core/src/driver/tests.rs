@@ -507,3 +507,71 @@ impl World {
 }
 
 mod faults;
+
+/// Records the advice each iteration handed over.
+#[derive(Default)]
+struct Advice(Mutex<Vec<String>>);
+
+impl Observer for Advice {
+    fn iteration(&self, v: &IterationView<'_>) {
+        let mut seen = self.0.lock().expect("advice");
+        seen.extend(
+            v.advisories
+                .iter()
+                .map(|n| format!("{} {}", n.cloud_instance_id, n.source)),
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn ignored_rebalance_advice_is_handed_over_once_and_leftover_notices_are_deleted() {
+    let w = World::new();
+    w.text.set(&format!(
+        "{CONFIG}rayscale: {{preemption: {{enabled: true}}}}\n"
+    ));
+    let _pump = w.pump();
+    w.gcs.set_demand(cpu2(2));
+    let advice = Arc::new(Advice::default());
+    let mut d = w.driver("one", w.gcs.connect()).observe(advice.clone());
+    while !d.lease().may_act() {
+        sleep_s(1).await;
+    }
+    for _ in 0..10 {
+        d.step().await;
+        sleep_s(1).await;
+    }
+    assert_eq!(w.workers().len(), 2);
+    let advised = w.workers()[0].cloud_instance_id.clone();
+    let rebalance = br#"{"source": "aws-rebalance", "deadline_s": 0, "message": "AWS rebalance recommendation"}"#;
+    let spot = br#"{"source": "aws-spot-interruption", "deadline_s": 0, "message": "m"}"#;
+    w.gcs
+        .put_raw(NAMESPACE, &format!("notices/t/{advised}"), rebalance);
+    // A notice of an instance neither the table nor the cloud knows: a leftover.
+    w.gcs.put_raw(NAMESPACE, "notices/t/i-gone", spot);
+    // Another cluster's notice, and a key that is not a watcher's: left alone.
+    w.gcs.put_raw(NAMESPACE, "notices/other/i-gone", spot);
+    w.gcs.put_raw(NAMESPACE, "notices/t/a/b", spot);
+    for _ in 0..100 {
+        d.step().await;
+        sleep_s(1).await;
+    }
+    assert_eq!(
+        *advice.0.lock().expect("advice"),
+        vec![format!("{advised} aws-rebalance")],
+        "handed over once, though listed in three scans"
+    );
+    let mut left = w.gcs.keys(NAMESPACE, "notices/");
+    left.sort();
+    assert_eq!(
+        left,
+        vec![
+            "notices/other/i-gone".to_string(),
+            "notices/t/a/b".to_string(),
+            format!("notices/t/{advised}"),
+        ]
+    );
+    // The advised node was not drained: both workers still run.
+    assert_eq!(w.workers().len(), 2);
+    assert!(w.gcs.stops().1.is_empty());
+    d.stop().await;
+}
