@@ -14,6 +14,10 @@ use crate::GcpError;
 /// Ray's `provider.cache_stopped_nodes` default on GCP.
 pub const DEFAULT_CACHE_STOPPED_NODES: bool = false;
 
+/// The metadata key Compute Engine runs at every boot (guest environment's startup
+/// scripts).
+pub const STARTUP_SCRIPT_KEY: &str = "startup-script";
+
 /// The GCP provider's view of a cluster config.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GcpConfig {
@@ -279,7 +283,7 @@ impl NodeConfig {
     pub fn user_startup_script(&self) -> Option<&str> {
         metadata_items(&self.body)
             .into_iter()
-            .find(|(k, _)| *k == crate::mapping::STARTUP_SCRIPT_KEY)
+            .find(|(k, _)| *k == STARTUP_SCRIPT_KEY)
             .and_then(|(_, v)| v.as_str())
     }
 

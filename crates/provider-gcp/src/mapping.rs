@@ -10,11 +10,7 @@ use rayscale_core::provider::{CloudInstance, CloudInstanceState, NodeKind, tags}
 use serde_json::{Map, Value, json};
 
 use crate::GcpError;
-use crate::config::{GcpConfig, NodeConfig};
-
-/// The metadata key Compute Engine runs at every boot (guest environment's startup
-/// scripts).
-pub const STARTUP_SCRIPT_KEY: &str = "startup-script";
+use crate::config::{GcpConfig, NodeConfig, STARTUP_SCRIPT_KEY};
 
 /// How an instance learns who it is: the metadata server; Compute Engine runs the
 /// startup script at every boot.
