@@ -2,10 +2,10 @@
 //! provider, the config file (re-read every step, as Ray re-reads its config) and the
 //! system clock. The loop itself, and its tests in virtual time, live in the core.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::driver::{Clock, ConfigSource, Driver, DriverOptions, Observer, Reloaded};
 use rayscale_core::provider::CloudInstanceProvider;
@@ -123,4 +123,36 @@ pub async fn run_loop(
     }
     driver.run(shutdown).await;
     Ok(())
+}
+
+/// Reads and checks the cluster config at `path`.
+pub fn load_config(path: &Path) -> Result<ClusterConfig> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {origin}"))?;
+    Ok(ClusterConfig::from_yaml_str(&text, &origin)?)
+}
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM (what Kubernetes and systemd send): the loop
+/// then stops between iterations, after the effects under way.
+pub async fn ctrl_c() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    let int = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let which = tokio::select! {
+        _ = int => "Ctrl-C",
+        _ = term => "SIGTERM",
+    };
+    tracing::info!(
+        "{which}: stopping the loop (the cluster keeps running; `rayscale down` stops it)"
+    );
 }

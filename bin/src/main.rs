@@ -1,18 +1,14 @@
 //! The `rayscale` command line.
 
-mod cluster;
+mod cmd;
 mod driver;
 mod expander;
-#[cfg(feature = "kuberay")]
-mod kuberay;
+mod gcs;
 mod launch;
-mod local;
+mod local_head;
 mod logging;
 mod ops;
-mod plan;
 mod providers;
-mod simulate;
-mod watch;
 
 /// A faster allocator: scheduling large snapshots allocates many small vectors.
 #[global_allocator]
@@ -22,6 +18,8 @@ use std::future::Future;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use cmd::{boot_script, down, plan, request_resources, run, simulate, snapshot, status, up};
 
 /// rayscale: a fast, restart-safe autoscaler for Ray clusters.
 #[derive(Parser)]
@@ -38,23 +36,23 @@ enum Command {
     /// Start a cluster. In a cloud: find or launch its head (which starts Ray and rayscale
     /// at boot) and print its address. With local_processes: a Ray head on loopback if
     /// none runs, autoscaled in the foreground until Ctrl-C.
-    Up(local::UpArgs),
+    Up(up::UpArgs),
     /// Terminate a cluster's workers, then its head.
-    Down(local::DownArgs),
+    Down(down::DownArgs),
     /// Run the autoscaling loop alone against a running cluster (like Ray's monitor.py).
-    Run(local::RunArgs),
+    Run(run::RunArgs),
     /// Show the cluster and the autoscaler's state (like `ray status`); `--watch` refreshes.
-    Status(cluster::StatusArgs),
+    Status(status::StatusArgs),
     /// Ask the cluster to keep capacity for bundles (Ray's `request_resources`).
-    RequestResources(cluster::RequestArgs),
+    RequestResources(request_resources::RequestArgs),
     /// Write a `plan` scenario (JSON) of the live cluster, to replay a decision offline.
-    Snapshot(cluster::SnapshotArgs),
+    Snapshot(snapshot::SnapshotArgs),
     /// Autoscale a RayCluster as its head pod's sidecar, in place of Ray's autoscaler
     /// (the flags of `ray kuberay-autoscaler`).
     #[cfg(feature = "kuberay")]
-    Kuberay(kuberay::KubeRayArgs),
+    Kuberay(cmd::kuberay::KubeRayArgs),
     /// Print the script a new worker of a node type runs at boot (its cloud's user data).
-    BootScript(providers::BootScriptArgs),
+    BootScript(boot_script::BootScriptArgs),
     /// What the autoscaler would do on a workload trace: a simulation in virtual time of
     /// the real reconciler and scheduler against a simulated cloud, with a summary and an
     /// SVG plot; several configs or `--compare` expander chains side by side.
@@ -100,18 +98,18 @@ fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
         Command::Plan(args) => plan::run(&args),
-        Command::Up(args) => run_async("up", local::up(args)),
-        Command::Down(args) => run_async("down", local::down(args)),
-        Command::Run(args) => run_async("run", local::run(args)),
-        Command::Status(args) => run_async("status", async move { cluster::status(&args).await }),
+        Command::Up(args) => run_async("up", up::up(args)),
+        Command::Down(args) => run_async("down", down::down(args)),
+        Command::Run(args) => run_async("run", run::run(args)),
+        Command::Status(args) => run_async("status", async move { status::status(&args).await }),
         Command::RequestResources(args) => run_async("request-resources", async move {
-            cluster::request_resources(&args).await
+            request_resources::request_resources(&args).await
         }),
         Command::Snapshot(args) => {
-            run_async("snapshot", async move { cluster::snapshot(&args).await })
+            run_async("snapshot", async move { snapshot::snapshot(&args).await })
         }
         #[cfg(feature = "kuberay")]
-        Command::Kuberay(args) => run_async("kuberay", kuberay::run(args)),
+        Command::Kuberay(args) => run_async("kuberay", cmd::kuberay::run(args)),
         Command::Simulate(args) => match simulate::run(&args) {
             Ok(s) => {
                 print!("{s}");
@@ -122,7 +120,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::BootScript(args) => match providers::boot_script(&args) {
+        Command::BootScript(args) => match boot_script::boot_script(&args) {
             Ok(s) => {
                 print!("{s}");
                 ExitCode::SUCCESS

@@ -31,6 +31,10 @@ impl ProviderEnv {
 
     /// The head's address for cloud workers' boot scripts: `--head-ip`, else the GCS
     /// address's host unless it is a loopback address (which no cloud worker reaches).
+    #[cfg_attr(
+        not(any(feature = "aws", feature = "gcp", feature = "azure")),
+        allow(dead_code)
+    )]
     pub fn head_ip_for_workers(&self, provider_type: &str) -> Result<String> {
         if let Some(ip) = &self.head_ip {
             return Ok(ip.clone());
@@ -49,51 +53,6 @@ impl ProviderEnv {
         }
         Ok(host.to_string())
     }
-}
-
-/// Arguments of `rayscale boot-script`.
-#[derive(clap::Args)]
-pub struct BootScriptArgs {
-    /// The cluster config.
-    config: PathBuf,
-    /// The worker node type.
-    node_type: String,
-    /// The head's address the workers join (`RAY_HEAD_IP`).
-    #[arg(long, default_value = "HEAD_IP")]
-    head_ip: String,
-}
-
-/// `rayscale boot-script`: the script a node of the type runs at boot (the head's for
-/// the head type), exactly as its cloud gets it.
-pub fn boot_script(args: &BootScriptArgs) -> Result<String> {
-    use rayscale_core::provider::boot;
-    let text = std::fs::read_to_string(&args.config)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
-    let config = ClusterConfig::from_yaml_str(&text, &args.config.display().to_string())?;
-    let m = metadata_commands(&config.provider_type)?;
-    let script = if config.head_node_type.as_deref() == Some(args.node_type.as_str()) {
-        boot::render_head(
-            &config,
-            &boot::HeadBootTarget {
-                node_type: &args.node_type,
-                instance_id_command: m.instance_id,
-                private_ip_command: m.private_ip,
-                per_boot: m.per_boot,
-            },
-        )?
-    } else {
-        boot::render_worker(
-            &config,
-            &boot::BootTarget {
-                node_type: &args.node_type,
-                head_ip: &args.head_ip,
-                instance_id_command: m.instance_id,
-                per_boot: m.per_boot,
-                notices: m.notices,
-            },
-        )?
-    };
-    Ok(script)
 }
 
 /// This machine's private address as the cloud's metadata service tells it (`run
@@ -123,7 +82,7 @@ pub async fn private_ip_from_metadata(provider_type: &str) -> Result<String> {
 }
 
 /// The metadata commands of `provider_type`.
-fn metadata_commands(provider_type: &str) -> Result<MetadataCommands<'static>> {
+pub fn metadata_commands(provider_type: &str) -> Result<MetadataCommands<'static>> {
     match provider_type {
         #[cfg(feature = "aws")]
         "aws" => Ok(rayscale_provider_aws::mapping::METADATA),

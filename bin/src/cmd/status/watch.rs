@@ -219,7 +219,7 @@ pub async fn watch(w: Watch<'_>) -> Result<()> {
                 ));
                 out.push_str(&summary(reply));
                 out.push('\n');
-                out.push_str(&crate::cluster::render(reply));
+                out.push_str(&super::render(reply));
                 out.push_str("Recent transitions:\n");
                 match &table {
                     Ok(t) if t.is_empty() => out.push_str("  (none)\n"),

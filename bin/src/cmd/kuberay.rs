@@ -11,9 +11,9 @@ use rayscale_core::driver::{ConfigSource, DriverOptions, Reloaded};
 use rayscale_provider_kuberay::{KubeRayConfig, KubeRayProvider};
 use serde_json::Value;
 
-use crate::driver::run_loop;
+use crate::driver::{ctrl_c, run_loop};
 use crate::expander::{ExpanderArgs, build_chain};
-use crate::local::{ctrl_c, loop_client, wait_for_gcs};
+use crate::gcs::{loop_client, wait_for_gcs};
 
 /// Arguments of `rayscale kuberay` (those of Ray's `ray kuberay-autoscaler`, and
 /// rayscale's own).

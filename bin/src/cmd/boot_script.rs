@@ -1,0 +1,54 @@
+//! `rayscale boot-script`: the script a node of a type runs at boot, exactly as its cloud
+//! gets it.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use rayscale_core::config::ClusterConfig;
+
+use crate::providers::metadata_commands;
+
+/// Arguments of `rayscale boot-script`.
+#[derive(clap::Args)]
+pub struct BootScriptArgs {
+    /// The cluster config.
+    config: PathBuf,
+    /// The worker node type.
+    node_type: String,
+    /// The head's address the workers join (`RAY_HEAD_IP`).
+    #[arg(long, default_value = "HEAD_IP")]
+    head_ip: String,
+}
+
+/// `rayscale boot-script`: the script a node of the type runs at boot (the head's for
+/// the head type), exactly as its cloud gets it.
+pub fn boot_script(args: &BootScriptArgs) -> Result<String> {
+    use rayscale_core::provider::boot;
+    let text = std::fs::read_to_string(&args.config)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
+    let config = ClusterConfig::from_yaml_str(&text, &args.config.display().to_string())?;
+    let m = metadata_commands(&config.provider_type)?;
+    let script = if config.head_node_type.as_deref() == Some(args.node_type.as_str()) {
+        boot::render_head(
+            &config,
+            &boot::HeadBootTarget {
+                node_type: &args.node_type,
+                instance_id_command: m.instance_id,
+                private_ip_command: m.private_ip,
+                per_boot: m.per_boot,
+            },
+        )?
+    } else {
+        boot::render_worker(
+            &config,
+            &boot::BootTarget {
+                node_type: &args.node_type,
+                head_ip: &args.head_ip,
+                instance_id_command: m.instance_id,
+                per_boot: m.per_boot,
+                notices: m.notices,
+            },
+        )?
+    };
+    Ok(script)
+}

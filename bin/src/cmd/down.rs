@@ -1,0 +1,108 @@
+//! `rayscale down`: with local_processes, this host's workers terminated, then the head's
+//! processes (found by its temporary directory) stopped; in a cloud, `launch`'s down.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::Args;
+
+use crate::driver::load_config;
+use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider, mentions_dir};
+
+/// Arguments of `rayscale down`.
+#[derive(Args)]
+pub struct DownArgs {
+    /// The cluster config.
+    config: PathBuf,
+    /// local_processes: GCS port of the head on 127.0.0.1.
+    #[arg(long, default_value_t = 6379)]
+    port: u16,
+    /// The `ray` binary (default: found on PATH).
+    #[arg(long)]
+    ray: Option<PathBuf>,
+}
+
+/// Pids of the processes whose command line mentions `needle`.
+/// Processes (not this one) whose command line names the directory `needle`.
+fn pids_mentioning(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| mentions_dir(&String::from_utf8_lossy(&c), needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn signal(pids: &[u32], sig: &str) {
+    if pids.is_empty() {
+        return;
+    }
+    let _ = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .args(pids.iter().map(u32::to_string))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// `rayscale down`.
+pub async fn down(args: DownArgs) -> Result<String> {
+    let config = load_config(&args.config)?;
+    if config.provider_type != LOCAL {
+        return crate::launch::down(&config).await;
+    }
+    let ray = find_ray(args.ray.as_ref())?;
+    let addr = format!("127.0.0.1:{}", args.port);
+    let provider = local_provider(&config, &addr, &ray).await?;
+    let workers = provider.list().await?;
+    let ids: Vec<String> = workers
+        .iter()
+        .filter(|c| !c.is_head())
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    if !ids.is_empty() {
+        tracing::info!("terminating {} workers", ids.len());
+        provider.terminate(&ids, "down").await?;
+        for _ in 0..60 {
+            if provider.list().await?.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let temp = head_temp_dir(&config).display().to_string();
+    let head = pids_mentioning(&temp);
+    if !head.is_empty() {
+        tracing::info!("stopping the head ({} processes)", head.len());
+        signal(&head, "TERM");
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if pids_mentioning(&temp).is_empty() {
+                break;
+            }
+        }
+        signal(&pids_mentioning(&temp), "KILL");
+    }
+    let left = provider.list().await?.len();
+    if left > 0 {
+        bail!("{left} workers are still running");
+    }
+    Ok(format!(
+        "cluster {} is down ({} workers, head {})",
+        config.cluster_name,
+        ids.len(),
+        if head.is_empty() {
+            "not running"
+        } else {
+            "stopped"
+        }
+    ))
+}

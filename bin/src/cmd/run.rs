@@ -1,0 +1,86 @@
+//! `rayscale run`: the autoscaling loop alone against a running cluster (as Ray's
+//! monitor.py), for every provider.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::Args;
+use rayscale_core::driver::DriverOptions;
+
+use crate::driver::{FileConfig, ctrl_c, load_config, run_loop};
+use crate::expander::ExpanderArgs;
+use crate::gcs::{gcs_answers, loop_client};
+use crate::ops::OpsArgs;
+use crate::providers::ProviderEnv;
+
+/// Arguments of `rayscale run`.
+#[derive(Args)]
+pub struct RunArgs {
+    /// The cluster config.
+    #[arg(long)]
+    config: PathBuf,
+    /// GCS address (host:port).
+    #[arg(long)]
+    gcs: String,
+    /// The `ray` binary (local_processes provider; default: found on PATH).
+    #[arg(long)]
+    ray: Option<PathBuf>,
+    /// The head's address as cloud workers reach it (default: the --gcs host, unless
+    /// that is a loopback address); `auto`: this machine's private address, from the
+    /// cloud's instance metadata service (run on the head).
+    #[arg(long)]
+    head_ip: Option<String>,
+    /// Reconcile at least every this many seconds.
+    #[arg(long, default_value_t = 5.0)]
+    interval: f64,
+    #[command(flatten)]
+    expander: ExpanderArgs,
+    #[command(flatten)]
+    ops: OpsArgs,
+}
+
+/// `rayscale run`.
+pub async fn run(args: RunArgs) -> Result<String> {
+    let config = load_config(&args.config)?;
+    let head_ip = match args.head_ip.as_deref() {
+        Some("auto") => {
+            Some(crate::providers::private_ip_from_metadata(&config.provider_type).await?)
+        }
+        other => other.map(str::to_string),
+    };
+    let provider = crate::providers::build(
+        &config,
+        &ProviderEnv {
+            gcs_address: args.gcs.clone(),
+            ray_binary: args.ray.clone(),
+            head_ip,
+        },
+    )
+    .await?;
+    let source = FileConfig::open(args.config.clone(), args.expander)?;
+    if !(args.interval.is_finite() && args.interval > 0.0) {
+        bail!("--interval: expected a positive number of seconds");
+    }
+    let gcs = loop_client(&args.gcs)?;
+    // A slow GCS is not a missing one: the probe allows 10 s for an answer (nothing
+    // listening fails at once: a wrong address is bad input, one line, non-zero exit).
+    if !gcs_answers(gcs.addr()).await {
+        bail!("no Ray GCS answers at {}", gcs.addr());
+    }
+    let observers = crate::ops::start(&args.ops, &gcs, None).await?;
+    run_loop(
+        gcs,
+        provider,
+        &config.cluster_name,
+        Box::new(source),
+        DriverOptions {
+            interval: Duration::from_secs_f64(args.interval),
+            ..Default::default()
+        },
+        observers,
+        ctrl_c(),
+    )
+    .await?;
+    Ok(String::new())
+}

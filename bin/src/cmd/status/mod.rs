@@ -1,0 +1,55 @@
+//! `rayscale status`: a `ray status`-like view of the cluster from `GetClusterStatus`,
+//! once, or refreshed with `--watch`.
+
+mod render;
+mod watch;
+
+use anyhow::{Result, bail};
+use clap::Args;
+
+use crate::gcs::one_shot_client;
+
+pub use render::render;
+
+/// Arguments of `rayscale status`.
+#[derive(Args)]
+pub struct StatusArgs {
+    /// GCS address (host:port).
+    #[arg(long)]
+    gcs: String,
+    /// Refresh until Ctrl-C: in place on a terminal, as plain lines (one per change and per
+    /// instance transition) otherwise.
+    #[arg(long)]
+    watch: bool,
+    /// --watch: seconds between refreshes.
+    #[arg(long, default_value_t = 2.0)]
+    every: f64,
+    /// --watch: stop after this many refreshes.
+    #[arg(long)]
+    count: Option<u64>,
+    /// --watch: the cluster whose instance table shows the recent transitions (default:
+    /// every cluster the GCS holds a table of).
+    #[arg(long)]
+    cluster: Option<String>,
+}
+
+/// `rayscale status`: a `ray status`-like view from `GetClusterStatus`, once or (with
+/// `--watch`) refreshed.
+pub async fn status(args: &StatusArgs) -> Result<String> {
+    let gcs = one_shot_client(&args.gcs)?;
+    if args.watch {
+        if !(args.every.is_finite() && args.every > 0.0) {
+            bail!("--every: expected a positive number of seconds");
+        }
+        watch::watch(watch::Watch {
+            gcs: &gcs,
+            cluster: args.cluster.as_deref(),
+            every: std::time::Duration::from_secs_f64(args.every),
+            count: args.count,
+        })
+        .await?;
+        return Ok(String::new());
+    }
+    let reply = gcs.get_cluster_status().await?;
+    Ok(render(&reply))
+}

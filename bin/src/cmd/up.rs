@@ -1,0 +1,127 @@
+//! `rayscale up`: with local_processes, a Ray head on loopback if none runs (started here),
+//! autoscaled in the foreground until Ctrl-C; in a cloud, the head found or launched
+//! (`launch`), which boots Ray and `rayscale run` itself.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Args;
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::driver::DriverOptions;
+use rayscale_core::model::resources::to_f64;
+
+use crate::driver::{FileConfig, ctrl_c, load_config, run_loop};
+use crate::expander::ExpanderArgs;
+use crate::gcs::{gcs_answers, loop_client};
+use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider};
+use crate::ops::OpsArgs;
+
+/// Arguments of `rayscale up`.
+#[derive(Args)]
+pub struct UpArgs {
+    /// The cluster config.
+    config: PathBuf,
+    /// local_processes: GCS port of the head on 127.0.0.1.
+    #[arg(long, default_value_t = 6379)]
+    port: u16,
+    /// The `ray` binary (default: found on PATH).
+    #[arg(long)]
+    ray: Option<PathBuf>,
+    /// local_processes: the loop's expander flags (a cloud head's rayscale reads its YAML).
+    #[command(flatten)]
+    expander: ExpanderArgs,
+    /// local_processes: the loop's metrics, health and event file.
+    #[command(flatten)]
+    ops: OpsArgs,
+}
+
+/// `rayscale up`.
+pub async fn up(args: UpArgs) -> Result<String> {
+    let config = load_config(&args.config)?;
+    if config.provider_type != LOCAL {
+        return crate::launch::up(&config, &args.config).await;
+    }
+    let ray = find_ray(args.ray.as_ref())?;
+    let addr = format!("127.0.0.1:{}", args.port);
+    let provider = local_provider(&config, &addr, &ray).await?;
+    // Bad flags fail here, before the head starts; the loop rebuilds the chain from the
+    // file on every change.
+    let source = FileConfig::open(args.config.clone(), args.expander)?;
+    if gcs_answers(&addr).await {
+        tracing::info!("a Ray GCS already answers at {addr}: using it");
+    } else {
+        start_head(&config, &ray, args.port).await?;
+    }
+    let gcs = loop_client(&addr)?;
+    let observers = crate::ops::start(&args.ops, &gcs, Some(&head_temp_dir(&config))).await?;
+    run_loop(
+        gcs,
+        provider,
+        &config.cluster_name,
+        Box::new(source),
+        DriverOptions::default(),
+        observers,
+        ctrl_c(),
+    )
+    .await?;
+    Ok(String::new())
+}
+
+async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()> {
+    let head = config
+        .head_node_type
+        .as_deref()
+        .and_then(|h| config.node_type(h));
+    let cpus = head
+        .and_then(|t| t.resources.get("CPU"))
+        .map_or(0.0, to_f64);
+    let temp = head_temp_dir(config);
+    let addr = format!("127.0.0.1:{port}");
+    tracing::info!(
+        "starting a Ray head at {addr} (temp dir {})",
+        temp.display()
+    );
+    let out = tokio::process::Command::new(ray)
+        .args([
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            &format!("--port={port}"),
+            &format!("--num-cpus={cpus}"),
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            // The head of an external autoscaler: autoscaler v2's view in `ray status`,
+            // and no Ray autoscaler of its own (see the README).
+            "--no-monitor",
+            &format!("--temp-dir={}", temp.display()),
+        ])
+        .env("RAY_enable_autoscaler_v2", "1")
+        .env(
+            "RAY_NODE_TYPE_NAME",
+            config.head_node_type.as_deref().unwrap_or("head"),
+        )
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("cannot run {}", ray.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        bail!("ray start --head failed ({}): {}", out.status, last.trim());
+    }
+    for _ in 0..60 {
+        if gcs_answers(&addr).await {
+            tracing::info!("Ray head is up at {addr}");
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(anyhow!(
+        "the Ray head started but its GCS does not answer at {addr}"
+    ))
+}
