@@ -19,6 +19,7 @@ LAYERS = [
     ["provider", "expander"],
     ["scheduler"],
     ["availability", "scenario", "launcher"],
+    ["explain"],
     ["reconciler"],
     ["telemetry"],
     ["driver", "simulate"],

@@ -19,7 +19,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{boot_script, down, plan, request_resources, run, simulate, snapshot, status, up};
+use cmd::{
+    boot_script, down, explain, plan, request_resources, run, simulate, snapshot, status, up,
+};
 
 /// rayscale: a fast, restart-safe autoscaler for Ray clusters.
 #[derive(Parser)]
@@ -45,6 +47,10 @@ enum Command {
     Status(status::StatusArgs),
     /// Ask the cluster to keep capacity for bundles (Ray's `request_resources`).
     RequestResources(request_resources::RequestArgs),
+    /// Why, worked out now from the live cluster without acting: the reasons for pending
+    /// demand and for each worker node (`status --why` shows what the running rayscale
+    /// stored).
+    Explain(explain::ExplainArgs),
     /// Write a `plan` scenario (JSON) of the live cluster, to replay a decision offline.
     Snapshot(snapshot::SnapshotArgs),
     /// Autoscale a RayCluster as its head pod's sidecar, in place of Ray's autoscaler
@@ -105,6 +111,9 @@ fn main() -> ExitCode {
         Command::RequestResources(args) => run_async("request-resources", async move {
             request_resources::request_resources(&args).await
         }),
+        Command::Explain(args) => {
+            run_async("explain", async move { explain::explain(&args).await })
+        }
         Command::Snapshot(args) => {
             run_async("snapshot", async move { snapshot::snapshot(&args).await })
         }

@@ -10,6 +10,8 @@ usage: workload.py ADDRESS MODE [ARGS]
                          tasks of {CPU: 1} sleeping SECONDS (Ray lends the parent's CPU to
                          another task meanwhile), then working SECONDS more once resumed;
                          prints "done N" and the distinct node count
+  why N CPUS SECONDS     a {GPU: 8} task and N tasks of {CPU: CPUS} sleeping SECONDS, left
+                         to run (or wait) until SECONDS have passed; prints "submitted"
   console N CPUS SECONDS WAIT
                          as `tasks`, with the autoscaler's events printed to this job's
                          console as Ray prints them ("(autoscaler +2s) ..."), then a
@@ -81,6 +83,21 @@ def main() -> int:
         assert all(k == m for k, _ in out), out
         nodes = {node for _, node in out}
         print(f"done {len(out)} on {len(nodes)} nodes in {time.time() - t0:.1f}s", flush=True)
+    elif mode == "why":
+        n, cpus, secs = int(args[0]), float(args[1]), float(args[2])
+
+        @ray.remote(num_gpus=8)
+        def never():
+            return 1
+
+        @ray.remote(num_cpus=cpus)
+        def hold(i):
+            time.sleep(secs)
+            return i
+
+        refs = [never.remote()] + [hold.remote(i) for i in range(n)]
+        print("submitted", flush=True)
+        ray.wait(refs, num_returns=len(refs), timeout=secs)
     elif mode == "infeasible":
         @ray.remote(num_gpus=8)
         def never():

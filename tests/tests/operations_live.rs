@@ -12,6 +12,9 @@
 //!   workload on the same provider (Ray's fake_multinode: Ray's monitor drives it in one
 //!   run, rayscale through its bridge in the other).
 //!
+//! - `rayscale status --why` and `rayscale explain` naming an infeasible shape, a type at
+//!   its max and a node kept for `min_workers`.
+//!
 //! One at a time (a Ray cluster is heavy on a 2-core machine).
 
 #![allow(clippy::unwrap_used)]
@@ -354,6 +357,93 @@ fn metrics_events_and_readiness_on_a_live_cluster() {
             >= 1.0,
         "{m}"
     );
+}
+
+/// `rayscale` with `args`: (success, stdout and stderr).
+fn rayscale(args: &[&str]) -> (bool, String) {
+    let out = Command::new(workspace_bin("rayscale"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn status_why_names_an_infeasible_shape_a_type_at_its_max_and_a_node_kept_for_min_workers() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = format!("why{}", std::process::id());
+    let scratch = Scratch::new("ops-why");
+    let head = RayHead::start_with(RayHeadOptions::external_autoscaler("head"));
+    let config = scratch.path("cluster.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 0.1\n\
+             head_node_type: head\nprovider: {{type: local_processes}}\navailable_node_types:\n  \
+             head: {{resources: {{CPU: 0}}, node_config: {{}}}}\n  \
+             capped: {{resources: {{CPU: 2}}, max_workers: 1, node_config: {{}}}}\n  \
+             spare: {{resources: {{CPU: 1}}, min_workers: 1, max_workers: 1, node_config: {{}}}}\n"
+        ),
+    )
+    .unwrap();
+    let lp = Loop::start(&head, &config, scratch.path("rayscale.log"), &cluster);
+    // A {GPU: 8} task no type holds, and three {CPU: 2} tasks on a type of one node.
+    let mut work = Command::new(head.python())
+        .arg(root().join("tests/live/workload.py"))
+        .arg(head.addr())
+        .args(["why", "3", "2", "150"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let expected = [
+        "lacks GPU 8 (it has 0)",
+        "node type capped is at its max_workers (1)",
+        "1 spare: idle, kept for min_workers (1)",
+    ];
+    let mut last = String::new();
+    let said = wait_until(Duration::from_secs(120), || {
+        let (ok, out) = rayscale(&[
+            "status",
+            "--why",
+            "--gcs",
+            &head.addr(),
+            "--cluster",
+            &cluster,
+        ]);
+        last = out;
+        ok && expected.iter().all(|e| last.contains(e))
+    });
+    assert!(said, "status --why:\n{last}\n{}", lp.log());
+    // Two {CPU: 2} tasks wait for the capped type, and one placement says so.
+    assert!(
+        last.contains(
+            "2 tasks and actors ({CPU: 2} x 2): node type capped is at its max_workers (1)"
+        ),
+        "{last}"
+    );
+    // `explain` works it out on its own, from the same cluster.
+    let (ok, out) = rayscale(&[
+        "explain",
+        "--config",
+        config.to_str().unwrap(),
+        "--gcs",
+        &head.addr(),
+    ]);
+    assert!(ok, "{out}");
+    for e in &expected[..2] {
+        assert!(out.contains(e), "explain lacks {e:?}:\n{out}");
+    }
+    let _ = work.kill();
+    let _ = work.wait();
 }
 
 /// The node types both runs share.

@@ -90,6 +90,37 @@ fn good_scenario_plans() {
 }
 
 #[test]
+fn plan_why_gives_the_reasons_of_a_scenario() {
+    // Two {GPU: 1} fit; three more than the max of four; one {GPU: 2} no type has.
+    let text = GOOD.replace(
+        "count: 2}",
+        "count: 7}\n    - {request: {resources_bundle: {GPU: 2}}, count: 1}",
+    );
+    let dir = std::env::temp_dir().join(format!("rayscale-plan-why-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let path = dir.join("why.yaml");
+    std::fs::write(&path, text).expect("write scenario");
+    let out = rayscale()
+        .args(["plan", "--why", "--scenario"])
+        .arg(&path)
+        .output()
+        .expect("rayscale runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        vec![
+            "Pending demand:",
+            "  4 tasks and actors ({GPU: 1} x 4): waiting for 4 gpu nodes being launched",
+            "  3 tasks and actors ({GPU: 1} x 3): the cluster is at its max_workers (4)",
+            "  1 task or actor ({GPU: 2} x 1): infeasible: no node type has the resources; \
+             the closest, gpu, lacks GPU 2 (it has 1)",
+            "Worker nodes: none",
+        ]
+    );
+}
+
+#[test]
 fn bad_inputs_exit_2_with_one_line_naming_the_path() {
     let cases = [
         (

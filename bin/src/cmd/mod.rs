@@ -4,6 +4,7 @@
 
 pub mod boot_script;
 pub mod down;
+pub mod explain;
 #[cfg(feature = "kuberay")]
 pub mod kuberay;
 pub mod plan;

@@ -8,7 +8,8 @@ use anyhow::{Context, Result, anyhow};
 use clap::Args;
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::scenario::{AvailabilityInputs, build_request, decision_json, parse_instances};
-use rayscale_core::scheduler::schedule_with;
+use rayscale_core::scheduler::request::InstanceRecord;
+use rayscale_core::scheduler::{SchedulingRequest, schedule_with};
 use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 
 /// Arguments of `rayscale plan`.
@@ -17,6 +18,10 @@ pub struct PlanArgs {
     /// The scenario file (YAML or JSON), see shared/spec/plan-scenario.md.
     #[arg(long)]
     scenario: PathBuf,
+    /// Print why instead of the decision: the reasons for pending demand and for each
+    /// worker node (as `rayscale status --why`).
+    #[arg(long)]
+    why: bool,
     #[command(flatten)]
     expander: crate::expander::ExpanderArgs,
 }
@@ -54,6 +59,9 @@ struct ScenarioDoc {
     cloud_resource_availabilities: Option<serde_json::Value>,
     recoverable_resource_availabilities: Option<serde_json::Value>,
     unavailable_node_types: Option<serde_json::Value>,
+    /// What the running rayscale stored (a snapshot's; not read by the plan).
+    #[allow(dead_code)]
+    explanation: Option<serde_json::Value>,
 }
 
 /// Decodes a scenario; a syntax error names the file, a wrong value names its path.
@@ -99,13 +107,14 @@ fn decode(text: &str, origin: &str) -> Result<ScenarioDoc> {
     })
 }
 
-fn plan(args: &PlanArgs) -> Result<String> {
-    let origin = args.scenario.display().to_string();
-    let text = std::fs::read_to_string(&args.scenario)
-        .with_context(|| format!("cannot read scenario {origin}"))?;
-    let t0 = std::time::Instant::now();
-    let doc = decode(&text, &origin)?;
-    let t_parse = t0.elapsed();
+/// What one scheduling pass on a scenario takes.
+struct Planned {
+    config: ClusterConfig,
+    request: SchedulingRequest,
+    instances: Vec<InstanceRecord>,
+}
+
+fn planned(doc: ScenarioDoc) -> Result<Planned> {
     let config_value = doc
         .config
         .ok_or_else(|| anyhow!("config: required key is missing"))?;
@@ -129,14 +138,56 @@ fn plan(args: &PlanArgs) -> Result<String> {
         "instances",
     )?;
     availability.apply(&mut request);
-    let mut chain = crate::expander::build_chain(&args.expander, &config)?;
+    Ok(Planned {
+        config,
+        request,
+        instances,
+    })
+}
+
+/// The explanation of a scenario given as a JSON value (a snapshot taken live).
+pub fn explain_value(
+    doc: serde_json::Value,
+    expander: &crate::expander::ExpanderArgs,
+) -> Result<rayscale_core::explain::Explanation> {
+    let doc: ScenarioDoc = serde_json::from_value(doc)?;
+    explained(planned(doc)?, expander)
+}
+
+fn explained(
+    p: Planned,
+    expander: &crate::expander::ExpanderArgs,
+) -> Result<rayscale_core::explain::Explanation> {
+    let mut chain = crate::expander::build_chain(expander, &p.config)?;
+    let (_, e) = rayscale_core::explain::of_snapshot(
+        &p.config,
+        &p.request,
+        &p.instances,
+        &mut chain,
+        crate::driver::now_ns(),
+    );
+    Ok(e)
+}
+
+fn plan(args: &PlanArgs) -> Result<String> {
+    let origin = args.scenario.display().to_string();
+    let text = std::fs::read_to_string(&args.scenario)
+        .with_context(|| format!("cannot read scenario {origin}"))?;
+    let t0 = std::time::Instant::now();
+    let doc = decode(&text, &origin)?;
+    let t_parse = t0.elapsed();
+    let p = planned(doc)?;
+    if args.why {
+        return Ok(explained(p, &args.expander)?.lines().join("\n"));
+    }
+    let mut chain = crate::expander::build_chain(&args.expander, &p.config)?;
     let t_build = t0.elapsed();
-    let decision = schedule_with(&request, &mut chain);
+    let decision = schedule_with(&p.request, &mut chain);
     for w in chain.take_warnings() {
         eprintln!("rayscale plan: warning: {w}");
     }
     let t_sched = t0.elapsed();
-    let out = decision_json(&decision, &request);
+    let out = decision_json(&decision, &p.request);
     if std::env::var_os("RAYSCALE_TIMINGS").is_some() {
         eprintln!(
             "parse {t_parse:?} build {t_build:?} schedule {t_sched:?} total {:?}",

@@ -1,13 +1,15 @@
 //! `rayscale snapshot`: a `plan` scenario (JSON) of the live cluster, to replay a
 //! decision offline.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
 use rayscale_core::availability::{Availability, DEFAULT_RECOVERY_S};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::driver::KvTable;
+use rayscale_core::driver::table::NAMESPACE;
+use rayscale_core::explain::{Explanation, why_key};
 
 use crate::gcs::one_shot_client;
 
@@ -24,11 +26,17 @@ pub struct SnapshotArgs {
 
 /// `rayscale snapshot`: a `plan` scenario (JSON) of the live cluster.
 pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
-    let origin = args.config.display().to_string();
-    let text =
-        std::fs::read_to_string(&args.config).with_context(|| format!("cannot read {origin}"))?;
+    let doc = scenario(&args.gcs, &args.config).await?;
+    Ok(serde_json::to_string_pretty(&doc)?)
+}
+
+/// The `plan` scenario of the live cluster of `config` whose GCS is at `gcs`, with the
+/// explanation the active rayscale stored last (when there is one that reads).
+pub async fn scenario(gcs: &str, config: &Path) -> Result<serde_json::Value> {
+    let origin = config.display().to_string();
+    let text = std::fs::read_to_string(config).with_context(|| format!("cannot read {origin}"))?;
     let config = ClusterConfig::from_yaml_str(&text, &origin)?;
-    let gcs = one_shot_client(&args.gcs)?;
+    let gcs = one_shot_client(gcs)?;
     let state = gcs.get_cluster_resource_state(0).await?;
     let mut store = KvTable::new(&config.cluster_name);
     // The newest table, read only.
@@ -69,7 +77,11 @@ pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
     let map = |m: Vec<(String, f64)>| -> serde_json::Map<String, serde_json::Value> {
         m.into_iter().map(|(k, v)| (k, v.into())).collect()
     };
-    let doc = serde_json::json!({
+    let stored = gcs
+        .kv_get(NAMESPACE, why_key(&config.cluster_name).as_bytes())
+        .await?
+        .and_then(|b| Explanation::from_json(&b).ok());
+    let mut doc = serde_json::json!({
         "config": config.raw,
         "cluster_resource_state": serde_json::to_value(&state)?,
         "instances": instances,
@@ -77,5 +89,8 @@ pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
         "recoverable_resource_availabilities": map(inputs.recoverable_resource_availabilities),
         "unavailable_node_types": inputs.unavailable_node_types,
     });
-    Ok(serde_json::to_string_pretty(&doc)?)
+    if let (Some(e), Some(m)) = (stored, doc.as_object_mut()) {
+        m.insert("explanation".into(), serde_json::to_value(&e)?);
+    }
+    Ok(doc)
 }

@@ -35,6 +35,8 @@ struct Inner {
     size: u64,
     rng: SeededRng,
     said: Said,
+    /// The explanation's reasons in force (key -> line).
+    why: std::collections::BTreeMap<String, String>,
 }
 
 /// Appends the loop's events to Ray's event file.
@@ -68,6 +70,7 @@ impl EventLog {
                 size,
                 rng: SeededRng::new(seed),
                 said: Said::default(),
+                why: Default::default(),
             }),
         })
     }
@@ -178,6 +181,28 @@ impl EventLog {
                     message: d.event_line(),
                 }),
         );
+        // A reason for pending demand or a kept node: a line when it starts and one
+        // when it ends, as debug detail (consoles show only Ray's own lines by default).
+        if let Some(e) = &v.outcome.explanation {
+            let now = e.event_keys();
+            for (k, line) in &now {
+                if !inner.why.contains_key(k) {
+                    out.push(Event {
+                        severity: Severity::Debug,
+                        message: format!("{}.", capitalized(line)),
+                    });
+                }
+            }
+            for (k, line) in &inner.why {
+                if !now.contains_key(k) {
+                    out.push(Event {
+                        severity: Severity::Debug,
+                        message: format!("No longer: {line}."),
+                    });
+                }
+            }
+            inner.why = now;
+        }
         // Advice the watchers were told not to drain on, once each.
         out.extend(v.advisories.iter().map(|n| Event {
             severity: Severity::Info,
@@ -193,6 +218,14 @@ impl EventLog {
         }));
         out
     }
+}
+
+/// `line` with its first letter in capitals.
+fn capitalized(line: &str) -> String {
+    let mut c = line.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }
 
 impl Observer for EventLog {

@@ -136,6 +136,7 @@ pub struct Metrics {
     worker_update_time: Histograms,
     // rayscale's own.
     preemption: super::preemption::PreemptionMetrics,
+    why: super::why::WhyMetrics,
     phase_seconds: Histograms,
     effects: Counters,
     provider_errors: Counters,
@@ -301,8 +302,20 @@ impl Metrics {
             ),
             session,
         );
+        let why = super::why::WhyMetrics::new(
+            r.gauges(
+                "rayscale_pending_demand",
+                "Pending demand requests by reason.",
+            ),
+            r.gauges(
+                "rayscale_nodes_kept",
+                "Worker nodes by why they are kept or go.",
+            ),
+            session,
+        );
         Metrics {
             preemption,
+            why,
             registry,
             session: session.to_string(),
             pending_nodes,
@@ -564,6 +577,7 @@ impl Observer for Metrics {
         seen.fallbacks = now;
 
         self.preemption.iteration(v);
+        self.why.iteration(v);
         // Whole types (a zone set aside is not the type).
         let unavailable: BTreeSet<String> = v
             .outcome

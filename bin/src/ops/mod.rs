@@ -7,6 +7,7 @@ pub mod health;
 pub mod metrics;
 pub mod preemption;
 pub mod server;
+pub mod why;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};

@@ -25,6 +25,7 @@ pub mod config;
 pub mod driver;
 pub mod error;
 pub mod expander;
+pub mod explain;
 pub mod instance;
 pub mod launcher;
 pub mod model;

@@ -3,6 +3,7 @@
 
 mod render;
 mod watch;
+pub mod why;
 
 use anyhow::{Result, bail};
 use clap::Args;
@@ -27,8 +28,13 @@ pub struct StatusArgs {
     /// --watch: stop after this many refreshes.
     #[arg(long)]
     count: Option<u64>,
-    /// --watch: the cluster whose instance table shows the recent transitions (default:
-    /// every cluster the GCS holds a table of).
+    /// Why: the reasons for pending demand and for each worker node, as the active
+    /// rayscale stored them with its last iteration.
+    #[arg(long, conflicts_with = "watch")]
+    why: bool,
+    /// --watch: the cluster whose instance table shows the recent transitions; --why:
+    /// the cluster explained (default: every cluster the GCS holds a table, or an
+    /// explanation, of).
     #[arg(long)]
     cluster: Option<String>,
 }
@@ -49,6 +55,9 @@ pub async fn status(args: &StatusArgs) -> Result<String> {
         })
         .await?;
         return Ok(String::new());
+    }
+    if args.why {
+        return why::why(&gcs, args.cluster.as_deref(), crate::driver::now_ns()).await;
     }
     let reply = gcs.get_cluster_status().await?;
     Ok(render(&reply))

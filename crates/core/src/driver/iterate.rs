@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// The stored explanation is rewritten at least this often, unchanged or not.
+const WHY_REFRESH: Duration = Duration::from_secs(60);
+
 impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
     pub(super) async fn iterate(&mut self, report: &mut StepReport) -> Result<(), CoreError> {
         let gcs = self.gcs.clone();
@@ -276,6 +279,25 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         a.rejections.extend(done.rejections);
         a.carried.extend(done.errors);
         report.phases.effects = lap();
+        // Why, for `rayscale status --why`: stored when the reasons change, and at
+        // least every minute (so a reader sees it is current).
+        if let Some(e) = &outcome.explanation
+            && a.why_saved
+                .as_ref()
+                .is_none_or(|(saved, at)| !saved.same_reasons(e) || at.elapsed() >= WHY_REFRESH)
+        {
+            let key = crate::explain::why_key(&loaded.config.cluster_name);
+            match lease::within(
+                options.call_deadline,
+                "InternalKVPut",
+                gcs.kv_put(NAMESPACE, &key, e.to_json().as_bytes(), true),
+            )
+            .await
+            {
+                Ok(_) => a.why_saved = Some((e.clone(), Instant::now())),
+                Err(err) => tracing::debug!("cannot store the explanation: {err}"),
+            }
+        }
         // Every so often, the cluster's notices whole: advice that drained no node, and
         // the leftovers of instances that are gone.
         let mut advisories = Vec::new();

@@ -237,6 +237,8 @@ struct Active {
     /// When the cluster's notices were last listed, and the keys read already.
     notice_scan: Option<Instant>,
     notices_seen: BTreeSet<String>,
+    /// The explanation last stored, and when.
+    why_saved: Option<(crate::explain::Explanation, Instant)>,
 }
 
 struct Loaded {
@@ -585,6 +587,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             last_held_check: Some(Instant::now()),
             notice_scan: None,
             notices_seen: BTreeSet::new(),
+            why_saved: None,
         })
     }
 }

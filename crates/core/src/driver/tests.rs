@@ -575,3 +575,49 @@ async fn ignored_rebalance_advice_is_handed_over_once_and_leftover_notices_are_d
     assert!(w.gcs.stops().1.is_empty());
     d.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_explanation_is_stored_for_status_why_and_follows_its_cause() {
+    let w = World::new();
+    let _pump = w.pump();
+    // Six two-CPU shapes on a type of at most four nodes: two wait for the max.
+    w.gcs.set_demand(cpu2(6));
+    let mut d = w.driver("one", w.gcs.connect());
+    while !d.lease().may_act() {
+        sleep_s(1).await;
+    }
+    for _ in 0..10 {
+        d.step().await;
+        sleep_s(1).await;
+    }
+    let read = || {
+        let text = block_on_get(&w.gcs, &crate::explain::why_key("t"));
+        crate::explain::Explanation::from_json(text.as_bytes()).expect("a stored explanation")
+    };
+    let e = read();
+    assert!(
+        e.demand.iter().any(|g| g.count == 2
+            && g.reason
+                == crate::explain::DemandReason::TypeAtMax {
+                    node_type: "w".into(),
+                    max_workers: 4
+                }),
+        "{:?}",
+        e.lines()
+    );
+    // The cause gone, the stored reasons follow.
+    w.gcs.set_demand(cpu2(4));
+    for _ in 0..5 {
+        d.step().await;
+        sleep_s(1).await;
+    }
+    let e = read();
+    assert!(
+        !e.demand
+            .iter()
+            .any(|g| matches!(g.reason, crate::explain::DemandReason::TypeAtMax { .. })),
+        "{:?}",
+        e.lines()
+    );
+    d.stop().await;
+}

@@ -24,6 +24,8 @@
 
 #[cfg(test)]
 mod cloud_tests;
+#[cfg(test)]
+mod explain_tests;
 mod pacing;
 mod preempt;
 #[cfg(test)]
@@ -43,6 +45,7 @@ use crate::CoreError;
 use crate::availability::{Availability, Unavailable};
 use crate::config::ClusterConfig;
 use crate::expander::ExpanderChain;
+use crate::explain::{Explanation, Hold, Holds};
 use crate::instance::{Instance, InstanceManager, InstanceStorage, InstanceUpdateEvent};
 use crate::model::{
     ClusterConstraint, ClusterResourceState, GangRequest, InstanceStatus, NodeStatus,
@@ -53,7 +56,7 @@ use crate::provider::{
     CloudInstance, CloudInstanceState, LaunchRequest, ProviderError, ProviderOp,
 };
 use crate::scheduler::request::{HEAD_MARKER, InstanceRecord, build_request};
-use crate::scheduler::{Decision, TerminationCause, schedule_with};
+use crate::scheduler::{Decision, TerminationCause, schedule_with_explained};
 
 const SEC: i64 = 1_000_000_000;
 
@@ -269,6 +272,9 @@ pub struct Outcome {
     /// Nodes Ray drains without rayscale having asked (preempted, or an operator's
     /// drain), while they last; with `rayscale.preemption.enabled` only.
     pub drained_outside: Vec<DrainedOutside>,
+    /// Why: the iteration's reasons for pending demand and for each worker node (none
+    /// when scaling was skipped).
+    pub explanation: Option<Explanation>,
 }
 
 /// Runs one iteration at `now_ns` (wall clock, ns since the epoch). `avail` carries what
@@ -328,6 +334,7 @@ pub fn reconcile<S: InstanceStorage>(
         to_terminate: Vec::new(),
         out: Outcome::default(),
         read: std::cell::RefCell::new(None),
+        holds: Holds::new(),
     };
     r.out.warnings.extend(skipped);
     r.sync(config, observed, ids)?;
@@ -504,6 +511,8 @@ struct Run<'m, S: InstanceStorage> {
     /// it many times, and it changes only when events are applied. (Every write of a
     /// reconcile goes through `apply`; a write that did not would leave this stale.)
     read: std::cell::RefCell<Option<(usize, Table)>>,
+    /// Pacing's launch holds, by node type (for the explanation).
+    holds: Holds,
 }
 
 /// When `i` failed to launch: ALLOCATION_FAILED, or gone with a launch error before Ray

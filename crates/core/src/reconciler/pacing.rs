@@ -39,6 +39,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         }
         // After launch failures a type waits before it is launched again:
         // `launch_backoff_s * 2^(failures - 1)`, at most `max_launch_backoff_s`.
+        let holds = &mut self.holds;
         queued.retain(|t, _| match failures.get(t) {
             None => true,
             Some(&(n, latest)) => {
@@ -47,7 +48,17 @@ impl<S: InstanceStorage> Run<'_, S> {
                     n.saturating_sub(1),
                     s.max_launch_backoff_s,
                 );
-                now.saturating_sub(latest) >= wait_s.saturating_mul(SEC)
+                let ready = now.saturating_sub(latest) >= wait_s.saturating_mul(SEC);
+                if !ready {
+                    holds.insert(
+                        t.to_string(),
+                        Hold::Backoff {
+                            failures: n,
+                            until_ns: latest.saturating_add(wait_s.saturating_mul(SEC)),
+                        },
+                    );
+                }
+                ready
             }
         });
         let mut budget = s.max_concurrent_launches.saturating_sub(requested);
@@ -58,6 +69,21 @@ impl<S: InstanceStorage> Run<'_, S> {
             let base = running.get(t).copied().unwrap_or(0).max(1) as f64;
             let desired = ((s.upscaling_speed * base).ceil() as usize).max(1);
             let n = desired.min(budget).min(list.len());
+            // What holds the rest back, for the explanation.
+            if n < list.len() {
+                let hold = if budget < desired {
+                    Hold::Concurrency {
+                        in_flight: s.max_concurrent_launches.saturating_sub(budget - n) as u64,
+                        max: s.max_concurrent_launches as u64,
+                    }
+                } else {
+                    Hold::Speed {
+                        per_iteration: desired as u64,
+                        upscaling_speed: s.upscaling_speed,
+                    }
+                };
+                self.holds.insert(t.to_string(), hold);
+            }
             list.sort_by_key(|i| {
                 (
                     i.status_since(InstanceStatus::Queued).unwrap_or(0),

@@ -212,7 +212,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         )?;
         inputs.apply(&mut request);
         request.resource_requests.extend(outside_demand);
-        let decision = schedule_with(&request, chain);
+        let (decision, views) = schedule_with_explained(&request, chain);
         self.out.warnings.extend(chain.take_warnings());
         for (r, _) in &decision.infeasible_requests {
             self.out.report.infeasible_requests.push(r.clone());
@@ -290,7 +290,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             }
             self.apply(events)?;
         }
-        self.out.decision = Some(decision);
+        let scheduled = (decision, request, views);
 
         // 4. Terminate what is stopped, timed out or failed.
         let table = self.table()?;
@@ -340,6 +340,27 @@ impl<S: InstanceStorage> Run<'_, S> {
             });
         }
         self.pace(s, ids)?;
+        let (decision, request, views) = scheduled;
+        let table = self.table()?;
+        let table: Vec<&Instance> = table.iter().map(|i| &**i).collect();
+        let unavailable = self.avail.unavailable.active(self.now_ns);
+        let rejections: Vec<(String, String)> = obs
+            .drain_rejections
+            .iter()
+            .map(|r| (r.instance_id.clone(), r.reason.clone()))
+            .collect();
+        self.out.explanation = Some(crate::explain::explain(&crate::explain::Inputs {
+            config,
+            request: &request,
+            decision: &decision,
+            nodes: &views,
+            table: &table,
+            holds: &self.holds,
+            unavailable: &unavailable,
+            drain_rejections: &rejections,
+            now_ns: self.now_ns,
+        }));
+        self.out.decision = Some(decision);
         if s.install_ray {
             self.install(obs)?;
         }
