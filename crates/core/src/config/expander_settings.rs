@@ -124,11 +124,19 @@ impl ExpanderSettings {
             match k.as_str() {
                 "expander" => s.read_expander(val, &p, node_types)?,
                 // Read by the cluster config; `bridge` by the node-provider adapter.
-                "unavailable_type_ttl_s" | "bridge" | "preemption" => {}
+                "unavailable_type_ttl_s"
+                | "bridge"
+                | "preemption"
+                | "disruption_budget"
+                | "scale_down_delay_after_launch_s"
+                | "min_node_lifetime_s"
+                | "max_hourly_cost" => {}
                 _ => {
                     return Err(CoreError::invalid(
                         p,
-                        "unknown key (known: expander, unavailable_type_ttl_s, preemption, bridge)",
+                        "unknown key (known: expander, unavailable_type_ttl_s, preemption, bridge, \
+                         disruption_budget, scale_down_delay_after_launch_s, min_node_lifetime_s, \
+                         max_hourly_cost)",
                     ));
                 }
             }

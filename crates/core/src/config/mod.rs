@@ -7,6 +7,7 @@
 pub mod canonical_json;
 pub mod expander_settings;
 pub mod fast_yaml;
+pub mod limits;
 pub mod preemption;
 pub mod schema;
 
@@ -72,6 +73,8 @@ pub struct ClusterConfig {
     pub unavailable_type_ttl_s: i64,
     /// `rayscale.preemption` (default: off).
     pub preemption: PreemptionSettings,
+    /// The operator's limits of the `rayscale:` block (default: none).
+    pub limits: limits::Limits,
     /// The whole document as given.
     pub raw: Value,
 }
@@ -209,10 +212,18 @@ impl ClusterConfig {
             get("rayscale").and_then(|r| r.get("preemption")),
             &join(&join(path, "rayscale"), "preemption"),
         )?;
+        let priced: Vec<String> = expander.prices.iter().map(|(t, _)| t.clone()).collect();
+        let limits = limits::Limits::from_block(
+            get("rayscale"),
+            &join(path, "rayscale"),
+            &type_names,
+            &priced,
+        )?;
         Ok(ClusterConfig {
             expander,
             unavailable_type_ttl_s,
             preemption,
+            limits,
             cluster_name,
             max_workers,
             upscaling_speed,

@@ -12,11 +12,14 @@ use crate::scheduler::{Decision, NodeFate, NodeView, SchedulingRequest};
 
 use super::{
     DemandGroup, DemandKind, DemandReason, Explanation, Hold, MAX_EXAMPLES, MAX_GROUPS, NodeGroup,
-    NodeReason, Shape,
+    NodeReason, Shape, StopHold,
 };
 
 /// The launch holds of this iteration's pacing, by node type.
 pub type Holds = BTreeMap<String, Hold>;
+
+/// Launches the cost cap refused, by node type: (launches kept, hourly cost, cap).
+pub type CostCapped = BTreeMap<String, (u64, f64, f64)>;
 
 /// What one iteration's reasons are read from.
 pub struct Inputs<'a> {
@@ -36,6 +39,10 @@ pub struct Inputs<'a> {
     pub unavailable: &'a [&'a Unavailable],
     /// Drains the GCS refused since the last iteration: (instance id, reason).
     pub drain_rejections: &'a [(String, String)],
+    /// Voluntary stops the operator's limits held: (instance id, cause, hold).
+    pub held_stops: &'a [(String, String, StopHold)],
+    /// Launches the cost cap refused.
+    pub cost_capped: &'a CostCapped,
     /// Now (ns since the epoch).
     pub now_ns: i64,
 }
@@ -278,7 +285,36 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
             _ => waiting.entry(n.node_type.as_str()).or_default().push(n),
         }
     }
-    for (t, list) in waiting {
+    for (t, mut list) in waiting {
+        // New nodes past those the cost cap let through were not launched.
+        if let Some(&(kept, cost, cap)) = x.cost_capped.get(t) {
+            let mut new_seen = 0u64;
+            let mut refused = Vec::new();
+            list.retain(|n| {
+                if n.fate != NodeFate::Launch {
+                    return true;
+                }
+                new_seen += 1;
+                if new_seen <= kept {
+                    return true;
+                }
+                refused.push(*n);
+                false
+            });
+            let reason = DemandReason::CostCap {
+                node_type: t.to_string(),
+                hourly_cost: cost,
+                max_hourly_cost: cap,
+            };
+            for n in refused {
+                for (r, k) in &n.placed {
+                    demand.add(DemandKind::Task, reason.clone(), &r.resources, *k);
+                }
+            }
+            if list.is_empty() {
+                continue;
+            }
+        }
         let reason = match x.holds.get(t) {
             Some(hold) => DemandReason::Paced {
                 node_type: t.to_string(),
@@ -357,6 +393,17 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
                 t,
                 NodeReason::DrainRejected {
                     why: reason.to_string(),
+                },
+                id,
+            );
+            continue;
+        }
+        if let Some((_, cause, hold)) = x.held_stops.iter().find(|(i, _, _)| i == id) {
+            add(
+                t,
+                NodeReason::StopHeld {
+                    cause: cause.clone(),
+                    hold: hold.clone(),
                 },
                 id,
             );
@@ -483,6 +530,8 @@ pub fn of_snapshot(
         holds: &Holds::new(),
         unavailable: &[],
         drain_rejections: &[],
+        held_stops: &[],
+        cost_capped: &CostCapped::new(),
         now_ns,
     });
     (decision, e)

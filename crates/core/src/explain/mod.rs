@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use build::{Holds, Inputs, explain, of_snapshot};
+pub use build::{CostCapped, Holds, Inputs, explain, of_snapshot};
 
 /// The KV key (in rayscale's namespace, the driver's `NAMESPACE`) of the explanation the
 /// active rayscale of `cluster` stored last.
@@ -53,6 +53,80 @@ pub enum Hold {
         /// The setting.
         upscaling_speed: f64,
     },
+}
+
+/// Why a voluntary stop (idle, outdated) waits: the operator's limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "limit", rename_all = "snake_case")]
+pub enum StopHold {
+    /// `max_draining` nodes (of the cluster, or of `node_type`) are draining.
+    Draining {
+        /// Whose budget: a node type, or none for the cluster's.
+        node_type: Option<String>,
+        /// Draining now.
+        draining: u64,
+        /// The budget.
+        max: u64,
+    },
+    /// `max_stops` voluntary stops started within the window.
+    Stops {
+        /// Whose budget: a node type, or none for the cluster's.
+        node_type: Option<String>,
+        /// The budget.
+        max: u64,
+        /// The window (s).
+        window_s: u64,
+    },
+    /// Inside a window in which no voluntary stop starts.
+    Blocked {
+        /// The window as configured.
+        window: String,
+    },
+    /// `scale_down_delay_after_launch_s` after the last launch.
+    DelayAfterLaunch {
+        /// When it ends (ns since the epoch).
+        until_ns: i64,
+    },
+    /// `min_node_lifetime_s` after the node came up.
+    MinLifetime {
+        /// When it ends (ns since the epoch).
+        until_ns: i64,
+    },
+}
+
+impl StopHold {
+    fn line(&self) -> String {
+        let whose = |t: &Option<String>| match t {
+            Some(t) => format!("node type {t}'s"),
+            None => "the cluster's".to_string(),
+        };
+        match self {
+            StopHold::Draining {
+                node_type,
+                draining,
+                max,
+            } => format!(
+                "{draining} draining, {} max_draining is {max}",
+                whose(node_type)
+            ),
+            StopHold::Stops {
+                node_type,
+                max,
+                window_s,
+            } => format!(
+                "{} max_stops of {max} per {window_s} s is used up",
+                whose(node_type)
+            ),
+            StopHold::Blocked { window } => format!("no voluntary stops in {window}"),
+            StopHold::DelayAfterLaunch { until_ns } => format!(
+                "scale_down_delay_after_launch_s, until {}",
+                clock(*until_ns)
+            ),
+            StopHold::MinLifetime { until_ns } => {
+                format!("min_node_lifetime_s, until {}", clock(*until_ns))
+            }
+        }
+    }
 }
 
 /// Why demand is pending.
@@ -107,6 +181,15 @@ pub enum DemandReason {
     },
     /// There is room for it on running nodes (Ray places it as resources free up).
     FitsRunningNodes,
+    /// Its launch would take the cluster's hourly cost over `max_hourly_cost`.
+    CostCap {
+        /// The type not launched.
+        node_type: String,
+        /// The running and pending cost per hour.
+        hourly_cost: f64,
+        /// The cap.
+        max_hourly_cost: f64,
+    },
     /// Fits a type that is open, yet was not placed: its label selectors or placement
     /// constraints (a placement group's strategy) are not met.
     ConstraintsUnmet,
@@ -188,6 +271,14 @@ pub enum NodeReason {
     DrainRejected {
         /// The GCS's reason.
         why: String,
+    },
+    /// Ray's scheduler would stop it (`cause`); an operator's limit holds it.
+    StopHeld {
+        /// Ray's termination cause.
+        cause: String,
+        /// The limit.
+        #[serde(flatten)]
+        hold: StopHold,
     },
 }
 
@@ -338,6 +429,7 @@ impl Explanation {
                     | NodeReason::KeptForDemand
                     | NodeReason::KeptForRequest
                     | NodeReason::DrainRejected { .. }
+                    | NodeReason::StopHeld { .. }
             ) {
                 out.insert(
                     format!("node {} {}", g.node_type, g.reason.key()),
@@ -385,6 +477,7 @@ impl DemandReason {
             DemandReason::WaitingForLaunch { .. } => "waiting_for_launch",
             DemandReason::Paced { .. } => "paced",
             DemandReason::FitsRunningNodes => "fits_running_nodes",
+            DemandReason::CostCap { .. } => "cost_cap",
             DemandReason::ConstraintsUnmet => "constraints_unmet",
         }
     }
@@ -456,6 +549,14 @@ impl DemandReason {
             DemandReason::FitsRunningNodes => {
                 "there is room on running nodes (Ray places it as resources free up)".into()
             }
+            DemandReason::CostCap {
+                node_type,
+                hourly_cost,
+                max_hourly_cost,
+            } => format!(
+                "a {node_type} node would take the hourly cost ({hourly_cost}) over \
+                 max_hourly_cost ({max_hourly_cost})"
+            ),
             DemandReason::ConstraintsUnmet => {
                 "fits an open node type, but its label selectors or placement strategy are not met"
                     .into()
@@ -494,6 +595,7 @@ impl NodeReason {
             NodeReason::Launching { .. } => "launching",
             NodeReason::Stopping { .. } => "stopping",
             NodeReason::DrainRejected { .. } => "drain_rejected",
+            NodeReason::StopHeld { .. } => "stop_held",
         }
     }
 
@@ -515,6 +617,9 @@ impl NodeReason {
             NodeReason::Stopping { cause } => format!("stopping ({cause})"),
             NodeReason::DrainRejected { why } => {
                 format!("kept: Ray refused to drain it ({why})")
+            }
+            NodeReason::StopHeld { cause, hold } => {
+                format!("kept past a stop ({cause}): {}", hold.line())
             }
         }
     }

@@ -26,6 +26,9 @@
 mod cloud_tests;
 #[cfg(test)]
 mod explain_tests;
+mod limits;
+#[cfg(test)]
+mod limits_tests;
 mod pacing;
 mod preempt;
 #[cfg(test)]

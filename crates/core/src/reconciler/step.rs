@@ -212,7 +212,9 @@ impl<S: InstanceStorage> Run<'_, S> {
         )?;
         inputs.apply(&mut request);
         request.resource_requests.extend(outside_demand);
-        let (decision, views) = schedule_with_explained(&request, chain);
+        let (mut decision, views) = schedule_with_explained(&request, chain);
+        // The operator's limits (none set: the decision is Ray's, unchanged).
+        let limited = limits::apply(&config.limits, config, &mut decision, &table, self.now_ns);
         self.out.warnings.extend(chain.take_warnings());
         for (r, _) in &decision.infeasible_requests {
             self.out.report.infeasible_requests.push(r.clone());
@@ -290,7 +292,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             }
             self.apply(events)?;
         }
-        let scheduled = (decision, request, views);
+        let scheduled = (decision, request, views, limited);
 
         // 4. Terminate what is stopped, timed out or failed.
         let table = self.table()?;
@@ -340,7 +342,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             });
         }
         self.pace(s, ids)?;
-        let (decision, request, views) = scheduled;
+        let (decision, request, views, limited) = scheduled;
         let table = self.table()?;
         let table: Vec<&Instance> = table.iter().map(|i| &**i).collect();
         let unavailable = self.avail.unavailable.active(self.now_ns);
@@ -358,6 +360,8 @@ impl<S: InstanceStorage> Run<'_, S> {
             holds: &self.holds,
             unavailable: &unavailable,
             drain_rejections: &rejections,
+            held_stops: &limited.held,
+            cost_capped: &limited.capped,
             now_ns: self.now_ns,
         }));
         self.out.decision = Some(decision);

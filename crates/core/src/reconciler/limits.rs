@@ -1,0 +1,194 @@
+//! The operator's limits (`config::limits`), applied to the scheduler's decision before
+//! it is recorded: the cost cap trims launches; the disruption budget, its blocked
+//! windows, the delay after a launch and the minimum lifetime hold voluntary stops.
+//! With no limit set, the decision passes unchanged (Ray's).
+
+use super::*;
+use crate::config::limits::Limits;
+use crate::explain::{CostCapped, StopHold};
+
+/// What the limits did to one decision.
+#[derive(Debug, Default)]
+pub(super) struct Limited {
+    /// Voluntary stops held: (instance id, Ray's cause, the hold).
+    pub held: Vec<(String, String, StopHold)>,
+    /// Launches the cost cap refused, by type.
+    pub capped: CostCapped,
+}
+
+fn live(i: &Instance) -> bool {
+    !matches!(
+        i.status,
+        InstanceStatus::Terminated | InstanceStatus::AllocationFailed
+    )
+}
+
+fn draining(i: &Instance) -> bool {
+    matches!(
+        i.status,
+        InstanceStatus::RayStopRequested | InstanceStatus::RayStopping
+    )
+}
+
+/// When `i` was asked to stop for idleness or an outdated config, if at or after `since`.
+fn voluntary_stop_at(i: &Instance, since: i64) -> bool {
+    let voluntary = matches!(i.stop_cause.as_deref(), Some("IDLE" | "OUTDATED"));
+    voluntary
+        && i.status_history
+            .iter()
+            .any(|c| c.status == InstanceStatus::RayStopRequested && c.timestamp_ns >= since)
+}
+
+/// Applies `limits` to `decision` at `now_ns` over the instance table `table`.
+pub(super) fn apply(
+    limits: &Limits,
+    config: &ClusterConfig,
+    decision: &mut Decision,
+    table: &[Arc<Instance>],
+    now_ns: i64,
+) -> Limited {
+    let mut out = Limited::default();
+    if !limits.any() {
+        return out;
+    }
+    // The cost cap: launches in the decision's order while the cost stays within it.
+    if let Some(cap) = limits.max_hourly_cost {
+        let price = |t: &str| {
+            config
+                .expander
+                .prices
+                .iter()
+                .find(|(n, _)| n == t)
+                .map_or(0.0, |(_, p)| *p)
+        };
+        let mut cost: f64 = table
+            .iter()
+            .filter(|i| live(i))
+            .map(|i| price(&i.node_type))
+            .sum();
+        for (t, count) in &mut decision.launch {
+            let mut kept = 0u64;
+            while kept < *count && cost + price(t) <= cap + 1e-9 {
+                cost += price(t);
+                kept += 1;
+            }
+            if kept < *count {
+                out.capped.insert(t.clone(), (kept, cost, cap));
+                *count = kept;
+            }
+        }
+        decision.launch.retain(|(_, n)| *n > 0);
+    }
+    // Voluntary stops.
+    let by_id: HashMap<&str, &Instance> = table
+        .iter()
+        .map(|i| (i.instance_id.as_str(), &**i))
+        .collect();
+    let workers: Vec<&Instance> = table
+        .iter()
+        .map(|i| &**i)
+        .filter(|i| live(i) && !i.is_head)
+        .collect();
+    let count = |t: Option<&str>, f: &dyn Fn(&Instance) -> bool| -> u64 {
+        workers
+            .iter()
+            .filter(|i| t.is_none_or(|t| i.node_type == t) && f(i))
+            .count() as u64
+    };
+    let last_launch = table
+        .iter()
+        .filter_map(|i| i.status_since(InstanceStatus::Requested))
+        .max();
+    // Stops admitted in this decision, by type (and the cluster's under "").
+    let mut admitted: HashMap<String, u64> = HashMap::default();
+    let mut held = Vec::new();
+    decision.terminate.retain(|t| {
+        let voluntary = matches!(t.cause, TerminationCause::Idle | TerminationCause::Outdated);
+        let Some(i) = by_id.get(t.instance_id.as_str()) else {
+            return true;
+        };
+        if !voluntary || i.status != InstanceStatus::RayRunning {
+            return true;
+        }
+        let hold = (|| {
+            if let Some(b) = &limits.budget
+                && let Some(w) = b.blocked.iter().find(|w| w.contains(now_ns))
+            {
+                return Some(StopHold::Blocked {
+                    window: w.text.clone(),
+                });
+            }
+            if t.cause == TerminationCause::Idle {
+                if let (Some(d), Some(at)) = (limits.scale_down_delay_after_launch_s, last_launch) {
+                    let until = at.saturating_add((d as i64).saturating_mul(SEC));
+                    if now_ns < until {
+                        return Some(StopHold::DelayAfterLaunch { until_ns: until });
+                    }
+                }
+                if let (Some(l), Some(up)) = (
+                    limits.min_node_lifetime_s,
+                    i.status_history
+                        .iter()
+                        .find(|c| c.status == InstanceStatus::RayRunning)
+                        .map(|c| c.timestamp_ns),
+                ) {
+                    let until = up.saturating_add((l as i64).saturating_mul(SEC));
+                    if now_ns < until {
+                        return Some(StopHold::MinLifetime { until_ns: until });
+                    }
+                }
+            }
+            let b = limits.budget.as_ref()?;
+            let budgets = [
+                (None, Some(&b.cluster)),
+                (Some(i.node_type.as_str()), b.node_types.get(&i.node_type)),
+            ];
+            for (whose, budget) in budgets {
+                let Some(budget) = budget else { continue };
+                let key = whose.unwrap_or("").to_string();
+                let now_admitted = admitted.get(&key).copied().unwrap_or(0);
+                if let Some(max) = budget.max_draining {
+                    let max = max.of(count(whose, &|_| true));
+                    let d = count(whose, &draining) + now_admitted;
+                    if d >= max {
+                        return Some(StopHold::Draining {
+                            node_type: whose.map(str::to_string),
+                            draining: d,
+                            max,
+                        });
+                    }
+                }
+                if let Some(max) = budget.max_stops {
+                    let since = now_ns.saturating_sub((budget.window_s as i64).saturating_mul(SEC));
+                    let stops = table
+                        .iter()
+                        .filter(|x| whose.is_none_or(|t| x.node_type == t) && !x.is_head)
+                        .filter(|x| voluntary_stop_at(x, since))
+                        .count() as u64
+                        + now_admitted;
+                    if stops >= max {
+                        return Some(StopHold::Stops {
+                            node_type: whose.map(str::to_string),
+                            max,
+                            window_s: budget.window_s,
+                        });
+                    }
+                }
+            }
+            None
+        })();
+        match hold {
+            Some(h) => {
+                held.push((t.instance_id.clone(), t.cause.name().to_string(), h));
+                false
+            }
+            None => {
+                *admitted.entry(String::new()).or_default() += 1;
+                *admitted.entry(i.node_type.clone()).or_default() += 1;
+                true
+            }
+        }
+    });
+    out.held = held;
+    out
+}
