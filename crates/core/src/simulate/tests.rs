@@ -316,3 +316,31 @@ fn a_notice_window_must_be_positive() {
     let e = t.validate("t.yaml").expect_err("refused").to_string();
     assert!(e.contains("cloud.types.s.preemption_mean_s"), "{e}");
 }
+
+#[test]
+fn the_operators_limits_apply_in_simulation() {
+    // Eight two-CPU tasks; a cost cap of three workers runs them three at a time.
+    let capped = format!(
+        "{ONE_TYPE}rayscale: {{max_hourly_cost: 3, expander: {{prices: {{head: 0, w: 1}}}}}}\n"
+    );
+    let t = trace(
+        "step_s: 5\ncloud: {default: {boot_s: 30, price_per_hour: 1.0}}\n\
+         workload: [{at_s: 0, count: 8, resources: {CPU: 2}, duration_s: 60}]\n",
+    );
+    let r = run(&config(&capped), &t);
+    let peak = r.series.iter().map(|x| x.nodes["w"]).max().unwrap_or(0);
+    assert_eq!(peak, 3, "{:?}", r.summary);
+    assert_eq!((r.summary.placed, r.summary.unplaced), (8, 0));
+    let free = run(&config(ONE_TYPE), &t);
+    assert_eq!(free.series.iter().map(|x| x.nodes["w"]).max(), Some(8));
+    // A budget of one draining node stops the eight one by one, later than all at once.
+    let budget = format!("{ONE_TYPE}rayscale: {{disruption_budget: {{max_draining: 1}}}}\n");
+    let slow = run(&config(&budget), &t);
+    assert_eq!(slow.summary.terminated, 8);
+    assert!(
+        slow.summary.end_s > free.summary.end_s,
+        "{} <= {}",
+        slow.summary.end_s,
+        free.summary.end_s
+    );
+}
