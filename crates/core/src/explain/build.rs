@@ -354,6 +354,11 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
             g.examples.push(id.to_string());
         }
     };
+    let held: HashMap<&str, (&str, &StopHold)> = x
+        .held_stops
+        .iter()
+        .map(|(i, c, h)| (i.as_str(), (c.as_str(), h)))
+        .collect();
     let rejected: HashMap<&str, &str> = x
         .drain_rejections
         .iter()
@@ -398,12 +403,12 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
             );
             continue;
         }
-        if let Some((_, cause, hold)) = x.held_stops.iter().find(|(i, _, _)| i == id) {
+        if let Some((cause, hold)) = held.get(id) {
             add(
                 t,
                 NodeReason::StopHeld {
-                    cause: cause.clone(),
-                    hold: hold.clone(),
+                    cause: cause.to_string(),
+                    hold: (*hold).clone(),
                 },
                 id,
             );

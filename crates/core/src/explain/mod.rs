@@ -348,11 +348,18 @@ impl Explanation {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// The same reasons, whatever the time: what decides whether a stored one is
-    /// rewritten.
+    /// The same reasons, whatever the time and the measures that move every iteration
+    /// (how long idle nodes have been idle, what busy ones use): what decides whether a
+    /// stored one is rewritten before its refresh.
     pub fn same_reasons(&self, other: &Explanation) -> bool {
+        let nodes = |e: &Explanation| -> Vec<(String, String, u64)> {
+            e.nodes
+                .iter()
+                .map(|g| (g.node_type.clone(), g.reason.key(), g.count))
+                .collect()
+        };
         self.demand == other.demand
-            && self.nodes == other.nodes
+            && nodes(self) == nodes(other)
             && self.groups_left_out == other.groups_left_out
     }
 

@@ -80,3 +80,19 @@ fn lines_say_each_group_with_its_shapes_and_counts() {
     assert_eq!(counts.get("paced"), Some(&4));
     assert_eq!(sample().nodes_by_reason().get("busy"), Some(&2));
 }
+
+#[test]
+fn idle_seconds_and_busy_amounts_alone_are_the_same_reasons() {
+    let a = sample();
+    let mut b = sample();
+    if let NodeReason::Busy { in_use } = &mut b.nodes[0].reason {
+        in_use.insert("CPU".into(), 1.0);
+    }
+    b.at_ns += 5_000_000_000;
+    assert!(a.same_reasons(&b));
+    b.nodes[0].count = 3;
+    assert!(!a.same_reasons(&b));
+    let mut c = sample();
+    c.demand[0].count = 5;
+    assert!(!a.same_reasons(&c));
+}

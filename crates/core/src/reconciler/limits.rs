@@ -84,17 +84,38 @@ pub(super) fn apply(
         .iter()
         .map(|i| (i.instance_id.as_str(), &**i))
         .collect();
-    let workers: Vec<&Instance> = table
-        .iter()
-        .map(|i| &**i)
-        .filter(|i| live(i) && !i.is_head)
-        .collect();
-    let count = |t: Option<&str>, f: &dyn Fn(&Instance) -> bool| -> u64 {
-        workers
-            .iter()
-            .filter(|i| t.is_none_or(|t| i.node_type == t) && f(i))
-            .count() as u64
-    };
+    // Counted once per decision, by type ("" for the cluster): live workers, draining
+    // ones, and voluntary stops started within each budget's window.
+    let mut live_by: HashMap<&str, u64> = HashMap::default();
+    let mut draining_by: HashMap<&str, u64> = HashMap::default();
+    for i in table.iter().filter(|i| live(i) && !i.is_head) {
+        for k in ["", i.node_type.as_str()] {
+            *live_by.entry(k).or_default() += 1;
+            if draining(i) {
+                *draining_by.entry(k).or_default() += 1;
+            }
+        }
+    }
+    let mut stops_by: HashMap<&str, u64> = HashMap::default();
+    if let Some(b) = &limits.budget {
+        let window = |budget: &crate::config::limits::Budget| {
+            now_ns.saturating_sub((budget.window_s as i64).saturating_mul(SEC))
+        };
+        let count = |t: Option<&str>, since: i64| {
+            table
+                .iter()
+                .filter(|x| !x.is_head && t.is_none_or(|t| x.node_type == t))
+                .filter(|x| voluntary_stop_at(x, since))
+                .count() as u64
+        };
+        if b.cluster.max_stops.is_some() {
+            stops_by.insert("", count(None, window(&b.cluster)));
+        }
+        for (t, budget) in b.node_types.iter().filter(|(_, b)| b.max_stops.is_some()) {
+            stops_by.insert(t.as_str(), count(Some(t), window(budget)));
+        }
+    }
+    let get = |m: &HashMap<&str, u64>, k: &str| m.get(k).copied().unwrap_or(0);
     let last_launch = table
         .iter()
         .filter_map(|i| i.status_since(InstanceStatus::Requested))
@@ -145,11 +166,11 @@ pub(super) fn apply(
             ];
             for (whose, budget) in budgets {
                 let Some(budget) = budget else { continue };
-                let key = whose.unwrap_or("").to_string();
-                let now_admitted = admitted.get(&key).copied().unwrap_or(0);
+                let key = whose.unwrap_or("");
+                let now_admitted = admitted.get(key).copied().unwrap_or(0);
                 if let Some(max) = budget.max_draining {
-                    let max = max.of(count(whose, &|_| true));
-                    let d = count(whose, &draining) + now_admitted;
+                    let max = max.of(get(&live_by, key));
+                    let d = get(&draining_by, key) + now_admitted;
                     if d >= max {
                         return Some(StopHold::Draining {
                             node_type: whose.map(str::to_string),
@@ -159,13 +180,7 @@ pub(super) fn apply(
                     }
                 }
                 if let Some(max) = budget.max_stops {
-                    let since = now_ns.saturating_sub((budget.window_s as i64).saturating_mul(SEC));
-                    let stops = table
-                        .iter()
-                        .filter(|x| whose.is_none_or(|t| x.node_type == t) && !x.is_head)
-                        .filter(|x| voluntary_stop_at(x, since))
-                        .count() as u64
-                        + now_admitted;
+                    let stops = get(&stops_by, key) + now_admitted;
                     if stops >= max {
                         return Some(StopHold::Stops {
                             node_type: whose.map(str::to_string),
