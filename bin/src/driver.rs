@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::driver::{Clock, ConfigSource, Driver, DriverOptions, Observer, Reloaded};
+use rayscale_core::driver::{Clock, ConfigSource, Driver, DriverOptions, Reloaded};
 use rayscale_core::provider::CloudInstanceProvider;
 use rayscale_gcs_client::client::GcsClient;
 
@@ -95,16 +95,18 @@ fn holder() -> String {
     format!("{host} pid {}", std::process::id())
 }
 
-/// Runs the loop of cluster `cluster` until `shutdown` resolves.
+/// Starts the ops endpoints (`ops`; the event file under `temp_dir`, else found) and
+/// runs the loop of cluster `cluster` until Ctrl-C or SIGTERM.
 pub async fn run_loop(
     gcs: GcsClient,
     provider: Arc<dyn CloudInstanceProvider>,
     cluster: &str,
     source: Box<dyn ConfigSource>,
     options: DriverOptions,
-    observers: Vec<Arc<dyn Observer>>,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> Result<()> {
+    ops: &crate::ops::OpsArgs,
+    temp_dir: Option<&Path>,
+) -> Result<String> {
+    let observers = crate::ops::start(ops, &gcs, temp_dir).await?;
     let seed = now_ns() as u64 ^ (u64::from(std::process::id()) << 32);
     let mut driver = Driver::new(
         cluster,
@@ -121,8 +123,8 @@ pub async fn run_loop(
     for o in observers {
         driver = driver.observe(o);
     }
-    driver.run(shutdown).await;
-    Ok(())
+    driver.run(ctrl_c()).await;
+    Ok(String::new())
 }
 
 /// Reads and checks the cluster config at `path`.
@@ -134,7 +136,7 @@ pub fn load_config(path: &Path) -> Result<ClusterConfig> {
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM (what Kubernetes and systemd send): the loop
 /// then stops between iterations, after the effects under way.
-pub async fn ctrl_c() {
+async fn ctrl_c() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

@@ -11,7 +11,7 @@ use rayscale_core::driver::{ConfigSource, DriverOptions, Reloaded};
 use rayscale_provider_kuberay::{KubeRayConfig, KubeRayProvider};
 use serde_json::Value;
 
-use crate::driver::{ctrl_c, run_loop};
+use crate::driver::run_loop;
 use crate::expander::{ExpanderArgs, build_chain};
 use crate::gcs::{loop_client, wait_for_gcs};
 
@@ -133,7 +133,6 @@ pub async fn run(args: KubeRayArgs) -> Result<String> {
         args.cluster_namespace,
         args.cluster_name
     );
-    let observers = crate::ops::start(&args.ops, &gcs, None).await?;
     run_loop(
         gcs,
         provider,
@@ -143,9 +142,8 @@ pub async fn run(args: KubeRayArgs) -> Result<String> {
             interval: Duration::from_secs_f64(args.interval),
             ..Default::default()
         },
-        observers,
-        ctrl_c(),
+        &args.ops,
+        None,
     )
-    .await?;
-    Ok(String::new())
+    .await
 }

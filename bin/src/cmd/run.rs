@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 use rayscale_core::driver::DriverOptions;
 
-use crate::driver::{FileConfig, ctrl_c, load_config, run_loop};
+use crate::driver::{FileConfig, load_config, run_loop};
 use crate::expander::ExpanderArgs;
 use crate::gcs::{gcs_answers, loop_client};
 use crate::ops::OpsArgs;
@@ -68,7 +68,6 @@ pub async fn run(args: RunArgs) -> Result<String> {
     if !gcs_answers(gcs.addr()).await {
         bail!("no Ray GCS answers at {}", gcs.addr());
     }
-    let observers = crate::ops::start(&args.ops, &gcs, None).await?;
     run_loop(
         gcs,
         provider,
@@ -78,9 +77,8 @@ pub async fn run(args: RunArgs) -> Result<String> {
             interval: Duration::from_secs_f64(args.interval),
             ..Default::default()
         },
-        observers,
-        ctrl_c(),
+        &args.ops,
+        None,
     )
-    .await?;
-    Ok(String::new())
+    .await
 }

@@ -11,7 +11,7 @@ use rayscale_core::config::ClusterConfig;
 use rayscale_core::driver::DriverOptions;
 use rayscale_core::model::resources::to_f64;
 
-use crate::driver::{FileConfig, ctrl_c, load_config, run_loop};
+use crate::driver::{FileConfig, load_config, run_loop};
 use crate::expander::ExpanderArgs;
 use crate::gcs::{gcs_answers, loop_client};
 use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider};
@@ -54,18 +54,16 @@ pub async fn up(args: UpArgs) -> Result<String> {
         start_head(&config, &ray, args.port).await?;
     }
     let gcs = loop_client(&addr)?;
-    let observers = crate::ops::start(&args.ops, &gcs, Some(&head_temp_dir(&config))).await?;
     run_loop(
         gcs,
         provider,
         &config.cluster_name,
         Box::new(source),
         DriverOptions::default(),
-        observers,
-        ctrl_c(),
+        &args.ops,
+        Some(&head_temp_dir(&config)),
     )
-    .await?;
-    Ok(String::new())
+    .await
 }
 
 async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()> {

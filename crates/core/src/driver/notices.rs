@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::preemption::{Notice, notice_key};
 
-use super::{Gcs, NAMESPACE};
+use super::{Gcs, NAMESPACE, lease};
 
 /// How often the cluster's notices are listed.
 pub(super) const NOTICE_SCAN: Duration = Duration::from_secs(30);
@@ -20,46 +20,34 @@ const MAX_DELETES: usize = 100;
 /// The source a watcher names for advice it was told not to drain on.
 const ADVICE: &str = "aws-rebalance";
 
-/// The notices the watchers left for the nodes `state` reports draining; a value that
-/// does not read is said once (in `said`) and is no notice; a failed read is none.
-pub(super) async fn read_notices<G: Gcs + ?Sized>(
+/// The notices under `keys` (each `notice_key(cluster, id)`), read in one call; a value
+/// that does not read is said once (in `said`) and is no notice; `None` when the call
+/// failed (said).
+async fn read<G: Gcs + ?Sized>(
     gcs: &G,
-    cluster: &str,
-    state: &crate::model::ClusterResourceState,
-    deadline: std::time::Duration,
+    keys: &[String],
+    deadline: Duration,
     said: &mut BTreeSet<String>,
-) -> Vec<crate::preemption::Notice> {
-    let ids: Vec<&str> = state
-        .node_states
-        .iter()
-        .filter(|n| n.status == Some(crate::model::NodeStatus::Draining))
-        .map(|n| n.instance_id.as_str())
-        .filter(|i| !i.is_empty())
-        .collect();
-    if ids.is_empty() {
-        return Vec::new();
-    }
-    let keys: Vec<String> = ids
-        .iter()
-        .map(|i| crate::preemption::notice_key(cluster, i))
-        .collect();
-    let got = match tokio::time::timeout(deadline, gcs.kv_multi_get(NAMESPACE, &keys)).await {
-        Ok(Ok(got)) => got,
-        Ok(Err(e)) => {
-            tracing::warn!("cannot read the preemption notices: {e}");
-            return Vec::new();
-        }
-        Err(_) => {
-            tracing::warn!("the preemption notices did not come within {deadline:?}");
-            return Vec::new();
-        }
-    };
+) -> Option<Vec<Notice>> {
+    let got = lease::within(
+        deadline,
+        "InternalKVMultiGet",
+        gcs.kv_multi_get(NAMESPACE, keys),
+    )
+    .await
+    .map_err(|e| tracing::warn!("cannot read the preemption notices: {e}"))
+    .ok()?;
+    let asked: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
     let mut out = Vec::new();
     for (key, value) in got {
-        let Some(id) = key.rsplit('/').next().filter(|_| keys.contains(&key)) else {
+        let Some(id) = key
+            .rsplit('/')
+            .next()
+            .filter(|_| asked.contains(key.as_str()))
+        else {
             continue;
         };
-        match crate::preemption::Notice::parse(id, &value) {
+        match Notice::parse(id, &value) {
             Ok(n) => out.push(n),
             Err(e) => {
                 if said.insert(key.clone()) {
@@ -68,7 +56,30 @@ pub(super) async fn read_notices<G: Gcs + ?Sized>(
             }
         }
     }
-    out
+    Some(out)
+}
+
+/// The notices the watchers left for the nodes `state` reports draining; a failed read
+/// is none.
+pub(super) async fn read_notices<G: Gcs + ?Sized>(
+    gcs: &G,
+    cluster: &str,
+    state: &crate::model::ClusterResourceState,
+    deadline: Duration,
+    said: &mut BTreeSet<String>,
+) -> Vec<Notice> {
+    let keys: Vec<String> = state
+        .node_states
+        .iter()
+        .filter(|n| n.status == Some(crate::model::NodeStatus::Draining))
+        .map(|n| n.instance_id.as_str())
+        .filter(|i| !i.is_empty())
+        .map(|i| notice_key(cluster, i))
+        .collect();
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    read(gcs, &keys, deadline, said).await.unwrap_or_default()
 }
 
 /// What a scan of the cluster's notices found and did.
@@ -96,38 +107,32 @@ pub(super) async fn scan_notices<G: Gcs + ?Sized>(
     said: &mut BTreeSet<String>,
 ) -> Scan {
     let prefix = notice_key(cluster, "");
-    let keys = match tokio::time::timeout(deadline, gcs.kv_keys(NAMESPACE, &prefix)).await {
-        Ok(Ok(keys)) => keys,
-        Ok(Err(e)) => {
-            tracing::warn!("cannot list the preemption notices: {e}");
-            return Scan::default();
-        }
-        Err(_) => {
-            tracing::warn!("the preemption notices' keys did not come within {deadline:?}");
-            return Scan::default();
-        }
-    };
+    let keys =
+        match lease::within(deadline, "InternalKVKeys", gcs.kv_keys(NAMESPACE, &prefix)).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!("cannot list the preemption notices: {e}");
+                return Scan::default();
+            }
+        };
     // Instance ids hold no '/': a key with more is not a watcher's, and is left alone.
     let ids: Vec<(&str, &str)> = keys
         .iter()
         .filter_map(|k| Some((k.as_str(), k.strip_prefix(&prefix)?)))
         .filter(|(_, id)| !id.is_empty() && !id.contains('/'))
         .collect();
-    seen.retain(|k| ids.iter().any(|(key, _)| key == k));
+    let listed: BTreeSet<&str> = ids.iter().map(|(key, _)| *key).collect();
+    seen.retain(|k| listed.contains(k.as_str()));
     let mut scan = Scan::default();
     for (key, _) in ids
         .iter()
         .filter(|(_, id)| !known.contains(id))
         .take(MAX_DELETES)
     {
-        match tokio::time::timeout(deadline, gcs.kv_del(NAMESPACE, key)).await {
-            Ok(Ok(())) => scan.deleted += 1,
-            Ok(Err(e)) => {
+        match lease::within(deadline, "InternalKVDel", gcs.kv_del(NAMESPACE, key)).await {
+            Ok(()) => scan.deleted += 1,
+            Err(e) => {
                 tracing::warn!("cannot delete the leftover notice {key}: {e}");
-                break;
-            }
-            Err(_) => {
-                tracing::warn!("deleting the leftover notice {key} took over {deadline:?}");
                 break;
             }
         }
@@ -149,31 +154,11 @@ pub(super) async fn scan_notices<G: Gcs + ?Sized>(
     if fresh.is_empty() {
         return scan;
     }
-    let got = match tokio::time::timeout(deadline, gcs.kv_multi_get(NAMESPACE, &fresh)).await {
-        Ok(Ok(got)) => got,
-        Ok(Err(e)) => {
-            tracing::warn!("cannot read the preemption notices: {e}");
-            return scan;
-        }
-        Err(_) => {
-            tracing::warn!("the preemption notices did not come within {deadline:?}");
-            return scan;
-        }
+    let Some(read) = read(gcs, &fresh, deadline, said).await else {
+        return scan;
     };
-    for (key, value) in got {
-        let Some(id) = key.strip_prefix(&prefix).filter(|_| fresh.contains(&key)) else {
-            continue;
-        };
-        match Notice::parse(id, &value) {
-            Ok(n) if n.source == ADVICE => scan.advisories.push(n),
-            Ok(_) => {}
-            Err(e) => {
-                if said.insert(key.clone()) {
-                    tracing::warn!("preemption notice {key}: {e}: taken as no notice");
-                }
-            }
-        }
-        seen.insert(key);
-    }
+    // Every key asked is read now (a value that did not read included): once each.
+    seen.extend(fresh);
+    scan.advisories = read.into_iter().filter(|n| n.source == ADVICE).collect();
     scan
 }

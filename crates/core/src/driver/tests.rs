@@ -138,6 +138,21 @@ async fn sleep_s(s: u64) {
     tokio::time::sleep(Duration::from_secs(s)).await;
 }
 
+/// Waits until `d` holds the lease.
+async fn lead(d: &Driver<FakeGcs, TokioClock>) {
+    while !d.lease().may_act() {
+        sleep_s(1).await;
+    }
+}
+
+/// `n` steps of `d`, a second apart.
+async fn steps(d: &mut Driver<FakeGcs, TokioClock>, n: u32) {
+    for _ in 0..n {
+        d.step().await;
+        sleep_s(1).await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn two_drivers_act_as_one_and_the_follower_takes_over_a_dead_leader() {
     let w = World::new();
@@ -266,10 +281,7 @@ async fn a_failed_save_runs_no_effect_and_changes_nothing() {
     let w = World::new();
     let _pump = w.pump();
     let mut d = w.driver("one", w.gcs.connect());
-    // Wait for the lease.
-    while !d.lease().may_act() {
-        sleep_s(1).await;
-    }
+    lead(&d).await;
     assert!(d.step().await.reconciled);
     w.gcs.fail_puts(Some("records/"));
     w.gcs.set_demand(cpu2(2));
@@ -351,13 +363,8 @@ async fn idle_nodes_are_drained_as_ray_drains_them_and_a_rejection_is_an_error()
     let _pump = w.pump();
     w.gcs.set_demand(cpu2(2));
     let mut d = w.driver("one", w.gcs.connect());
-    while !d.lease().may_act() {
-        sleep_s(1).await;
-    }
-    for _ in 0..10 {
-        d.step().await;
-        sleep_s(1).await;
-    }
+    lead(&d).await;
+    steps(&mut d, 10).await;
     assert_eq!(w.workers().len(), 2);
     w.gcs.set_demand(vec![]);
     // One got work meanwhile: its drain is rejected and it goes back to RAY_RUNNING
@@ -533,13 +540,8 @@ async fn ignored_rebalance_advice_is_handed_over_once_and_leftover_notices_are_d
     w.gcs.set_demand(cpu2(2));
     let advice = Arc::new(Advice::default());
     let mut d = w.driver("one", w.gcs.connect()).observe(advice.clone());
-    while !d.lease().may_act() {
-        sleep_s(1).await;
-    }
-    for _ in 0..10 {
-        d.step().await;
-        sleep_s(1).await;
-    }
+    lead(&d).await;
+    steps(&mut d, 10).await;
     assert_eq!(w.workers().len(), 2);
     let advised = w.workers()[0].cloud_instance_id.clone();
     let rebalance = br#"{"source": "aws-rebalance", "deadline_s": 0, "message": "AWS rebalance recommendation"}"#;
@@ -551,10 +553,7 @@ async fn ignored_rebalance_advice_is_handed_over_once_and_leftover_notices_are_d
     // Another cluster's notice, and a key that is not a watcher's: left alone.
     w.gcs.put_raw(NAMESPACE, "notices/other/i-gone", spot);
     w.gcs.put_raw(NAMESPACE, "notices/t/a/b", spot);
-    for _ in 0..100 {
-        d.step().await;
-        sleep_s(1).await;
-    }
+    steps(&mut d, 100).await;
     assert_eq!(
         *advice.0.lock().expect("advice"),
         vec![format!("{advised} aws-rebalance")],
@@ -583,13 +582,8 @@ async fn the_explanation_is_stored_for_status_why_and_follows_its_cause() {
     // Six two-CPU shapes on a type of at most four nodes: two wait for the max.
     w.gcs.set_demand(cpu2(6));
     let mut d = w.driver("one", w.gcs.connect());
-    while !d.lease().may_act() {
-        sleep_s(1).await;
-    }
-    for _ in 0..10 {
-        d.step().await;
-        sleep_s(1).await;
-    }
+    lead(&d).await;
+    steps(&mut d, 10).await;
     let read = || {
         let text = block_on_get(&w.gcs, &crate::explain::why_key("t"));
         crate::explain::Explanation::from_json(text.as_bytes()).expect("a stored explanation")
@@ -607,10 +601,7 @@ async fn the_explanation_is_stored_for_status_why_and_follows_its_cause() {
     );
     // The cause gone, the stored reasons follow.
     w.gcs.set_demand(cpu2(4));
-    for _ in 0..5 {
-        d.step().await;
-        sleep_s(1).await;
-    }
+    steps(&mut d, 5).await;
     let e = read();
     assert!(
         !e.demand

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::preemption::hms_utc as clock;
+
 pub use build::{CostCapped, Holds, Inputs, explain, of_snapshot};
 
 /// The KV key (in rayscale's namespace, the driver's `NAMESPACE`) of the explanation the
@@ -465,12 +467,6 @@ impl DemandKind {
 pub fn fmt_resources(m: &BTreeMap<String, f64>) -> String {
     let inner: Vec<String> = m.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     format!("{{{}}}", inner.join(", "))
-}
-
-/// `HH:MM:SS UTC` of a time in ns since the epoch.
-fn clock(ns: i64) -> String {
-    let s = ns.div_euclid(1_000_000_000).rem_euclid(86_400);
-    format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
 impl DemandReason {

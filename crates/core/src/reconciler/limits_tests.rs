@@ -2,7 +2,7 @@
 //! the delay after a launch, the minimum lifetime and the cost cap; each said in the
 //! explanation.
 
-use super::tests::{CONFIG, World};
+use super::tests::{CONFIG, World, with_idle_workers};
 use super::*;
 use crate::explain::{DemandReason, NodeReason, StopHold};
 use crate::testing::demand;
@@ -18,15 +18,7 @@ fn config(rayscale: &str) -> String {
 
 /// `n` workers up and idle past their timeout, at `w.now`.
 fn idle_workers(rayscale: &str, n: u64) -> World {
-    let mut w = World::new(&config(rayscale));
-    w.ray.pending_resource_requests = vec![demand(&[("CPU", 2.0)], n)];
-    let out = w.tick();
-    w.cloud_fulfils(&out);
-    w.ray_joins();
-    w.ray.pending_resource_requests.clear();
-    w.now += SEC;
-    w.tick();
-    assert_eq!(w.count(InstanceStatus::RayRunning), n as usize);
+    let mut w = with_idle_workers(&config(rayscale), n);
     for node in w.ray.node_states.iter_mut().skip(1) {
         node.idle_duration_ms = 61_000;
     }

@@ -380,15 +380,22 @@ fn a_worker_dying_before_ray_runs_is_a_failed_launch() {
 }
 
 /// A world with one idle running worker `i1` on cloud instance `c-r1-0`.
-pub(super) fn with_idle_worker() -> World {
-    let mut w = World::new(CONFIG);
-    w.ray.pending_resource_requests = cpu_demand(1);
+/// `n` workers of `config` launched, joined and idle (not yet for long).
+pub(super) fn with_idle_workers(config: &str, n: u64) -> World {
+    let mut w = World::new(config);
+    w.ray.pending_resource_requests = vec![demand(&[("CPU", 2.0)], n)];
     let out = w.tick();
     w.cloud_fulfils(&out);
     w.ray_joins();
     w.ray.pending_resource_requests.clear();
     w.now += SEC;
     w.tick();
+    assert_eq!(w.count(InstanceStatus::RayRunning), n as usize);
+    w
+}
+
+pub(super) fn with_idle_worker() -> World {
+    let w = with_idle_workers(CONFIG, 1);
     assert_eq!(w.instance("i1").status, InstanceStatus::RayRunning);
     w
 }
