@@ -323,11 +323,11 @@ pub fn preempt_and_replace(name: &str, cloud: &dyn SpotCloud) {
         "the head's GCS does not answer at {gcs}\n{}",
         diag(&[])
     );
-    // One task of 2 CPUs for 40 s (retried when its node dies, Ray's default).
+    // One task of 2 CPUs for 60 s (retried when its node dies, Ray's default).
     let job = Command::new(&python)
         .arg(root().join("tests/live/workload.py"))
         .arg(&gcs)
-        .args(["tasks", "1", "2", "40"])
+        .args(["tasks", "1", "2", "60"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -344,6 +344,21 @@ pub fn preempt_and_replace(name: &str, cloud: &dyn SpotCloud) {
         diag(&[])
     );
     let victim = busy().expect("busy").instance_id;
+    // The head's demand report can lag the node that took the task by a moment, so Ray's
+    // autoscaler, and rayscale with it, may launch one more worker just as the task starts
+    // (CI saw it once); that worker goes idle and is removed after the idle timeout. Wait
+    // for it to go, so that any instance launched after the notice is the notice's own.
+    assert!(
+        wait_until(Duration::from_secs(90), || cloud.instances().len() == 2),
+        "more than the head and the busy worker: {:?}\n{}",
+        cloud.instances(),
+        diag(&[])
+    );
+    assert_eq!(
+        busy().map(|w| w.instance_id).as_deref(),
+        Some(victim.as_str()),
+        "the task still runs on {victim}"
+    );
     let (vtype, vzone) = cloud.placement(&victim);
     assert_eq!(vtype, "spot", "the spot type is Ray's first choice");
     let before: Vec<String> = cloud.instances();
