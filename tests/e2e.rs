@@ -430,3 +430,76 @@ pub fn preempt_and_replace(name: &str, cloud: &dyn SpotCloud) {
     let ids: Vec<String> = before.iter().chain(&replacement).cloned().collect();
     stage.clean(&ids);
 }
+
+/// Autostop end to end on one machine: `rayscale up` with `rayscale.autostop_minutes`
+/// (half a minute) and a worker type with `min_workers: 1`; nothing is asked of the
+/// cluster, so once every node is idle for the autostop time the head's rayscale stops
+/// the worker, then asks the cloud to delete its own head (as `down` does): nothing of
+/// the cluster is left, in the cloud or as processes.
+pub fn autostop_stops_workers_then_head(name: &str, cloud: &dyn Cloud) {
+    let (_, worker_nc) = cloud.node_configs();
+    let stage = Stage::new(
+        name,
+        "as",
+        cloud,
+        "rayscale: {autostop_minutes: 0.5}\n",
+        &format!(
+            "  worker: {{resources: {{CPU: 2}}, min_workers: 1, max_workers: 2, \
+             node_config: {worker_nc}}}\n"
+        ),
+    );
+    let (gcs, config_arg, sim) = (stage.gcs.clone(), stage.config_arg.clone(), &stage.sim);
+    let diag = || {
+        let booted = sim.ever_booted();
+        let mut s = format!("booted {booted:?}\n");
+        for id in booted.iter().take(2) {
+            s.push_str(&format!("--- {id}:\n{}\n", sim.log(id)));
+        }
+        s
+    };
+    let (ok, out) = rayscale_with(&cloud.env(), &["up", &config_arg]);
+    assert!(
+        ok && out.contains("launched and running"),
+        "{out}\n{}",
+        diag()
+    );
+    let head_id = cloud.running().first().cloned().expect("a head instance");
+    assert!(
+        wait_until(Duration::from_secs(90), || gcs_answers(&gcs)),
+        "the head's GCS does not answer at {gcs}\n{}",
+        diag()
+    );
+    // min_workers: one worker joins.
+    assert!(
+        wait_until(Duration::from_secs(120), || {
+            !crate::ray_head::alive_workers_at(&gcs).is_empty()
+        }),
+        "no worker joined\n{}",
+        diag()
+    );
+    let t0 = std::time::Instant::now();
+    // Quiet: the worker goes, then the head; nothing is left.
+    assert!(
+        wait_until(Duration::from_secs(240), || cloud.instances().is_empty()),
+        "instances still there: {:?}\n{}",
+        cloud.instances(),
+        diag()
+    );
+    let took = t0.elapsed();
+    eprintln!("{name}: worker joined -> cluster gone by autostop in {took:?}");
+    assert!(took >= Duration::from_secs(25), "too soon: {took:?}");
+    let log = sim.log(&head_id);
+    assert!(
+        log.contains("autostop: stopping the head"),
+        "the head's rayscale says why it goes\n{log}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || sim.live().is_empty()),
+        "processes still running for {:?}",
+        sim.live()
+    );
+    let booted = sim.ever_booted();
+    // Stopped workers stay stopped: at most the one min_workers worker was launched.
+    assert_eq!(booted.len(), 2, "{booted:?}");
+    stage.clean(&booted);
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::driver::{Clock, ConfigSource, Driver, DriverOptions, Reloaded};
+use rayscale_core::driver::{Clock, ConfigSource, Driver, DriverOptions, Reloaded, RunEnd};
 use rayscale_core::provider::CloudInstanceProvider;
 use rayscale_gcs_client::client::GcsClient;
 
@@ -96,7 +96,8 @@ fn holder() -> String {
 }
 
 /// Starts the ops endpoints (`ops`; the event file under `temp_dir`, else found) and
-/// runs the loop of cluster `cluster` until Ctrl-C or SIGTERM.
+/// runs the loop of cluster `cluster` until Ctrl-C or SIGTERM (or, with
+/// `options.end_on_autostop`, until autostop has stopped every worker).
 pub async fn run_loop(
     gcs: GcsClient,
     provider: Arc<dyn CloudInstanceProvider>,
@@ -105,7 +106,7 @@ pub async fn run_loop(
     options: DriverOptions,
     ops: &crate::ops::OpsArgs,
     temp_dir: Option<&Path>,
-) -> Result<String> {
+) -> Result<RunEnd> {
     let observers = crate::ops::start(ops, &gcs, temp_dir).await?;
     let seed = now_ns() as u64 ^ (u64::from(std::process::id()) << 32);
     let mut driver = Driver::new(
@@ -123,8 +124,7 @@ pub async fn run_loop(
     for o in observers {
         driver = driver.observe(o);
     }
-    driver.run(ctrl_c()).await;
-    Ok(String::new())
+    Ok(driver.run(ctrl_c()).await)
 }
 
 /// Reads and checks the cluster config at `path`.

@@ -12,6 +12,9 @@ usage: workload.py ADDRESS MODE [ARGS]
                          prints "done N" and the distinct node count
   why N CPUS SECONDS     a {GPU: 8} task and N tasks of {CPU: CPUS} sleeping SECONDS, left
                          to run (or wait) until SECONDS have passed; prints "submitted"
+  consolidate SECONDS    brings up two {CPU: 2} workers, then runs one retriable {CPU: 1}
+                         task of SECONDS on each (soft node affinity: a retry may go
+                         anywhere); prints "done 2 on K nodes" (K: where they finished)
   console N CPUS SECONDS WAIT
                          as `tasks`, with the autoscaler's events printed to this job's
                          console as Ray prints them ("(autoscaler +2s) ..."), then a
@@ -98,6 +101,40 @@ def main() -> int:
         refs = [never.remote()] + [hold.remote(i) for i in range(n)]
         print("submitted", flush=True)
         ray.wait(refs, num_returns=len(refs), timeout=secs)
+    elif mode == "consolidate":
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        secs = float(args[0])
+
+        @ray.remote(num_cpus=2)
+        def warm(i):
+            time.sleep(2)
+            return i
+
+        ray.get([warm.remote(i) for i in range(2)])
+        deadline = time.time() + 120
+        while True:
+            workers = [
+                n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0
+            ]
+            if len(workers) >= 2 or time.time() > deadline:
+                break
+            time.sleep(1)
+
+        @ray.remote(num_cpus=1, max_retries=3)
+        def long(i):
+            time.sleep(secs)
+            return ray.get_runtime_context().get_node_id()
+
+        refs = [
+            long.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(w["NodeID"], soft=True)
+            ).remote(i)
+            for i, w in enumerate(workers[:2])
+        ]
+        print(f"placed on {len(workers[:2])} nodes", flush=True)
+        out = ray.get(refs)
+        print(f"done {len(out)} on {len(set(out))} nodes", flush=True)
     elif mode == "infeasible":
         @ray.remote(num_gpus=8)
         def never():

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use rayscale_tests::boot_sim::Notice;
 use rayscale_tests::boot_sim::{DataPlane, GcePlane};
-use rayscale_tests::e2e::{Cloud, SpotCloud, preempt_and_replace, up_scale_down};
+use rayscale_tests::e2e::{
+    Cloud, SpotCloud, autostop_stops_workers_then_head, preempt_and_replace, up_scale_down,
+};
 use rayscale_tests::fakes::gce::{GceFake, Timing};
 
 struct Gce(Arc<GceFake>);
@@ -63,6 +65,18 @@ fn rayscale_up_runs_a_ray_gcp_cluster_on_the_fake_and_down_removes_it() {
         .expect("runtime");
     let fake = Arc::new(rt.block_on(GceFake::start("proj", "us-west1-a", Timing::default())));
     up_scale_down("gcp", &Gce(fake));
+}
+
+/// Autostop: with nothing to do, the worker goes and then the head deletes itself.
+#[test]
+fn autostop_stops_the_worker_then_the_head_deletes_itself() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fake = Arc::new(rt.block_on(GceFake::start("proj", "us-west1-a", Timing::default())));
+    autostop_stops_workers_then_head("gcp", &Gce(fake));
 }
 
 impl SpotCloud for Gce {

@@ -446,6 +446,49 @@ fn status_why_names_an_infeasible_shape_a_type_at_its_max_and_a_node_kept_for_mi
     let _ = work.wait();
 }
 
+#[test]
+fn consolidation_drains_one_of_two_half_empty_nodes_and_every_retriable_task_finishes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = format!("cons{}", std::process::id());
+    let scratch = Scratch::new("ops-cons");
+    let head = RayHead::start_with(RayHeadOptions::external_autoscaler("head"));
+    let config = scratch.path("cluster.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 2\n\
+             head_node_type: head\nprovider: {{type: local_processes}}\navailable_node_types:\n  \
+             head: {{resources: {{CPU: 0}}, node_config: {{}}}}\n  \
+             w: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {{}}}}\n\
+             rayscale: {{consolidation: {{node_types: [w], utilization_below: 0.6, after_s: 5, \
+             drain_deadline_s: 10}}}}\n"
+        ),
+    )
+    .unwrap();
+    let lp = Loop::start(&head, &config, scratch.path("rayscale.log"), &cluster);
+    // Two workers, one 30 s task of {CPU: 1} on each: both half empty. One is drained
+    // (its task's load fits on the other), terminated at the deadline, and its task is
+    // retried on the other node.
+    let job = Command::new(head.python())
+        .arg(root().join("tests/live/workload.py"))
+        .arg(head.addr())
+        .args(["consolidate", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, out) = rayscale_tests::e2e::finish(job, Duration::from_secs(300));
+    let log = lp.log();
+    assert!(ok && out.contains("placed on 2 nodes"), "{out}\n{log}");
+    assert!(out.contains("done 2 on 1 nodes"), "{out}\n{log}");
+    let drains: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("with a deadline") && l.contains("CONSOLIDATION"))
+        .collect();
+    assert_eq!(drains.len(), 1, "{log}");
+}
+
 /// The node types both runs share.
 const TYPES: &str = "available_node_types:\n  \
     ray.head.default: {resources: {CPU: 0}, node_config: {}, max_workers: 0}\n  \

@@ -60,8 +60,18 @@ pub async fn down(args: DownArgs) -> Result<String> {
         return crate::launch::down(&config).await;
     }
     let ray = find_ray(args.ray.as_ref())?;
-    let addr = format!("127.0.0.1:{}", args.port);
-    let provider = local_provider(&config, &addr, &ray).await?;
+    down_local(&config, args.port, &ray).await
+}
+
+/// `down` of a local_processes cluster whose head's GCS is on 127.0.0.1:`port`: this
+/// host's workers terminated, then the head's processes stopped.
+pub async fn down_local(
+    config: &rayscale_core::config::ClusterConfig,
+    port: u16,
+    ray: &std::path::Path,
+) -> Result<String> {
+    let addr = format!("127.0.0.1:{port}");
+    let provider = local_provider(config, &addr, ray).await?;
     let workers = provider.list().await?;
     let ids: Vec<String> = workers
         .iter()
@@ -78,7 +88,7 @@ pub async fn down(args: DownArgs) -> Result<String> {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    let temp = head_temp_dir(&config).display().to_string();
+    let temp = head_temp_dir(config).display().to_string();
     let head = pids_mentioning(&temp);
     if !head.is_empty() {
         tracing::info!("stopping the head ({} processes)", head.len());

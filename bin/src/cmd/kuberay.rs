@@ -146,4 +146,5 @@ pub async fn run(args: KubeRayArgs) -> Result<String> {
         None,
     )
     .await
+    .map(|_| String::new())
 }

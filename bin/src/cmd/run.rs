@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use clap::Args;
-use rayscale_core::driver::DriverOptions;
+use rayscale_core::driver::{DriverOptions, RunEnd};
 
 use crate::driver::{FileConfig, load_config, run_loop};
 use crate::expander::ExpanderArgs;
@@ -34,6 +34,11 @@ pub struct RunArgs {
     /// Reconcile at least every this many seconds.
     #[arg(long, default_value_t = 5.0)]
     interval: f64,
+    /// When autostop (`rayscale.autostop_minutes`) has stopped every worker, stop the
+    /// head too, as `rayscale down` does (what the head of a cluster `rayscale up`
+    /// launched runs; a cloud provider's head call).
+    #[arg(long)]
+    autostop_head: bool,
     #[command(flatten)]
     expander: ExpanderArgs,
     #[command(flatten)]
@@ -68,17 +73,38 @@ pub async fn run(args: RunArgs) -> Result<String> {
     if !gcs_answers(gcs.addr()).await {
         bail!("no Ray GCS answers at {}", gcs.addr());
     }
-    run_loop(
+    if args.autostop_head && config.provider_type == crate::local_head::LOCAL {
+        bail!(
+            "--autostop-head: local_processes clusters stop their head from `rayscale up` \
+             (this host's head is not a cloud instance)"
+        );
+    }
+    let end = run_loop(
         gcs,
         provider,
         &config.cluster_name,
         Box::new(source),
         DriverOptions {
             interval: Duration::from_secs_f64(args.interval),
+            end_on_autostop: args.autostop_head,
             ..Default::default()
         },
         &args.ops,
         None,
     )
-    .await
+    .await?;
+    match end {
+        RunEnd::Autostopped => {
+            // The config as it is now (it may have changed since the start).
+            let config = load_config(&args.config)?;
+            tracing::info!(
+                "autostop: stopping the head of cluster {}",
+                config.cluster_name
+            );
+            crate::launch::down(&config)
+                .await
+                .map(|s| format!("autostop: {s}"))
+        }
+        RunEnd::Shutdown => Ok(String::new()),
+    }
 }

@@ -97,6 +97,16 @@ fn table(label: &str, chain: &str, r: &Run, wall: std::time::Duration) -> String
             s.work_lost_unit_s / 3600.0
         ));
     }
+    if s.consolidations > 0 {
+        out.push_str(&format!(
+            "  consolidation: {} nodes drained; {:.1} unit-hours of work run again\n",
+            s.consolidations,
+            s.consolidation_rerun_unit_s / 3600.0
+        ));
+    }
+    if let Some(t) = s.autostopped_at_s {
+        out.push_str(&format!("  autostop: every worker stopped at {t:.0} s\n"));
+    }
     out
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::driver::DriverOptions;
+use rayscale_core::driver::{DriverOptions, RunEnd};
 use rayscale_core::model::resources::to_f64;
 
 use crate::driver::{FileConfig, load_config, run_loop};
@@ -54,16 +54,29 @@ pub async fn up(args: UpArgs) -> Result<String> {
         start_head(&config, &ray, args.port).await?;
     }
     let gcs = loop_client(&addr)?;
-    run_loop(
+    let end = run_loop(
         gcs,
         provider,
         &config.cluster_name,
         Box::new(source),
-        DriverOptions::default(),
+        DriverOptions {
+            end_on_autostop: true,
+            ..Default::default()
+        },
         &args.ops,
         Some(&head_temp_dir(&config)),
     )
-    .await
+    .await?;
+    match end {
+        // The cluster `up` started: autostop stops its head too, as `down` does.
+        RunEnd::Autostopped => {
+            let config = load_config(&args.config)?;
+            crate::cmd::down::down_local(&config, args.port, &ray)
+                .await
+                .map(|s| format!("autostop: {s}"))
+        }
+        RunEnd::Shutdown => Ok(String::new()),
+    }
 }
 
 async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()> {

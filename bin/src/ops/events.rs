@@ -37,6 +37,8 @@ struct Inner {
     said: Said,
     /// The explanation's reasons in force (key -> line).
     why: std::collections::BTreeMap<String, String>,
+    /// What was said of autostop's current quiet period.
+    autostop: rayscale_core::reconciler::AutostopSaid,
 }
 
 /// Appends the loop's events to Ray's event file.
@@ -71,6 +73,7 @@ impl EventLog {
                 rng: SeededRng::new(seed),
                 said: Said::default(),
                 why: Default::default(),
+                autostop: Default::default(),
             }),
         })
     }
@@ -202,6 +205,14 @@ impl EventLog {
                 }
             }
             inner.why = now;
+        }
+        // Autostop: ten minutes before, when it stops, and work arriving after a warning.
+        if let Some(a) = &v.outcome.autostop {
+            let lines = a.lines(&mut inner.autostop, v.now_ns);
+            out.extend(lines.into_iter().map(|message| Event {
+                severity: Severity::Warning,
+                message,
+            }));
         }
         // Advice the watchers were told not to drain on, once each.
         out.extend(v.advisories.iter().map(|n| Event {

@@ -90,6 +90,7 @@ fn world() -> (
             termination_retries: 0,
             last_error: None,
             stop_cause: None,
+            drain_deadline_ns: None,
         });
         cloud.push(CloudInstance::worker(
             format!("c-{i}"),

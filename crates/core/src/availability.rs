@@ -204,15 +204,36 @@ pub struct AvailabilityState {
     pub last_unavailable_s: BTreeMap<String, f64>,
     /// rayscale's unavailable types.
     pub unavailable: Vec<Unavailable>,
+    /// The operator's limits' clocks.
+    #[serde(default)]
+    pub clocks: LimitClocks,
 }
 
-/// Both, as the reconciler keeps them between iterations.
+/// The clocks of the operator's limits that run over many iterations, kept with the
+/// availability (and stored with it, so a restart keeps them).
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct LimitClocks {
+    /// Autostop: since when (ns) the cluster has had no demand and no work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_since_ns: Option<i64>,
+    /// Autostop: when (ns) it stopped the workers, while the cluster stays quiet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autostopped_ns: Option<i64>,
+    /// Consolidation: since when (ns) each instance (by id) has been used below the
+    /// threshold.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub low_since_ns: BTreeMap<String, i64>,
+}
+
+/// Both, as the reconciler keeps them between iterations, with the limits' clocks.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Availability {
     /// Ray's monitor.
     pub monitor: CloudResourceMonitor,
     /// rayscale's cache.
     pub unavailable: UnavailableTypes,
+    /// The limits' clocks.
+    pub clocks: LimitClocks,
 }
 
 impl Availability {
@@ -221,6 +242,7 @@ impl Availability {
         Availability {
             monitor: CloudResourceMonitor::new(recovery_s),
             unavailable: UnavailableTypes::new(ttl_s),
+            clocks: LimitClocks::default(),
         }
     }
 
@@ -229,12 +251,14 @@ impl Availability {
         AvailabilityState {
             last_unavailable_s: self.monitor.last_unavailable_s.clone(),
             unavailable: self.unavailable.entries.values().cloned().collect(),
+            clocks: self.clocks.clone(),
         }
     }
 
     /// Restores a stored state (the windows stay this object's).
     pub fn restore(&mut self, state: AvailabilityState) {
         self.monitor.last_unavailable_s = state.last_unavailable_s;
+        self.clocks = state.clocks;
         self.unavailable.entries = state
             .unavailable
             .into_iter()

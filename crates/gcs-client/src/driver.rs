@@ -89,6 +89,23 @@ impl Gcs for GcsClient {
         })
     }
 
+    async fn drain_node_until(
+        &self,
+        node_id_hex: &str,
+        reason: &str,
+        deadline_ms: i64,
+    ) -> Result<DrainReply, CoreError> {
+        let node = node_id_from_hex(node_id_hex).map_err(|e| err("DrainNode", e))?;
+        let r = self
+            .drain_node(&node, pb::DrainNodeReason::Preemption, reason, deadline_ms)
+            .await
+            .map_err(|e| err("DrainNode", e))?;
+        Ok(DrainReply {
+            accepted: r.is_accepted,
+            rejection: r.rejection_reason_message,
+        })
+    }
+
     async fn stop_node(&self, node_id_hex: &str) -> Result<bool, CoreError> {
         let call = "NodeInfoGcsService.DrainNode";
         let node = node_id_from_hex(node_id_hex).map_err(|e| err(call, e))?;

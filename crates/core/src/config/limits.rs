@@ -12,11 +12,17 @@
 //!   scale_down_delay_after_launch_s: 600     # no idle stop this long after a launch
 //!   min_node_lifetime_s: 300                 # no idle stop of a node younger than this
 //!   max_hourly_cost: 40.0        # running + pending, from rayscale.expander.prices
+//!   autostop_minutes: 60         # no demand and no work this long: every worker stops
+//!   consolidation:               # for retriable or movable work only
+//!     node_types: [cpu]          # opted in, by name
+//!     utilization_below: 0.5     # of the most used resource (default 0.5)
+//!     after_s: 600               # below it this long (default 600)
+//!     drain_deadline_s: 600      # then drained with this deadline (default 600)
 //! ```
 //!
 //! Voluntary stops are the ones Ray's scheduler makes for idleness and outdated launch
-//! configs; stops over a lowered `max_workers`, preemptions and operator drains are never
-//! held.
+//! configs, and consolidation's; stops over a lowered `max_workers`, preemptions, operator
+//! drains and autostop are never held.
 
 use std::collections::BTreeMap;
 
@@ -153,6 +159,93 @@ pub struct Limits {
     pub min_node_lifetime_s: Option<u64>,
     /// `max_hourly_cost` (in the unit of `rayscale.expander.prices`).
     pub max_hourly_cost: Option<f64>,
+    /// `autostop_minutes`.
+    pub autostop_minutes: Option<f64>,
+    /// `consolidation`.
+    pub consolidation: Option<Consolidation>,
+}
+
+/// `rayscale.consolidation`: moving the load off nodes that are mostly empty.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Consolidation {
+    /// The node types it may drain.
+    pub node_types: Vec<String>,
+    /// A node is a candidate while its most used resource is below this share.
+    pub utilization_below: f64,
+    /// ... for this long (s).
+    pub after_s: u64,
+    /// The deadline of its drain (s): its work runs on until then, or until it ends.
+    pub drain_deadline_s: u64,
+}
+
+/// `consolidation.utilization_below` by default.
+pub const DEFAULT_UTILIZATION_BELOW: f64 = 0.5;
+/// `consolidation.after_s` by default.
+pub const DEFAULT_CONSOLIDATION_AFTER_S: u64 = 600;
+/// `consolidation.drain_deadline_s` by default (the Cluster Autoscaler's
+/// `max-graceful-termination-sec`).
+pub const DEFAULT_DRAIN_DEADLINE_S: u64 = 600;
+
+fn consolidation(v: &Value, path: &str, types: &[String]) -> Result<Consolidation, CoreError> {
+    let block = v.as_object().ok_or_else(|| {
+        CoreError::invalid(path, format!("expected a mapping, got {}", describe(v)))
+    })?;
+    let mut c = Consolidation {
+        node_types: Vec::new(),
+        utilization_below: DEFAULT_UTILIZATION_BELOW,
+        after_s: DEFAULT_CONSOLIDATION_AFTER_S,
+        drain_deadline_s: DEFAULT_DRAIN_DEADLINE_S,
+    };
+    for (k, val) in block {
+        let p = join(path, k);
+        match k.as_str() {
+            "node_types" => {
+                let list = val.as_array().ok_or_else(|| {
+                    CoreError::invalid(
+                        &p,
+                        format!("expected a list of node types, got {}", describe(val)),
+                    )
+                })?;
+                for (i, t) in list.iter().enumerate() {
+                    let tp = format!("{p}[{i}]");
+                    let t = t.as_str().ok_or_else(|| {
+                        CoreError::invalid(&tp, format!("expected a string, got {}", describe(t)))
+                    })?;
+                    if !types.iter().any(|x| x == t) {
+                        return Err(CoreError::invalid(tp, format!("unknown node type {t:?}")));
+                    }
+                    c.node_types.push(t.to_string());
+                }
+            }
+            "utilization_below" => {
+                c.utilization_below =
+                    val.as_f64()
+                        .filter(|u| *u > 0.0 && *u <= 1.0)
+                        .ok_or_else(|| {
+                            CoreError::invalid(
+                                &p,
+                                format!("expected a share in (0, 1], got {}", describe(val)),
+                            )
+                        })?;
+            }
+            "after_s" => c.after_s = seconds(val, &p)?,
+            "drain_deadline_s" => c.drain_deadline_s = seconds(val, &p)?,
+            _ => {
+                return Err(CoreError::invalid(
+                    p,
+                    "unknown key (known: node_types, utilization_below, after_s, \
+                     drain_deadline_s)",
+                ));
+            }
+        }
+    }
+    if c.node_types.is_empty() {
+        return Err(CoreError::invalid(
+            join(path, "node_types"),
+            "expected at least one node type (consolidation is opted in per type)",
+        ));
+    }
+    Ok(c)
 }
 
 /// The default window of `max_stops` (s).
@@ -334,6 +427,21 @@ impl Limits {
             }
             l.max_hourly_cost = Some(cap);
         }
+        if let Some(v) = block.get("autostop_minutes").filter(|v| !v.is_null()) {
+            l.autostop_minutes = Some(
+                v.as_f64()
+                    .filter(|m| m.is_finite() && *m > 0.0)
+                    .ok_or_else(|| {
+                        CoreError::invalid(
+                            join(path, "autostop_minutes"),
+                            format!("expected a number of minutes > 0, got {}", describe(v)),
+                        )
+                    })?,
+            );
+        }
+        if let Some(v) = block.get("consolidation").filter(|v| !v.is_null()) {
+            l.consolidation = Some(consolidation(v, &join(path, "consolidation"), types)?);
+        }
         Ok(l)
     }
 
@@ -343,6 +451,8 @@ impl Limits {
             || self.scale_down_delay_after_launch_s.is_some()
             || self.min_node_lifetime_s.is_some()
             || self.max_hourly_cost.is_some()
+            || self.autostop_minutes.is_some()
+            || self.consolidation.is_some()
     }
 }
 
@@ -425,6 +535,46 @@ mod tests {
             )
             .contains("rayscale.disruption_budget.blocked[0]")
         );
+        let l = Limits::from_block(
+            Some(&serde_json::json!({"autostop_minutes": 30,
+                "consolidation": {"node_types": ["cpu"], "after_s": 60}})),
+            "rayscale",
+            &types,
+            &[],
+        )
+        .expect("autostop and consolidation");
+        assert_eq!(l.autostop_minutes, Some(30.0));
+        let c = l.consolidation.as_ref().expect("consolidation");
+        assert_eq!(
+            (
+                c.node_types.as_slice(),
+                c.utilization_below,
+                c.after_s,
+                c.drain_deadline_s
+            ),
+            (&types[..1], 0.5, 60, 600)
+        );
+        for (v, says) in [
+            (
+                serde_json::json!({"autostop_minutes": 0}),
+                "rayscale.autostop_minutes: expected a number of minutes > 0, got 0",
+            ),
+            (
+                serde_json::json!({"consolidation": {"node_types": ["tpu"]}}),
+                "rayscale.consolidation.node_types[0]: unknown node type \"tpu\"",
+            ),
+            (
+                serde_json::json!({"consolidation": {"node_types": []}}),
+                "rayscale.consolidation.node_types: expected at least one node type",
+            ),
+            (
+                serde_json::json!({"consolidation": {"node_types": ["cpu"],
+                    "utilization_below": 1.5}}),
+                "rayscale.consolidation.utilization_below: expected a share in (0, 1]",
+            ),
+        ] {
+            assert!(err(v, &types).contains(says), "{says}");
+        }
         assert!(
             !Limits::from_block(None, "rayscale", &types, &[])
                 .expect("none")

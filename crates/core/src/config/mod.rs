@@ -219,6 +219,13 @@ impl ClusterConfig {
             &type_names,
             &priced,
         )?;
+        if limits.autostop_minutes.is_some() && provider_type == "kuberay" {
+            return Err(CoreError::invalid(
+                join(&join(path, "rayscale"), "autostop_minutes"),
+                "not on KubeRay: the KubeRay operator owns the RayCluster (scale it to zero \
+                 or delete it there)",
+            ));
+        }
         Ok(ClusterConfig {
             expander,
             unavailable_type_ttl_s,

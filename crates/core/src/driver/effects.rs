@@ -200,6 +200,7 @@ async fn run_one<G: Gcs + ?Sized>(
             node_id_hex,
             reason,
             idle,
+            deadline_ns,
         } => {
             let rejected = |reason: String| {
                 One::Rejected(DrainRejection {
@@ -207,7 +208,23 @@ async fn run_one<G: Gcs + ?Sized>(
                     reason,
                 })
             };
-            if *idle {
+            if let Some(d) = deadline_ns {
+                let deadline_ms = d.div_euclid(1_000_000);
+                tracing::info!(
+                    "draining {instance_id} (node {node_id_hex}) with a deadline: {reason}"
+                );
+                match gcs.drain_node_until(node_id_hex, reason, deadline_ms).await {
+                    Ok(r) if r.accepted => One::Done,
+                    Ok(r) => {
+                        tracing::warn!("drain of {instance_id} rejected: {}", r.rejection);
+                        rejected(format!("drain rejected: {}", r.rejection))
+                    }
+                    Err(err) => {
+                        tracing::warn!("drain of {instance_id} failed: {err}");
+                        rejected(format!("drain failed: {err}"))
+                    }
+                }
+            } else if *idle {
                 tracing::info!("draining {instance_id} (node {node_id_hex}): {reason}");
                 match gcs.drain_idle_node(node_id_hex, reason).await {
                     Ok(r) if r.accepted => One::Done,

@@ -58,6 +58,16 @@ pub trait Gcs: Send + Sync {
         reason: &str,
     ) -> Result<DrainReply, CoreError>;
 
+    /// `AutoscalerStateService.DrainNode` with `DRAIN_NODE_REASON_PREEMPTION` and
+    /// `deadline_ms` (since the epoch): Ray does not refuse it; the node takes no new work
+    /// and what runs on it runs on until it ends or the node goes (consolidation).
+    async fn drain_node_until(
+        &self,
+        node_id_hex: &str,
+        reason: &str,
+        deadline_ms: i64,
+    ) -> Result<DrainReply, CoreError>;
+
     /// `NodeInfoGcsService.DrainNode`, as Ray's `RayStopper` stops a node for any other
     /// cause: the GCS stops the node now. Returns whether the GCS drained it.
     async fn stop_node(&self, node_id_hex: &str) -> Result<bool, CoreError>;

@@ -198,6 +198,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         a.last = Some(fp);
         a.last_run = Some(Instant::now());
         report.reconciled = true;
+        report.autostopped = outcome.autostop.as_ref().is_some_and(|a| a.head_due);
         for w in &outcome.warnings {
             tracing::warn!("{w}");
         }

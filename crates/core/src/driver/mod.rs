@@ -103,6 +103,9 @@ pub struct DriverOptions {
     pub keep_terminal: Duration,
     /// How often to look at the report version the GCS holds.
     pub held_check: Duration,
+    /// [`Driver::run`] ends once autostop has stopped every worker (the caller then
+    /// stops the head of a cluster it launched).
+    pub end_on_autostop: bool,
 }
 
 impl Default for DriverOptions {
@@ -117,6 +120,7 @@ impl Default for DriverOptions {
             id_seed: 0,
             keep_terminal: Duration::from_secs(3600),
             held_check: Duration::from_secs(60),
+            end_on_autostop: false,
         }
     }
 }
@@ -140,6 +144,17 @@ pub struct StepReport {
     pub config_refused: bool,
     /// Where the iteration's time went (zero for phases that did not run).
     pub phases: Phases,
+    /// Autostop stopped every worker: the head is next.
+    pub autostopped: bool,
+}
+
+/// Why [`Driver::run`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Its shutdown future resolved.
+    Shutdown,
+    /// Autostop stopped every worker (with [`DriverOptions::end_on_autostop`]).
+    Autostopped,
 }
 
 /// Time of a reconciling iteration's phases on tokio's clock (for the logs at `debug`, the
@@ -336,18 +351,23 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
     /// Steps until `shutdown` resolves, then gives up the lease (so a follower takes over
     /// at once). A step under way finishes first (its effects are bounded by their
     /// deadlines); its table was stored before any effect ran.
-    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> RunEnd {
         tracing::info!("provider: {}", self.provider.provider_type());
         tokio::pin!(shutdown);
-        loop {
-            self.step().await;
+        let end = loop {
+            let step = self.step().await;
+            if step.autostopped && self.options.end_on_autostop {
+                tracing::info!("autostop: every worker is stopped; the head is next");
+                break RunEnd::Autostopped;
+            }
             tokio::select! {
-                _ = &mut shutdown => break,
+                _ = &mut shutdown => break RunEnd::Shutdown,
                 _ = tokio::time::sleep(self.options.watch) => {}
             }
-        }
+        };
         self.stop().await;
         tracing::info!("loop stopped");
+        end
     }
 
     /// Stops the lease task, releasing the lease.

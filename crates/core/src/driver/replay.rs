@@ -37,6 +37,7 @@ pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<
                         node_id_hex: node.clone(),
                         reason: "replayed after a restart".into(),
                         idle: i.idle_stop(),
+                        deadline_ns: i.drain_deadline_ns,
                     });
                 }
             }

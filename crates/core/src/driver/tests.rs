@@ -612,3 +612,44 @@ async fn the_explanation_is_stored_for_status_why_and_follows_its_cause() {
     );
     d.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn autostop_stops_every_worker_and_then_ends_the_loop_for_the_head() {
+    let w = World::new();
+    w.text.set(&format!(
+        "{}rayscale: {{autostop_minutes: 2}}\n",
+        CONFIG.replace(
+            "w: {resources: {CPU: 2}, max_workers: 4,",
+            "w: {resources: {CPU: 2}, min_workers: 1, max_workers: 4,"
+        )
+    ));
+    let _pump = w.pump();
+    w.gcs.set_demand(cpu2(2));
+    let mut d = w.driver("one", w.gcs.connect());
+    d.options.end_on_autostop = true;
+    let run = tokio::spawn(d.run(std::future::pending()));
+    sleep_s(20).await;
+    assert_eq!(w.workers().len(), 2);
+    // No demand, every node idle (for less than the idle timeout: only autostop stops
+    // them, min_workers notwithstanding).
+    w.gcs.set_demand(Vec::new());
+    w.gcs.set_idle_ms(1_000);
+    w.gcs.set_head_idle_ms(1_000);
+    let quiet = Instant::now();
+    sleep_s(100).await;
+    assert_eq!(w.workers().len(), 2, "not before two minutes");
+    let end = tokio::time::timeout(Duration::from_secs(300), run)
+        .await
+        .expect("the loop ends")
+        .expect("joined");
+    assert_eq!(end, RunEnd::Autostopped);
+    let after = quiet.elapsed();
+    assert!(
+        after >= Duration::from_secs(120) && after < Duration::from_secs(150),
+        "{after:?}"
+    );
+    assert!(w.workers().is_empty(), "{:?}", w.workers());
+    // The workers went by idle drains; nothing was launched again for min_workers.
+    assert_eq!(w.launched(), 2);
+    assert_eq!(w.gcs.stops().0.len(), 2);
+}

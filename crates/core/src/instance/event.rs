@@ -48,6 +48,8 @@ pub struct InstanceUpdateEvent {
     pub bump_termination_retries: bool,
     /// Sets why Ray is stopped on the instance (Ray's termination cause name).
     pub stop_cause: Option<String>,
+    /// Sets the deadline of its drain.
+    pub drain_deadline_ns: Option<i64>,
 }
 
 impl InstanceUpdateEvent {
@@ -72,6 +74,7 @@ impl InstanceUpdateEvent {
             bump_launch_retries: false,
             bump_termination_retries: false,
             stop_cause: None,
+            drain_deadline_ns: None,
         }
     }
 
@@ -146,6 +149,14 @@ impl InstanceUpdateEvent {
     /// Sets why Ray is stopped on the instance (Ray's termination cause name).
     pub fn with_stop_cause(mut self, cause: impl Into<String>) -> Self {
         self.stop_cause = Some(cause.into());
+        self
+    }
+
+    /// Sets the deadline of its drain (see [`Instance::drain_deadline_ns`]).
+    ///
+    /// [`Instance::drain_deadline_ns`]: super::Instance::drain_deadline_ns
+    pub fn with_drain_deadline(mut self, deadline_ns: i64) -> Self {
+        self.drain_deadline_ns = Some(deadline_ns);
         self
     }
 

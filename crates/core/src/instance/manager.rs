@@ -337,6 +337,9 @@ fn set_fields(instance: &mut Instance, event: &InstanceUpdateEvent) {
     if let Some(v) = &event.stop_cause {
         instance.stop_cause = Some(v.clone());
     }
+    if let Some(v) = event.drain_deadline_ns {
+        instance.drain_deadline_ns = Some(v);
+    }
     if event.bump_launch_retries {
         instance.launch_retries = instance.launch_retries.saturating_add(1);
     }

@@ -78,6 +78,11 @@ pub struct Instance {
     /// autoscaler replays the same stop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_cause: Option<String>,
+    /// When its drain must be over (ns since the epoch): a drain that Ray does not refuse
+    /// (`DRAIN_NODE_REASON_PREEMPTION` with this deadline), for consolidation. Its work
+    /// runs on until then or until it ends; then the instance is terminated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_deadline_ns: Option<i64>,
 }
 
 impl Instance {
@@ -109,6 +114,7 @@ impl Instance {
             termination_retries: 0,
             last_error: None,
             stop_cause: None,
+            drain_deadline_ns: None,
         }
     }
 
@@ -156,9 +162,10 @@ impl Instance {
     /// drain) rather than stopped at once. A record written before the cause was kept
     /// has none, and was asked for an idle drain then.
     pub fn idle_stop(&self) -> bool {
-        self.stop_cause
-            .as_deref()
-            .is_none_or(|c| c == TerminationCause::Idle.name())
+        self.drain_deadline_ns.is_none()
+            && self.stop_cause.as_deref().is_none_or(|c| {
+                c == TerminationCause::Idle.name() || c == TerminationCause::Autostop.name()
+            })
     }
 }
 

@@ -134,6 +134,10 @@ pub enum TerminationCause {
     MaxNumNodePerType,
     /// Its launch config changed (or its type is gone).
     Outdated,
+    /// rayscale's own (`rayscale.consolidation`): its load fits on the other nodes.
+    Consolidation,
+    /// rayscale's own (`rayscale.autostop_minutes`): no demand and no work for that long.
+    Autostop,
 }
 
 impl TerminationCause {
@@ -144,6 +148,8 @@ impl TerminationCause {
             TerminationCause::MaxNumNodes => "MAX_NUM_NODES",
             TerminationCause::MaxNumNodePerType => "MAX_NUM_NODE_PER_TYPE",
             TerminationCause::Outdated => "OUTDATED",
+            TerminationCause::Consolidation => "CONSOLIDATION",
+            TerminationCause::Autostop => "AUTOSTOP",
         }
     }
 }

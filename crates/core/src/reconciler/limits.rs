@@ -32,7 +32,10 @@ fn draining(i: &Instance) -> bool {
 
 /// When `i` was asked to stop for idleness or an outdated config, if at or after `since`.
 fn voluntary_stop_at(i: &Instance, since: i64) -> bool {
-    let voluntary = matches!(i.stop_cause.as_deref(), Some("IDLE" | "OUTDATED"));
+    let voluntary = matches!(
+        i.stop_cause.as_deref(),
+        Some("IDLE" | "OUTDATED" | "CONSOLIDATION")
+    );
     voluntary
         && i.status_history
             .iter()
@@ -124,7 +127,10 @@ pub(super) fn apply(
     let mut admitted: HashMap<String, u64> = HashMap::default();
     let mut held = Vec::new();
     decision.terminate.retain(|t| {
-        let voluntary = matches!(t.cause, TerminationCause::Idle | TerminationCause::Outdated);
+        let voluntary = matches!(
+            t.cause,
+            TerminationCause::Idle | TerminationCause::Outdated | TerminationCause::Consolidation
+        );
         let Some(i) = by_id.get(t.instance_id.as_str()) else {
             return true;
         };
@@ -139,7 +145,10 @@ pub(super) fn apply(
                     window: w.text.clone(),
                 });
             }
-            if t.cause == TerminationCause::Idle {
+            if matches!(
+                t.cause,
+                TerminationCause::Idle | TerminationCause::Consolidation
+            ) {
                 if let (Some(d), Some(at)) = (limits.scale_down_delay_after_launch_s, last_launch) {
                     let until = at.saturating_add((d as i64).saturating_mul(SEC));
                     if now_ns < until {

@@ -22,8 +22,10 @@
 //! (launch, drain, terminate) that the driver runs after the table has been stored. Their
 //! results are observed in a later iteration. Time and new ids are the caller's.
 
+mod autostop;
 #[cfg(test)]
 mod cloud_tests;
+mod consolidate;
 #[cfg(test)]
 mod explain_tests;
 mod limits;
@@ -33,6 +35,8 @@ mod pacing;
 mod preempt;
 #[cfg(test)]
 mod preempt_tests;
+#[cfg(test)]
+mod scale_down_tests;
 mod step;
 mod sync;
 #[cfg(test)]
@@ -60,6 +64,8 @@ use crate::provider::{
 };
 use crate::scheduler::request::{HEAD_MARKER, InstanceRecord, build_request};
 use crate::scheduler::{Decision, TerminationCause, schedule_with_explained};
+
+pub use autostop::{AUTOSTOP_WARNING_S, AutostopSaid, AutostopView};
 
 const SEC: i64 = 1_000_000_000;
 
@@ -181,6 +187,9 @@ pub enum Effect {
         reason: String,
         /// Idle termination (a rejectable drain) rather than a stop.
         idle: bool,
+        /// A drain Ray does not refuse, with this deadline (ns since the epoch): the
+        /// node takes no new work, what runs on it runs on (consolidation).
+        deadline_ns: Option<i64>,
     },
     /// Install Ray on a running worker (Ray's node updater); the provider reports a
     /// failure through `poll_errors`, success is the node joining the GCS.
@@ -278,6 +287,8 @@ pub struct Outcome {
     /// Why: the iteration's reasons for pending demand and for each worker node (none
     /// when scaling was skipped).
     pub explanation: Option<Explanation>,
+    /// Autostop's view, with `rayscale.autostop_minutes` (none when scaling was skipped).
+    pub autostop: Option<AutostopView>,
 }
 
 /// Runs one iteration at `now_ns` (wall clock, ns since the epoch). `avail` carries what
@@ -585,6 +596,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                     node_id_hex: i.node_id.clone().unwrap_or_default(),
                     reason: e.details.clone(),
                     idle: i.idle_stop(),
+                    deadline_ns: i.drain_deadline_ns,
                 }),
                 InstanceStatus::Terminating => {
                     self.to_terminate.extend(i.cloud_instance_id.clone());

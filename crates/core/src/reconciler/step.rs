@@ -101,6 +101,8 @@ impl<S: InstanceStorage> Run<'_, S> {
             events.extend(e);
         }
         self.apply(events)?;
+        // Drains with a deadline (consolidation) end when their work does, or at it.
+        self.finish_deadline_drains(obs, &unreadable)?;
 
         // Nodes drained from outside (preempted): their work is demand now.
         let outside_demand = if config.preemption.enabled {
@@ -211,8 +213,31 @@ impl<S: InstanceStorage> Run<'_, S> {
             "instance table",
         )?;
         inputs.apply(&mut request);
+        let outside = !outside_demand.is_empty();
         request.resource_requests.extend(outside_demand);
         let (mut decision, views) = schedule_with_explained(&request, chain);
+        // rayscale's own scale-downs, opted in (none set: nothing here runs).
+        self.out.autostop = autostop::apply(
+            config.limits.autostop_minutes,
+            obs.ray,
+            &request,
+            outside,
+            &table,
+            &mut decision,
+            &mut self.avail.clocks,
+            now,
+        );
+        consolidate::choose(
+            config.limits.consolidation.as_ref(),
+            config,
+            obs.ray,
+            &unreadable,
+            &request,
+            &table,
+            &mut decision,
+            &mut self.avail.clocks,
+            now,
+        );
         // The operator's limits (none set: the decision is Ray's, unchanged).
         let limited = limits::apply(&config.limits, config, &mut decision, &table, self.now_ns);
         self.out.warnings.extend(chain.take_warnings());
@@ -263,12 +288,23 @@ impl<S: InstanceStorage> Run<'_, S> {
                         InstanceStatus::Terminating,
                         format!("terminating: {why}"),
                     ),
-                    InstanceStatus::RayRunning => Self::ev(
-                        i,
-                        InstanceStatus::RayStopRequested,
-                        format!("draining: {why}"),
-                    )
-                    .with_stop_cause(t.cause.name()),
+                    InstanceStatus::RayRunning => {
+                        let e = Self::ev(
+                            i,
+                            InstanceStatus::RayStopRequested,
+                            format!("draining: {why}"),
+                        )
+                        .with_stop_cause(t.cause.name());
+                        match (&config.limits.consolidation, t.cause) {
+                            (Some(c), TerminationCause::Consolidation) => {
+                                let d = i64::try_from(c.drain_deadline_s)
+                                    .unwrap_or(i64::MAX)
+                                    .saturating_mul(SEC);
+                                e.with_drain_deadline(now.saturating_add(d))
+                            }
+                            _ => e,
+                        }
+                    }
                     _ => continue,
                 };
                 events.push(e);

@@ -23,7 +23,7 @@ impl Sim<'_> {
                 } else {
                     0
                 },
-                status: Some(if n.taken_at_s.is_some() {
+                status: Some(if n.taken_at_s.is_some() || n.draining {
                     NodeStatus::Draining
                 } else if n.running == 0 {
                     NodeStatus::Idle
@@ -153,6 +153,7 @@ impl Sim<'_> {
                     instance_id,
                     node_id_hex,
                     idle,
+                    deadline_ns,
                     ..
                 } => {
                     let Some(n) = self
@@ -162,6 +163,12 @@ impl Sim<'_> {
                     else {
                         continue;
                     };
+                    // A drain with a deadline is never refused: the node takes no new
+                    // work, and goes when the reconciler terminates its instance.
+                    if deadline_ns.is_some() {
+                        self.nodes[n].draining = true;
+                        continue;
+                    }
                     if *idle && self.nodes[n].running > 0 {
                         self.summary.drains_refused += 1;
                         self.rejections.push(DrainRejection {
@@ -197,10 +204,16 @@ impl Sim<'_> {
             return;
         }
         self.nodes[n].alive = false;
+        let drained = self.nodes[n].draining;
         let mut i = 0;
         while i < self.placed.len() {
             if self.placed[i].holds.iter().any(|(m, _)| *m == n) {
                 let p = self.placed.swap_remove(i);
+                if drained {
+                    let started = p.end_s - p.again.duration_s;
+                    self.summary.consolidation_rerun_unit_s +=
+                        (self.t_s - started).max(0.0) * p.again.count as f64;
+                }
                 self.release(&p);
                 // Not placed after all: its wait counts when it is placed again (from its
                 // first arrival).

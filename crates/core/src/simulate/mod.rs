@@ -107,6 +107,13 @@ pub struct Summary {
     /// Work lost to preemptions: unit-seconds done on a node before the cloud took it
     /// (run again).
     pub work_lost_unit_s: f64,
+    /// Nodes drained by consolidation (`rayscale.consolidation`).
+    pub consolidations: u64,
+    /// Work consolidation ran again: unit-seconds done on a drained node before its
+    /// deadline ended it.
+    pub consolidation_rerun_unit_s: f64,
+    /// When autostop had stopped every worker (`rayscale.autostop_minutes`), if it did.
+    pub autostopped_at_s: Option<f64>,
     /// Iterations run.
     pub iterations: u64,
 }
@@ -157,6 +164,16 @@ struct Node {
     notice_at_s: Option<f64>,
     /// Draining on a notice: the cloud takes the instance at this time.
     taken_at_s: Option<f64>,
+    /// Drained with a deadline (consolidation): no new work; what runs there runs on
+    /// until the instance is terminated.
+    draining: bool,
+}
+
+impl Node {
+    /// Whether Ray may place new work on it.
+    fn open(&self) -> bool {
+        self.alive && self.taken_at_s.is_none() && !self.draining
+    }
 }
 
 /// Work waiting: `count` units of one shape (or one placement group).
@@ -334,6 +351,7 @@ impl<'a> Sim<'a> {
                 alive: true,
                 notice_at_s: None,
                 taken_at_s: None,
+                draining: false,
             }],
             waiting: Vec::new(),
             placed: Vec::new(),
@@ -424,6 +442,7 @@ impl<'a> Sim<'a> {
                 alive: true,
                 notice_at_s,
                 taken_at_s: None,
+                draining: false,
             });
             self.vms[i].node = Some(self.nodes.len() - 1);
         }
@@ -538,7 +557,7 @@ impl<'a> Sim<'a> {
                             break;
                         }
                         // Ray places nothing new on a draining node.
-                        if !self.nodes[n].alive || self.nodes[n].taken_at_s.is_some() {
+                        if !self.nodes[n].open() {
                             continue;
                         }
                         let k = how_many(&self.nodes[n].avail, &w.shape).min(left);
@@ -592,7 +611,7 @@ impl<'a> Sim<'a> {
 
     fn fit_gang(&self, bundles: &[Shape], strategy: Strategy) -> Option<Vec<(usize, Shape)>> {
         let alive: Vec<usize> = (0..self.nodes.len())
-            .filter(|n| self.nodes[*n].alive && self.nodes[*n].taken_at_s.is_none())
+            .filter(|n| self.nodes[*n].open())
             .collect();
         if strategy == Strategy::StrictPack {
             let mut sum = Shape::new();
@@ -669,6 +688,16 @@ impl<'a> Sim<'a> {
                 &mut ids,
             )?;
             self.summary.iterations += 1;
+            if let Some(d) = &out.decision {
+                self.summary.consolidations += d
+                    .terminate
+                    .iter()
+                    .filter(|t| t.cause == crate::scheduler::TerminationCause::Consolidation)
+                    .count() as u64;
+            }
+            if out.autostop.as_ref().is_some_and(|a| a.head_due) {
+                self.summary.autostopped_at_s.get_or_insert(self.t_s);
+            }
             self.apply(&out.effects);
             let _ = im.prune_terminal(now_ns.saturating_sub(3600 * 1_000_000_000));
             // The sample after the iteration's effects.

@@ -344,3 +344,66 @@ fn the_operators_limits_apply_in_simulation() {
         free.summary.end_s
     );
 }
+
+/// Four-CPU workers, consolidation opted in (or not) by `rayscale`.
+fn four_cpu(rayscale: &str) -> ClusterConfig {
+    config(&format!(
+        "cluster_name: sim\nupscaling_speed: 100\nidle_timeout_minutes: 1\nhead_node_type: head\n\
+         provider: {{type: local_processes}}\navailable_node_types:\n  \
+         head: {{resources: {{CPU: 0}}, node_config: {{}}}}\n  \
+         w: {{resources: {{CPU: 4}}, max_workers: 10, node_config: {{}}}}\nrayscale: {rayscale}\n"
+    ))
+}
+
+#[test]
+fn consolidation_and_autostop_apply_in_simulation() {
+    // Eight nodes' worth of one-CPU tasks; three in four end after five minutes, one in
+    // four runs two hours: eight nodes a quarter used, for two hours.
+    // (Interleaved, so that each node gets three short tasks and one long one.)
+    let mut text =
+        "step_s: 5\ncloud: {default: {boot_s: 30, price_per_hour: 1.0}}\nworkload:\n".to_string();
+    for _ in 0..8 {
+        text.push_str("  - {at_s: 0, count: 3, resources: {CPU: 1}, duration_s: 300}\n");
+        text.push_str("  - {at_s: 0, count: 1, resources: {CPU: 1}, duration_s: 7200}\n");
+    }
+    let t = trace(&text);
+    let plain = run(&four_cpu("{}"), &t);
+    let packed = run(
+        &four_cpu("{consolidation: {node_types: [w], after_s: 120, drain_deadline_s: 60}}"),
+        &t,
+    );
+    for r in [&plain, &packed] {
+        assert_eq!((r.summary.placed >= 32, r.summary.unplaced), (true, 0));
+    }
+    assert_eq!(plain.summary.consolidations, 0);
+    assert!(packed.summary.consolidations >= 4, "{:?}", packed.summary);
+    let (a, b) = (
+        plain.summary.types["w"].node_hours,
+        packed.summary.types["w"].node_hours,
+    );
+    assert!(b < 0.6 * a, "consolidated {b:.2} node-hours vs {a:.2}");
+    // What it cost: the drained nodes' long tasks ran again from the start.
+    assert!(packed.summary.consolidation_rerun_unit_s > 0.0);
+    // Autostop: a min_workers node would stay for ever; with autostop it goes 2 minutes
+    // after the work.
+    let min1 = |rayscale: &str| {
+        config(&format!(
+            "{}rayscale: {rayscale}\n",
+            ONE_TYPE.replace(
+                "w: {resources: {CPU: 2}, max_workers: 10,",
+                "w: {resources: {CPU: 2}, min_workers: 1, max_workers: 10,"
+            )
+        ))
+    };
+    let short = trace(
+        "step_s: 5\nend_s: 1800\ncloud: {default: {boot_s: 30, price_per_hour: 1.0}}\n\
+         workload: [{at_s: 0, count: 4, resources: {CPU: 2}, duration_s: 60}]\n",
+    );
+    let kept = run(&min1("{}"), &short);
+    let stopped = run(&min1("{autostop_minutes: 2}"), &short);
+    assert_eq!(kept.summary.autostopped_at_s, None);
+    let at = stopped.summary.autostopped_at_s.expect("autostopped");
+    assert!((200.0..300.0).contains(&at), "{at}");
+    assert_eq!(stopped.series.last().map(|x| x.nodes["w"]), Some(0));
+    assert_eq!(kept.series.last().map(|x| x.nodes["w"]), Some(1));
+}

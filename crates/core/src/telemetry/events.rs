@@ -143,6 +143,8 @@ fn cause_text(c: TerminationCause) -> &'static str {
         TerminationCause::MaxNumNodes => "max number of worker nodes reached",
         TerminationCause::MaxNumNodePerType => "max number of worker nodes per type reached",
         TerminationCause::Idle => "idle",
+        TerminationCause::Consolidation => "consolidation: its load fits on the other nodes",
+        TerminationCause::Autostop => "autostop",
     }
 }
 

@@ -42,6 +42,8 @@ struct State {
     reports: Vec<(i64, AutoscalingReport)>,
     held_version: i64,
     idle_drains: Vec<String>,
+    /// Drains with a deadline: node id (hex), deadline (ms).
+    deadline_drains: Vec<(String, i64)>,
     stops: Vec<String>,
     /// Puts of keys starting with this fail.
     failing_puts: Option<String>,
@@ -262,6 +264,16 @@ impl FakeGcs {
         st.version += 1;
     }
 
+    /// Sets the head's idle time (a real head reports itself IDLE with its idle time
+    /// when nothing runs on it).
+    pub fn set_head_idle_ms(&self, ms: i64) {
+        let mut st = self.lock();
+        if let Some(h) = st.nodes.first_mut() {
+            h.idle_duration_ms = ms;
+        }
+        st.version += 1;
+    }
+
     /// Plays the nodes' side: every running worker of `cloud` without a live node gets
     /// one (its type's resources from `config`); a node whose instance is gone dies.
     pub async fn join_running(&self, cloud: &FakeProvider, config: &ClusterConfig) {
@@ -329,6 +341,11 @@ impl FakeGcs {
     pub fn stops(&self) -> (Vec<String>, Vec<String>) {
         let st = self.lock();
         (st.idle_drains.clone(), st.stops.clone())
+    }
+
+    /// Drains with a deadline: node id (hex), deadline (ms since the epoch).
+    pub fn deadline_drains(&self) -> Vec<(String, i64)> {
+        self.lock().deadline_drains.clone()
     }
 
     /// The keys in `namespace` starting with `prefix`.
@@ -468,6 +485,28 @@ impl Gcs for FakeGcs {
         };
         st.version += 1;
         Ok(reply)
+    }
+
+    async fn drain_node_until(
+        &self,
+        node_id_hex: &str,
+        _reason: &str,
+        deadline_ms: i64,
+    ) -> Result<DrainReply, CoreError> {
+        self.check("DrainNode")?;
+        self.delay().await;
+        let mut st = self.lock();
+        st.deadline_drains
+            .push((node_id_hex.to_string(), deadline_ms));
+        // As Ray: never refused; the node is DRAINING and keeps its work.
+        if let Some(n) = Self::find_node(&mut st, node_id_hex) {
+            n.status = Some(NodeStatus::Draining);
+        }
+        st.version += 1;
+        Ok(DrainReply {
+            accepted: true,
+            rejection: String::new(),
+        })
     }
 
     async fn stop_node(&self, node_id_hex: &str) -> Result<bool, CoreError> {

@@ -44,7 +44,13 @@ async fn scale_to(w: &World, n: u64) -> Vec<String> {
 
 /// Two drivers on their own connections, `one` first, scaled to one worker: `one`'s
 /// connection, the drivers' tasks, and the epoch `one` holds.
-async fn one_holds_two_run(w: &World) -> (FakeGcs, [tokio::task::JoinHandle<()>; 2], u64) {
+async fn one_holds_two_run(
+    w: &World,
+) -> (
+    FakeGcs,
+    [tokio::task::JoinHandle<crate::driver::RunEnd>; 2],
+    u64,
+) {
     let (c1, c2) = (w.gcs.connect(), w.gcs.connect());
     let d1 = tokio::spawn(w.driver("one", c1.clone()).run(std::future::pending()));
     sleep_s(1).await;

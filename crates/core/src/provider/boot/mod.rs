@@ -30,8 +30,9 @@
 //! keeps it (`~/ray_bootstrap_config.yaml`), and starts Ray's head as the head of an
 //! external autoscaler: `RAY_enable_autoscaler_v2=1` and `--no-monitor` added to every
 //! `ray start --head` that lacks it (Ray's own monitor would act on the cluster too).
-//! Then it starts `rayscale run` in the background, as the SSH user, on the host (with a
-//! `docker:` block too), logging to `~/rayscale.log`. The `rayscale` binary must be on
+//! Then it starts `rayscale run --autostop-head` in the background (a cluster `up`
+//! launched: autostop, when configured, stops its head too), as the SSH user, on the
+//! host (with a `docker:` block too), logging to `~/rayscale.log`. The `rayscale` binary must be on
 //! the user's `PATH` by then (an image with it, or a `head_setup_commands` that installs
 //! it); `RAYSCALE_BIN` names another.
 //!
@@ -466,7 +467,7 @@ fn render(
             "RAYSCALE_BIN=\"${RAYSCALE_BIN:-rayscale}\"".to_string(),
             "command -v \"$RAYSCALE_BIN\" >/dev/null || { echo \"rayscale: $RAYSCALE_BIN is not on PATH: install it in head_setup_commands\" >&2; exit 1; }".to_string(),
             format!(
-                "nohup \"$RAYSCALE_BIN\" run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{gcs_port} --head-ip \"$RAY_HEAD_IP\" >>~/rayscale.log 2>&1 </dev/null &"
+                "nohup \"$RAYSCALE_BIN\" run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{gcs_port} --head-ip \"$RAY_HEAD_IP\" --autostop-head >>~/rayscale.log 2>&1 </dev/null &"
             ),
         ];
         step(&mut s, "autoscaler", &run, false);
