@@ -155,6 +155,36 @@ impl Stage {
         }
     }
 
+    /// `rayscale up` against `cloud`: the head instance, launched, with its GCS
+    /// answering; `diag` says what went wrong.
+    fn up_head(&self, cloud: &dyn Cloud, diag: impl Fn() -> String) -> String {
+        let (ok, out) = rayscale_with(&cloud.env(), &["up", &self.config_arg]);
+        assert!(
+            ok && out.contains("launched and running"),
+            "{out}\n{}",
+            diag()
+        );
+        let head_id = cloud.running().first().cloned().expect("a head instance");
+        assert!(out.contains(&head_id), "{out}");
+        assert!(
+            wait_until(Duration::from_secs(90), || gcs_answers(&self.gcs)),
+            "the head's GCS does not answer at {}\n{}",
+            self.gcs,
+            diag()
+        );
+        head_id
+    }
+
+    /// What the first two instances booted said (for a failure's message).
+    fn diag(&self) -> String {
+        let booted = self.sim.ever_booted();
+        let mut s = format!("booted {booted:?}\n");
+        for id in booted.iter().take(2) {
+            s.push_str(&format!("--- {id}:\n{}\n", self.sim.log(id)));
+        }
+        s
+    }
+
     /// Stops the simulator and removes what the instances `ids` and the stage left.
     fn clean(self, ids: &[String]) {
         drop(self.sim);
@@ -188,34 +218,18 @@ pub fn up_scale_down(name: &str, cloud: &dyn Cloud) {
         stage.cluster.clone(),
     );
     let (config_arg, sim) = (stage.config_arg.clone(), &stage.sim);
-    let diag = || {
-        let booted = sim.ever_booted();
-        let mut s = format!("booted {booted:?}\n");
-        for id in booted.iter().take(2) {
-            s.push_str(&format!("--- {id}:\n{}\n", sim.log(id)));
-        }
-        s
-    };
+    let diag = || stage.diag();
 
-    // `up`: the head instance, found again by a second `up`.
-    let (ok, out) = rayscale_with(&cloud.env(), &["up", &config_arg]);
-    assert!(
-        ok && out.contains("launched and running"),
-        "{out}\n{}",
-        diag()
-    );
-    let head_id = cloud.running().first().cloned().expect("a head instance");
+    // `up`: the head instance, which boots Ray's head and rayscale, found again by a
+    // second `up`.
+    let head_id = stage.up_head(cloud, diag);
     assert!(
         head_id.starts_with(&format!("ray-{cluster}-head-")),
         "{head_id}"
     );
-    assert!(out.contains(&head_id), "{out}");
     let (ok, again) = rayscale_with(&cloud.env(), &["up", &config_arg]);
     assert!(ok && again.contains("already running"), "{again}");
     assert_eq!(cloud.creates(), 1, "one head, created once");
-    // The head boots Ray's head and rayscale.
-    let up = wait_until(Duration::from_secs(90), || gcs_answers(&gcs));
-    assert!(up, "the head's GCS does not answer at {gcs}\n{}", diag());
     let (ok, text) = workload(&python, &gcs);
     assert!(ok, "workload: {text}\n{}", diag());
     let booted = sim.ever_booted();
@@ -311,18 +325,7 @@ pub fn preempt_and_replace(name: &str, cloud: &dyn SpotCloud) {
         s
     };
 
-    let (ok, out) = rayscale_with(&cloud.env(), &["up", &config_arg]);
-    assert!(
-        ok && out.contains("launched and running"),
-        "{out}\n{}",
-        diag(&[])
-    );
-    let head_id = cloud.running().first().cloned().expect("a head instance");
-    assert!(
-        wait_until(Duration::from_secs(90), || gcs_answers(&gcs)),
-        "the head's GCS does not answer at {gcs}\n{}",
-        diag(&[])
-    );
+    let head_id = stage.up_head(cloud, || diag(&[]));
     // One task of 2 CPUs for 60 s (retried when its node dies, Ray's default).
     let job = Command::new(&python)
         .arg(root().join("tests/live/workload.py"))
@@ -448,27 +451,9 @@ pub fn autostop_stops_workers_then_head(name: &str, cloud: &dyn Cloud) {
              node_config: {worker_nc}}}\n"
         ),
     );
-    let (gcs, config_arg, sim) = (stage.gcs.clone(), stage.config_arg.clone(), &stage.sim);
-    let diag = || {
-        let booted = sim.ever_booted();
-        let mut s = format!("booted {booted:?}\n");
-        for id in booted.iter().take(2) {
-            s.push_str(&format!("--- {id}:\n{}\n", sim.log(id)));
-        }
-        s
-    };
-    let (ok, out) = rayscale_with(&cloud.env(), &["up", &config_arg]);
-    assert!(
-        ok && out.contains("launched and running"),
-        "{out}\n{}",
-        diag()
-    );
-    let head_id = cloud.running().first().cloned().expect("a head instance");
-    assert!(
-        wait_until(Duration::from_secs(90), || gcs_answers(&gcs)),
-        "the head's GCS does not answer at {gcs}\n{}",
-        diag()
-    );
+    let (gcs, sim) = (stage.gcs.clone(), &stage.sim);
+    let diag = || stage.diag();
+    let head_id = stage.up_head(cloud, diag);
     // min_workers: one worker joins.
     assert!(
         wait_until(Duration::from_secs(120), || {

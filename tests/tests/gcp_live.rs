@@ -15,6 +15,17 @@ use rayscale_tests::fakes::gce::{GceFake, Timing};
 
 struct Gce(Arc<GceFake>);
 
+/// The Compute Engine fake in one zone, with the runtime that serves it.
+fn fake() -> (tokio::runtime::Runtime, Arc<GceFake>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fake = Arc::new(rt.block_on(GceFake::start("proj", "us-west1-a", Timing::default())));
+    (rt, fake)
+}
+
 impl Gce {
     fn with_status(&self, statuses: &[&str]) -> Vec<String> {
         self.0
@@ -58,24 +69,14 @@ impl Cloud for Gce {
 
 #[test]
 fn rayscale_up_runs_a_ray_gcp_cluster_on_the_fake_and_down_removes_it() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let fake = Arc::new(rt.block_on(GceFake::start("proj", "us-west1-a", Timing::default())));
+    let (_rt, fake) = fake();
     up_scale_down("gcp", &Gce(fake));
 }
 
 /// Autostop: with nothing to do, the worker goes and then the head deletes itself.
 #[test]
 fn autostop_stops_the_worker_then_the_head_deletes_itself() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let fake = Arc::new(rt.block_on(GceFake::start("proj", "us-west1-a", Timing::default())));
+    let (_rt, fake) = fake();
     autostop_stops_workers_then_head("gcp", &Gce(fake));
 }
 
@@ -107,11 +108,6 @@ impl SpotCloud for Gce {
 /// The cluster's one zone took the spot node back: the replacement is on-demand.
 #[test]
 fn a_preempted_spot_worker_is_replaced_on_demand_before_it_dies() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let fake = Arc::new(rt.block_on(GceFake::start("proj", "us-west1-a", Timing::default())));
+    let (_rt, fake) = fake();
     preempt_and_replace("gcp", &Gce(fake));
 }

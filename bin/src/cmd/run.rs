@@ -95,15 +95,30 @@ pub async fn run(args: RunArgs) -> Result<String> {
     .await?;
     match end {
         RunEnd::Autostopped => {
-            // The config as it is now (it may have changed since the start).
+            // The config as it is now (it may have changed since the start). The cloud
+            // may fail a call: tried for ten minutes before giving up (said, non-zero).
             let config = load_config(&args.config)?;
-            tracing::info!(
-                "autostop: stopping the head of cluster {}",
-                config.cluster_name
-            );
-            crate::launch::down(&config)
-                .await
-                .map(|s| format!("autostop: {s}"))
+            let mut tries = 0;
+            loop {
+                tracing::info!(
+                    "autostop: stopping the head of cluster {}",
+                    config.cluster_name
+                );
+                match crate::launch::down(&config).await {
+                    Ok(s) => return Ok(format!("autostop: {s}")),
+                    Err(e) if tries < 20 => {
+                        tries += 1;
+                        tracing::warn!("autostop: stopping the head failed ({e:#}); again in 30 s");
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                    }
+                    Err(e) => {
+                        return Err(e.context(
+                            "autostop stopped every worker, but the head could not be stopped: \
+                             `rayscale down` it",
+                        ));
+                    }
+                }
+            }
         }
         RunEnd::Shutdown => Ok(String::new()),
     }

@@ -48,11 +48,14 @@ pub async fn up(args: UpArgs) -> Result<String> {
     // Bad flags fail here, before the head starts; the loop rebuilds the chain from the
     // file on every change.
     let source = FileConfig::open(args.config.clone(), args.expander)?;
-    if gcs_answers(&addr).await {
+    // Autostop stops the head only if `up` started it.
+    let started = if gcs_answers(&addr).await {
         tracing::info!("a Ray GCS already answers at {addr}: using it");
+        false
     } else {
         start_head(&config, &ray, args.port).await?;
-    }
+        true
+    };
     let gcs = loop_client(&addr)?;
     let end = run_loop(
         gcs,
@@ -60,7 +63,7 @@ pub async fn up(args: UpArgs) -> Result<String> {
         &config.cluster_name,
         Box::new(source),
         DriverOptions {
-            end_on_autostop: true,
+            end_on_autostop: started,
             ..Default::default()
         },
         &args.ops,
@@ -68,7 +71,7 @@ pub async fn up(args: UpArgs) -> Result<String> {
     )
     .await?;
     match end {
-        // The cluster `up` started: autostop stops its head too, as `down` does.
+        // A head `up` started: autostop stops it too, as `down` does.
         RunEnd::Autostopped => {
             let config = load_config(&args.config)?;
             crate::cmd::down::down_local(&config, args.port, &ray)

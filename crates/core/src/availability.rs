@@ -223,6 +223,34 @@ pub struct LimitClocks {
     /// threshold.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub low_since_ns: BTreeMap<String, i64>,
+    /// When an iteration last moved these clocks (ns, to the minute: stored at most once
+    /// a minute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_ns: Option<i64>,
+}
+
+impl LimitClocks {
+    /// How long without an iteration (rayscale down, or no leader) resets the clocks:
+    /// what happened meanwhile is not known.
+    pub const GAP_S: i64 = 180;
+
+    /// Notes an iteration at `now_ns`; after a gap longer than [`Self::GAP_S`] every
+    /// clock starts again.
+    pub fn observe(&mut self, now_ns: i64) {
+        const SEC: i64 = 1_000_000_000;
+        if let Some(seen) = self.seen_ns
+            && now_ns.saturating_sub(seen) < 60 * SEC
+        {
+            return;
+        }
+        if self
+            .seen_ns
+            .is_some_and(|seen| now_ns.saturating_sub(seen) > Self::GAP_S * SEC)
+        {
+            *self = LimitClocks::default();
+        }
+        self.seen_ns = Some(now_ns);
+    }
 }
 
 /// Both, as the reconciler keeps them between iterations, with the limits' clocks.

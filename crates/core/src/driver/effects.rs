@@ -208,35 +208,27 @@ async fn run_one<G: Gcs + ?Sized>(
                     reason,
                 })
             };
+            // A drain's answer: accepted, refused (Ray's reason) or failed.
+            let answer = |r: Result<super::gcs::DrainReply, crate::CoreError>| match r {
+                Ok(r) if r.accepted => One::Done,
+                Ok(r) => {
+                    tracing::warn!("drain of {instance_id} rejected: {}", r.rejection);
+                    rejected(format!("drain rejected: {}", r.rejection))
+                }
+                Err(err) => {
+                    tracing::warn!("drain of {instance_id} failed: {err}");
+                    rejected(format!("drain failed: {err}"))
+                }
+            };
             if let Some(d) = deadline_ns {
                 let deadline_ms = d.div_euclid(1_000_000);
                 tracing::info!(
                     "draining {instance_id} (node {node_id_hex}) with a deadline: {reason}"
                 );
-                match gcs.drain_node_until(node_id_hex, reason, deadline_ms).await {
-                    Ok(r) if r.accepted => One::Done,
-                    Ok(r) => {
-                        tracing::warn!("drain of {instance_id} rejected: {}", r.rejection);
-                        rejected(format!("drain rejected: {}", r.rejection))
-                    }
-                    Err(err) => {
-                        tracing::warn!("drain of {instance_id} failed: {err}");
-                        rejected(format!("drain failed: {err}"))
-                    }
-                }
+                answer(gcs.drain_node_until(node_id_hex, reason, deadline_ms).await)
             } else if *idle {
                 tracing::info!("draining {instance_id} (node {node_id_hex}): {reason}");
-                match gcs.drain_idle_node(node_id_hex, reason).await {
-                    Ok(r) if r.accepted => One::Done,
-                    Ok(r) => {
-                        tracing::warn!("drain of {instance_id} rejected: {}", r.rejection);
-                        rejected(format!("drain rejected: {}", r.rejection))
-                    }
-                    Err(err) => {
-                        tracing::warn!("drain of {instance_id} failed: {err}");
-                        rejected(format!("drain failed: {err}"))
-                    }
-                }
+                answer(gcs.drain_idle_node(node_id_hex, reason).await)
             } else {
                 tracing::info!("stopping ray on {instance_id} (node {node_id_hex}): {reason}");
                 match gcs.stop_node(node_id_hex).await {

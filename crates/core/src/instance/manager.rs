@@ -334,6 +334,16 @@ fn set_fields(instance: &mut Instance, event: &InstanceUpdateEvent) {
     if let Some(v) = &event.error {
         instance.last_error = Some(v.clone());
     }
+    // A stop starts afresh with its own cause and deadline, and a node back to
+    // RAY_RUNNING (a refused or timed-out stop) keeps neither: a later idle stop must not
+    // inherit a consolidation drain's deadline.
+    if matches!(
+        event.new_status,
+        InstanceStatus::RayRunning | InstanceStatus::RayStopRequested
+    ) {
+        instance.stop_cause = None;
+        instance.drain_deadline_ns = None;
+    }
     if let Some(v) = &event.stop_cause {
         instance.stop_cause = Some(v.clone());
     }

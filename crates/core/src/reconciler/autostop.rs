@@ -44,7 +44,14 @@ fn quiet(ray: &ClusterResourceState, request: &SchedulingRequest, outside: bool)
             .node_states
             .iter()
             .filter(|n| n.status != Some(NodeStatus::Dead))
-            .all(|n| n.status == Some(NodeStatus::Idle) || n.idle_duration_ms > 0)
+            .all(|n| {
+                n.status == Some(NodeStatus::Idle)
+                    || n.idle_duration_ms > 0
+                    // Ray reports a node it drains as DRAINING with no idle time, its
+                    // own idle drains (autostop's) included: quiet while nothing runs.
+                    || (n.status == Some(NodeStatus::Draining)
+                        && super::preempt::in_use(n).is_empty())
+            })
 }
 
 /// Applies autostop (`minutes`) to `decision`, moving `clocks`; `None` when it is off.
@@ -92,15 +99,7 @@ pub(super) fn apply(
     // worker that is not already on its way out is stopped.
     decision.launch.clear();
     for i in &workers {
-        let leaving = matches!(
-            i.status,
-            InstanceStatus::RayStopRequested
-                | InstanceStatus::RayStopping
-                | InstanceStatus::RayStopped
-                | InstanceStatus::Terminating
-                | InstanceStatus::TerminationFailed
-        );
-        if leaving {
+        if leaving(i.status) {
             continue;
         }
         match decision

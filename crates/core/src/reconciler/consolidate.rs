@@ -61,16 +61,9 @@ fn fits_without(
             .filter(|i| i.instance_id != gone && !leaving.contains(i.instance_id.as_str()))
             // A node on its way out holds nothing (RAY_STOP_REQUESTED still counts as
             // capacity for Ray's scheduler).
-            .filter(|i| {
-                !matches!(
-                    i.status,
-                    InstanceStatus::RayStopRequested
-                        | InstanceStatus::RayStopping
-                        | InstanceStatus::RayStopped
-                        | InstanceStatus::Terminating
-                        | InstanceStatus::TerminationFailed
-                )
-            })
+            .filter(|i| !super::leaving(i.status))
+            // Nor does an idle node: Ray's idle timeout may take it before the deadline.
+            .filter(|i| i.ray_node.as_ref().is_none_or(|n| n.idle_duration_ms == 0))
             .cloned()
             .collect(),
         resource_requests: used
@@ -227,15 +220,8 @@ pub(super) fn choose(
     let mut live_by_type: HashMap<&str, u64> = HashMap::default();
     for i in table.iter().filter(|i| {
         !i.is_head
-            && !i.is_terminal()
+            && i.status == InstanceStatus::RayRunning
             && !leaving.contains(i.instance_id.as_str())
-            && !matches!(
-                i.status,
-                InstanceStatus::RayStopRequested
-                    | InstanceStatus::RayStopping
-                    | InstanceStatus::RayStopped
-                    | InstanceStatus::Terminating
-            )
     }) {
         *live_by_type.entry(i.node_type.as_str()).or_default() += 1;
     }

@@ -392,6 +392,18 @@ pub(crate) fn summarize(what: &str, items: &[String]) -> Option<String> {
     }
 }
 
+/// Whether an instance in `status` is on its way out (stopping or being terminated).
+pub(crate) fn leaving(status: InstanceStatus) -> bool {
+    matches!(
+        status,
+        InstanceStatus::RayStopRequested
+            | InstanceStatus::RayStopping
+            | InstanceStatus::RayStopped
+            | InstanceStatus::Terminating
+            | InstanceStatus::TerminationFailed
+    )
+}
+
 /// The start of the details of RAY_STOPPING entered from RAY_RUNNING: Ray drains the node
 /// and rayscale did not ask (a preemption notice, or an operator's drain).
 pub const DRAINED_OUTSIDE: &str = "ray node is draining, not asked by rayscale";

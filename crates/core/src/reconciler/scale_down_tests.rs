@@ -220,8 +220,8 @@ fn pending_demand_min_workers_and_blocked_windows_keep_nodes() {
     assert!(with_cause(&w, "CONSOLIDATION").is_empty());
 }
 
-#[test]
-fn a_drained_node_whose_work_ends_goes_before_its_deadline() {
+/// Two `w` nodes a quarter used, consolidation on: after 80 s, the drains made.
+fn two_quarter_used_nodes_one_drained() -> (World, Vec<(String, i64)>) {
     let mut w = World::new(&config(CONSOLIDATE, 0));
     running(&mut w, "w", 2, 1.0);
     let mut drained = Vec::new();
@@ -229,6 +229,12 @@ fn a_drained_node_whose_work_ends_goes_before_its_deadline() {
         w.now += 10 * SEC;
         drained.extend(deadline_drains(&w.tick()));
     }
+    (w, drained)
+}
+
+#[test]
+fn a_drained_node_whose_work_ends_goes_before_its_deadline() {
+    let (mut w, drained) = two_quarter_used_nodes_one_drained();
     let [(id, deadline)] = &drained[..] else {
         panic!("{drained:?}")
     };
@@ -304,6 +310,21 @@ fn autostop_stops_every_worker_after_the_quiet_time_and_then_the_head_is_due() {
         .filter(|e| matches!(e, Effect::Drain { idle: true, .. }))
         .count();
     assert_eq!(idle_drains, 2);
+    // Ray drains them: DRAINING, no idle time, nothing in use. Still quiet: nothing is
+    // launched for min_workers (whose nodes are no capacity now).
+    for n in w.ray.node_states.iter_mut().skip(1) {
+        n.status = Some(NodeStatus::Draining);
+        n.idle_duration_ms = 0;
+    }
+    w.now += SEC;
+    let out = w.tick();
+    assert!(
+        out.autostop
+            .as_ref()
+            .is_some_and(|v| v.stopped_at_ns.is_some())
+    );
+    assert!(!out.effects.iter().any(|e| matches!(e, Effect::Launch(_))));
+    assert_eq!(w.count(InstanceStatus::RayStopping), 2);
     // The nodes stop and their instances go; nothing is launched for min_workers.
     for n in w.ray.node_states.iter_mut().skip(1) {
         n.status = Some(NodeStatus::Dead);
@@ -422,4 +443,44 @@ fn autostop_says_it_ten_minutes_before_once_and_when_work_comes_back() {
     assert_eq!(l.len(), 1);
     assert!(l[0].starts_with("Autostop: stopping every worker (2 worker(s) left) after 60 min"));
     assert!(stopped.lines(&mut said, t2 + 3601 * SEC).is_empty());
+}
+
+#[test]
+fn a_refused_consolidation_drain_leaves_no_deadline_behind() {
+    let (mut w, drained) = two_quarter_used_nodes_one_drained();
+    let [(id, _)] = &drained[..] else {
+        panic!("{drained:?}")
+    };
+    assert!(w.instance(id).drain_deadline_ns.is_some());
+    // The GCS call fails: back to RAY_RUNNING, with neither the cause nor the deadline,
+    // so that a later idle stop is Ray's refusable idle drain.
+    w.rejections.push(DrainRejection {
+        instance_id: id.clone(),
+        reason: "drain failed: unavailable".into(),
+    });
+    w.now += SEC;
+    w.tick();
+    let i = w.instance(id);
+    assert_eq!(i.status, InstanceStatus::RayRunning);
+    assert_eq!((i.stop_cause.as_deref(), i.drain_deadline_ns), (None, None));
+    assert!(i.idle_stop());
+}
+
+#[test]
+fn the_clocks_start_again_after_a_gap_with_no_rayscale() {
+    let mut w = quiet_world();
+    let t0 = w.now;
+    assert_eq!(w.tick().autostop.and_then(|v| v.quiet_since_ns), Some(t0));
+    // No iteration for ten minutes (rayscale down): what happened meanwhile is not known,
+    // so the quiet time starts again rather than stopping every worker at once.
+    w.now += 600 * SEC;
+    let out = w.tick();
+    assert_eq!(out.autostop.and_then(|v| v.quiet_since_ns), Some(w.now));
+    assert!(with_cause(&w, "AUTOSTOP").is_empty());
+    // An iteration every few seconds keeps the clock.
+    for _ in 0..20 {
+        w.now += 5 * SEC;
+        w.tick();
+    }
+    assert_eq!(with_cause(&w, "AUTOSTOP").len(), 2);
 }

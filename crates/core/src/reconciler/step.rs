@@ -217,6 +217,11 @@ impl<S: InstanceStorage> Run<'_, S> {
         request.resource_requests.extend(outside_demand);
         let (mut decision, views) = schedule_with_explained(&request, chain);
         // rayscale's own scale-downs, opted in (none set: nothing here runs).
+        if config.limits.autostop_minutes.is_some() || config.limits.consolidation.is_some() {
+            self.avail.clocks.observe(now);
+        } else {
+            self.avail.clocks = Default::default();
+        }
         self.out.autostop = autostop::apply(
             config.limits.autostop_minutes,
             obs.ray,
