@@ -52,6 +52,12 @@ pub struct NodeState {
 }
 
 impl NodeState {
+    /// Whether Ray counts the node idle (its status, or an idle time): what Ray's
+    /// scheduler terminates for idleness and autostop waits for.
+    pub fn is_idle(&self) -> bool {
+        self.status == Some(NodeStatus::Idle) || self.idle_duration_ms > 0
+    }
+
     /// The node id in lowercase hex (Ray's `NodeID.hex()`).
     pub fn node_id_hex(&self) -> String {
         hex(&self.node_id)

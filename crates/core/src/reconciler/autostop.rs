@@ -45,8 +45,7 @@ fn quiet(ray: &ClusterResourceState, request: &SchedulingRequest, outside: bool)
             .iter()
             .filter(|n| n.status != Some(NodeStatus::Dead))
             .all(|n| {
-                n.status == Some(NodeStatus::Idle)
-                    || n.idle_duration_ms > 0
+                n.is_idle()
                     // Ray reports a node it drains as DRAINING with no idle time, its
                     // own idle drains (autostop's) included: quiet while nothing runs.
                     || (n.status == Some(NodeStatus::Draining)

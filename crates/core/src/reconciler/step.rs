@@ -124,7 +124,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             .ray
             .node_states
             .iter()
-            .filter(|n| n.status == Some(NodeStatus::Idle) || n.idle_duration_ms > 0)
+            .filter(|n| n.is_idle())
             .map(|n| n.node_id_hex())
             .collect();
         for i in table
