@@ -3,7 +3,7 @@
 
 Each top-level module of crates/core/src may use (through `crate::...` paths) only
 modules of lower layers, in the order below. Test files and inline test modules are not
-counted; `testing` (the fakes, behind `test-util`) sits on top and is not checked.
+counted; `testing` (the fakes for tests) sits on top and is not checked.
 Exits non-zero naming every edge that goes up or sideways.
 """
 import os

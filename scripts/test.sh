@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # rayscale's whole test suite: formatting, lints, unit/integration tests, the protocol
 # compatibility checks against Ray's own protobufs, the contract check of every cloud
-# request against the clouds' published API models, and the differential test against
-# Ray 2.60's scheduler. Installs the Python side (Ray) itself; fails loudly if it cannot.
+# request against the clouds' published API models, the wheel (built with maturin,
+# installed into a fresh venv and run; installed by a head's boot in the end-to-end
+# tests), and the differential test against Ray 2.60's scheduler. Installs the Python
+# side (Ray, maturin) itself; fails loudly if it cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "FATAL: cargo is not installed (https://rustup.rs)" >&2; exit 1; }
@@ -23,10 +25,16 @@ echo "== proto compatibility with Ray's descriptors"
 "$PY" scripts/make_proto_fixtures.py --check
 echo "== cargo test"
 # Every cloud feature on, as clippy above, and the binaries built with the tests in one
-# invocation: the tests' dev-dependencies add features (tokio's test-util, ...), and a
-# build of the binaries alone would resolve other features and compile every crate that
-# depends on tokio (the cloud SDKs among them) a second time.
+# invocation.
 cargo build --workspace --release --all-features --bins --tests
+echo "== the wheel: built (maturin), installed into a fresh venv, run from there"
+# The workspace turns on, for every build, the features the tests' dependencies turn on
+# (Cargo.toml, tokio), so maturin's `-p rayscale` build reuses the crates just compiled.
+WHEEL="$(scripts/build-wheel.sh)"
+scripts/check-wheel.sh
+# The end-to-end tests where a head installs that wheel (rayscale.install, ray up's
+# head_setup_commands) and the KubeRay image's layout read it from here.
+export RAYSCALE_WHEEL_DIR="$(dirname "$WHEEL")"
 # Every request the cloud fakes and moto see, and every answer the fakes give, is written
 # down for the contract check below (tests/fakes/record.rs, tests/fakes/moto_ec2.py).
 CONTRACT_DIR="$(mktemp -d -t rayscale-contract.XXXXXX)"

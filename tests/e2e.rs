@@ -138,10 +138,15 @@ impl Stage {
         );
         let mut env = cloud.env();
         env.push(("PATH".to_string(), path));
-        env.push((
-            "RAYSCALE_BIN".to_string(),
-            crate::workspace_bin("rayscale").display().to_string(),
-        ));
+        if extra.contains("install:") {
+            // The head gets rayscale from the wheel (`rayscale.install`), offline.
+            env.push(("PIP_NO_INDEX".to_string(), "1".to_string()));
+        } else {
+            env.push((
+                "RAYSCALE_BIN".to_string(),
+                crate::workspace_bin("rayscale").display().to_string(),
+            ));
+        }
         env.push(("RUST_LOG".to_string(), "info".to_string()));
         let sim =
             crate::boot_sim::BootSimulator::start(cloud.plane(&cluster), env, scratch.join("sim"));
@@ -276,6 +281,129 @@ pub fn up_scale_down(name: &str, cloud: &dyn Cloud) {
         crate::processes_with_env(&format!("RAYSCALE_SIM_INSTANCE={head_id}")).is_empty(),
         "the head's processes are gone"
     );
+    stage.clean(&booted);
+}
+
+/// The directory of the wheel `scripts/build-wheel.sh` made (`RAYSCALE_WHEEL_DIR`, set
+/// by `scripts/test.sh`).
+pub fn wheel_dir() -> PathBuf {
+    let d = PathBuf::from(std::env::var("RAYSCALE_WHEEL_DIR").expect(
+        "RAYSCALE_WHEEL_DIR: the directory of rayscale's wheel (scripts/build-wheel.sh; \
+         scripts/test.sh sets it)",
+    ));
+    let has_wheel = std::fs::read_dir(&d)
+        .map(|r| {
+            r.flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(".whl"))
+        })
+        .unwrap_or(false);
+    assert!(has_wheel, "no wheel in RAYSCALE_WHEEL_DIR={}", d.display());
+    d
+}
+
+/// The head has no `rayscale`: its boot installs the wheel from a local directory
+/// (`rayscale.install.find_links`, pip offline). First with a version that is not there:
+/// `rayscale up --wait` ends with pip's reason; then with the wheel's: `up --wait`
+/// returns once rayscale runs on the head, which scales up for the workload and down.
+pub fn up_scale_down_from_the_wheel(name: &str, cloud: &dyn Cloud) {
+    let (_, worker_nc) = cloud.node_configs();
+    let wheels = wheel_dir();
+    let extra = |pip: &str| {
+        format!(
+            "rayscale: {{install: {{pip: '{pip}', find_links: '{}'}}}}\n",
+            wheels.display()
+        )
+    };
+    let workers =
+        format!("  worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {worker_nc}}}\n");
+    let stage = Stage::new(name, "whl", cloud, &extra("rayscale==0.0.1"), &workers);
+    let diag = || stage.diag();
+    let (ok, out) = rayscale_with(
+        &cloud.env(),
+        // The head's GCS listens on loopback here, not at its cloud address.
+        &[
+            "up",
+            &stage.config_arg,
+            "--wait",
+            "120",
+            "--gcs",
+            &stage.gcs,
+        ],
+    );
+    assert!(
+        !ok && out.contains("rayscale is not running on the head of")
+            && out.contains("install of rayscale==0.0.1 failed")
+            && out.contains("No matching distribution found for rayscale==0.0.1"),
+        "{out}\n{}",
+        diag()
+    );
+    let (ok, out) = rayscale_with(&cloud.env(), &["down", &stage.config_arg]);
+    assert!(ok, "{out}");
+    assert!(
+        wait_until(Duration::from_secs(30), || stage.sim.live().is_empty()),
+        "{:?}",
+        stage.sim.live()
+    );
+
+    // The same cluster with the wheel's own version.
+    let text = std::fs::read_to_string(&stage.config_arg).expect("config");
+    std::fs::write(
+        &stage.config_arg,
+        text.replace(
+            "rayscale==0.0.1",
+            &format!("rayscale=={}", env!("CARGO_PKG_VERSION")),
+        ),
+    )
+    .expect("config");
+    let (ok, out) = rayscale_with(
+        &cloud.env(),
+        // The head's GCS listens on loopback here, not at its cloud address.
+        &[
+            "up",
+            &stage.config_arg,
+            "--wait",
+            "120",
+            "--gcs",
+            &stage.gcs,
+        ],
+    );
+    assert!(
+        ok && out.contains("rayscale runs on the head"),
+        "{out}\n{}",
+        diag()
+    );
+    let head_id = cloud.running().first().cloned().expect("a head");
+    let log = stage.sim.log(&head_id);
+    assert!(
+        log.contains("rayscale: not on PATH: installing rayscale=="),
+        "the head installed rayscale itself:\n{log}"
+    );
+    let (ok, text) = workload(&stage.python, &stage.gcs);
+    assert!(ok, "workload: {text}\n{}", diag());
+    assert!(
+        stage
+            .sim
+            .ever_booted()
+            .iter()
+            .any(|i| *i != head_id && !i.contains("-head-")),
+        "the installed rayscale launched workers\n{}",
+        diag()
+    );
+    assert!(
+        wait_until(Duration::from_secs(120), || cloud.instances()
+            == [head_id.clone()]),
+        "instances still there: {:?}\n{}",
+        cloud.instances(),
+        diag()
+    );
+    let (ok, out) = rayscale_with(&cloud.env(), &["down", &stage.config_arg]);
+    assert!(ok && out.contains(&format!("head {head_id}")), "{out}");
+    assert!(
+        wait_until(Duration::from_secs(30), || stage.sim.live().is_empty()),
+        "processes still running for {:?}",
+        stage.sim.live()
+    );
+    let booted = stage.sim.ever_booted();
     stage.clean(&booted);
 }
 

@@ -3,10 +3,14 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use rayscale_core::config::ClusterConfig;
+use rayscale_core::driver::NAMESPACE;
+use rayscale_core::driver::lease::lease_prefix;
 use rayscale_core::launcher::{self, LauncherSettings};
-use rayscale_core::provider::boot::head_port;
+use rayscale_core::provider::boot::{boot_status_key, head_port};
+
+use crate::gcs::one_shot_client;
 
 /// How often the launcher looks at the cloud (`RAYSCALE_LAUNCHER_POLL_S`, for tests
 /// on an emulator; 5 s by default).
@@ -22,8 +26,22 @@ fn settings() -> LauncherSettings {
     s
 }
 
-/// `rayscale up` for a cloud cluster: finds or launches the head; prints how to reach it.
-pub async fn up(config: &ClusterConfig, path: &std::path::Path) -> Result<String> {
+/// `up --wait`: how long, and where the head's GCS is asked (default: its private
+/// address).
+pub struct Wait {
+    /// At most this long (s).
+    pub secs: u64,
+    /// The GCS address to ask instead of the head's private one.
+    pub gcs: Option<String>,
+}
+
+/// `rayscale up` for a cloud cluster: finds or launches the head; prints how to reach it;
+/// with `wait`, waits for rayscale to run on it.
+pub async fn up(
+    config: &ClusterConfig,
+    path: &std::path::Path,
+    wait: Option<Wait>,
+) -> Result<String> {
     let provider = crate::providers::build_for_launcher(config).await?;
     let port = head_port(config)?;
     let request_id = format!(
@@ -35,13 +53,29 @@ pub async fn up(config: &ClusterConfig, path: &std::path::Path) -> Result<String
     );
     let r = launcher::up(provider.as_ref(), config, &request_id, &settings()).await?;
     let ip = r.head.private_ip.as_deref().unwrap_or("?");
+    let waited = match wait {
+        Some(Wait { secs, gcs }) => {
+            let gcs = gcs.unwrap_or_else(|| format!("{ip}:{port}"));
+            println!(
+                "cluster {}: head {} runs; waiting up to {secs} s for rayscale on it (the GCS at {gcs})",
+                config.cluster_name, r.head.cloud_instance_id
+            );
+            let took =
+                wait_for_rayscale(&config.cluster_name, &gcs, Duration::from_secs(secs)).await?;
+            format!(
+                "\nrayscale runs on the head ({:.0} s after it did).",
+                took.as_secs_f64()
+            )
+        }
+        None => String::new(),
+    };
     Ok(format!(
         "cluster {name}: head {id} ({t}) {how}, private address {ip}\n\
          It starts Ray's head and rayscale at boot (logs on the head: \
          /var/lib/rayscale/boot.log and ~/rayscale.log).\n\
          From inside its network: ray status --address {ip}:{port}; \
          ray job submit --address http://{ip}:8265 -- python job.py\n\
-         Stop it: rayscale down {path}",
+         Stop it: rayscale down {path}{waited}",
         name = config.cluster_name,
         id = r.head.cloud_instance_id,
         t = r.head.node_type,
@@ -52,6 +86,50 @@ pub async fn up(config: &ClusterConfig, path: &std::path::Path) -> Result<String
         },
         path = path.display(),
     ))
+}
+
+/// Waits until `rayscale run` holds its lease in the head's GCS at `gcs` (Ray's head up,
+/// rayscale installed and started), or the head's boot reported why it did not start it
+/// (a failed install: [`boot_status_key`]); either ends the wait, as does `timeout`.
+async fn wait_for_rayscale(cluster: &str, gcs: &str, timeout: Duration) -> Result<Duration> {
+    let started = std::time::Instant::now();
+    let poll = settings().poll;
+    let mut last: String;
+    loop {
+        match boot_state(cluster, gcs).await {
+            Ok(Some(Ok(()))) => return Ok(started.elapsed()),
+            Ok(Some(Err(why))) => bail!(
+                "rayscale is not running on the head of {cluster}: its boot says \"{why}\" \
+                 (the head's /var/lib/rayscale/boot.log has the whole output; see \
+                 rayscale.install in the README)"
+            ),
+            Ok(None) => last = "Ray's head answers; rayscale has not started yet".into(),
+            Err(e) => last = format!("{e:#}"),
+        }
+        if started.elapsed() >= timeout {
+            bail!(
+                "rayscale did not start on the head of {cluster} within {} s (last: {last}); \
+                 its boot goes on: follow /var/lib/rayscale/boot.log and ~/rayscale.log there",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// What the head's GCS says: a lease (rayscale runs), the boot's reason it does not, or
+/// nothing yet.
+async fn boot_state(cluster: &str, gcs: &str) -> Result<Option<Result<(), String>>> {
+    let c = one_shot_client(gcs)?;
+    let leases = c
+        .kv_keys(NAMESPACE, lease_prefix(cluster).as_bytes())
+        .await?;
+    if !leases.is_empty() {
+        return Ok(Some(Ok(())));
+    }
+    Ok(c.kv_get(NAMESPACE, boot_status_key(cluster).as_bytes())
+        .await?
+        .map(|v| Err(String::from_utf8_lossy(&v).chars().take(500).collect())))
 }
 
 /// `rayscale down` for a cloud cluster: workers, then the head, then late workers.

@@ -8,8 +8,9 @@
 //!
 //! And the other way in: Ray's own `ray up` (its AWS bootstrap against moto, its node
 //! updater over a fake `ssh` that runs the head's commands on this machine,
-//! `tests/fakes/ray_up/`) with Ray's monitor replaced by `rayscale run` in
-//! `head_start_ray_commands`, as the README shows; then `ray down`.
+//! `tests/fakes/ray_up/`) with rayscale's wheel installed by `head_setup_commands` and
+//! Ray's monitor replaced by `rayscale run` in `head_start_ray_commands`, as the README
+//! shows; then `ray down`.
 //!
 //! The two tests take turns (each runs a Ray cluster; together they would starve a
 //! 2-core machine).
@@ -262,7 +263,8 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
     let _turn = serial();
     let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
     let venv_bin = python.parent().expect("venv bin").to_path_buf();
-    let rayscale_bin = rayscale_tests::workspace_bin("rayscale");
+    let wheels = rayscale_tests::e2e::wheel_dir().display().to_string();
+    let version = env!("CARGO_PKG_VERSION");
     let moto = Arc::new(MotoEc2::start());
     let port = free_ports(1)[0];
     let gcs = format!("127.0.0.1:{port}");
@@ -313,13 +315,13 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
         )],
         scratch.join("sim"),
     );
-    // The fake head's login environment (Ray's commands source ~/.bashrc): Ray and
-    // rayscale on PATH, AWS pointed at moto, the metadata stand-in, the head's marker.
+    // The fake head's login environment (Ray's commands source ~/.bashrc): Ray on PATH
+    // (no rayscale: head_setup_commands installs the wheel, pip offline), AWS pointed at
+    // moto, the metadata stand-in, the head's marker.
     let mut bashrc = format!(
-        "export PATH={}:{}:/usr/local/bin:/usr/bin:/bin\n\
+        "export PATH={}:/usr/local/bin:/usr/bin:/bin\nexport PIP_NO_INDEX=1\n\
          export RAYSCALE_METADATA_URL={}\nexport RAYSCALE_SIM_INSTANCE={}\n\
          export RUST_LOG=info\n",
-        rayscale_bin.parent().expect("bin dir").display(),
         venv_bin.display(),
         sim.metadata_url("head"),
         head.0,
@@ -329,8 +331,9 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
     }
     std::fs::write(head_home.join(".bashrc"), bashrc).expect(".bashrc");
     let config = scratch.join("cluster.yaml");
-    // The README's head_start_ray_commands, with what one machine needs (a loopback
-    // address, a temp dir of its own, a free port, a short interval).
+    // The README's head_setup_commands (the wheel, from a local directory here) and
+    // head_start_ray_commands, with what one machine needs (a loopback address, a temp
+    // dir of its own, a free port, a short interval).
     std::fs::write(
         &config,
         format!(
@@ -339,10 +342,11 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
              auth: {{ssh_user: ubuntu}}\nhead_node_type: head\n\
              available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n  \
              worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n\
-             file_mounts: {{}}\ninitialization_commands: []\nsetup_commands: []\nhead_setup_commands: []\nworker_setup_commands: []\n\
+             file_mounts: {{}}\ninitialization_commands: []\nsetup_commands: []\nworker_setup_commands: []\n\
+             head_setup_commands:\n  - pip install --quiet --upgrade --target ~/.rayscale --find-links {wheels} 'rayscale=={version}'\n\
              head_start_ray_commands:\n  - ray stop\n  \
              - RAY_enable_autoscaler_v2=1 ray start --head --no-monitor --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsu-{pid} --autoscaling-config=~/ray_bootstrap_config.yaml\n  \
-             - nohup rayscale run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{port} --head-ip auto --interval 2 >> ~/rayscale.log 2>&1 < /dev/null &\n\
+             - nohup ~/.rayscale/bin/rayscale run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{port} --head-ip auto --interval 2 >> ~/rayscale.log 2>&1 < /dev/null &\n\
              worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-$RAY_CLOUD_INSTANCE_ID --disable-usage-stats\n",
         ),
     )

@@ -10,6 +10,7 @@ use rayscale_tests::boot_sim::Notice;
 use rayscale_tests::boot_sim::{DataPlane, GcePlane};
 use rayscale_tests::e2e::{
     Cloud, SpotCloud, autostop_stops_workers_then_head, preempt_and_replace, up_scale_down,
+    up_scale_down_from_the_wheel,
 };
 use rayscale_tests::fakes::gce::{GceFake, Timing};
 
@@ -71,6 +72,15 @@ impl Cloud for Gce {
 fn rayscale_up_runs_a_ray_gcp_cluster_on_the_fake_and_down_removes_it() {
     let (_rt, fake) = fake();
     up_scale_down("gcp", &Gce(fake));
+}
+
+/// A head without `rayscale` installs the wheel (`scripts/build-wheel.sh`, from a local
+/// directory) in its boot and autoscales as above; a version the directory lacks ends
+/// `rayscale up --wait` with pip's reason.
+#[test]
+fn a_head_without_rayscale_installs_the_wheel_and_autoscales() {
+    let (_rt, fake) = fake();
+    up_scale_down_from_the_wheel("gcpw", &Gce(fake));
 }
 
 /// Autostop: with nothing to do, the worker goes and then the head deletes itself.

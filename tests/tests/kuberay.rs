@@ -534,3 +534,144 @@ fn the_example_manifest_loads() {
     );
     assert_eq!(c.idle_timeout_s(), 60.0);
 }
+
+/// The sidecar image (deploy/kuberay/Dockerfile) without a container runtime: its final
+/// stage's layout is rebuilt in a scratch directory (the wheel pip-installed into a fresh
+/// environment whose `bin` plays /usr/local/bin, the shim copied there as `ray`), then
+/// KubeRay's own autoscaler container command line is run in it as the kubelet runs it:
+/// Command `/bin/bash -lc --`, Args `ray kuberay-autoscaler --cluster-name
+/// $(RAY_CLUSTER_NAME) --cluster-namespace $(RAY_CLUSTER_NAMESPACE)` (KubeRay's
+/// `BuildAutoscalerContainer`, ray-operator/controllers/ray/common/pod.go), with the
+/// `$(VAR)` references expanded from the container's env first, as the kubelet does.
+#[test]
+fn the_sidecar_image_runs_kuberays_autoscaler_command_as_rayscale_kuberay() {
+    use std::process::Command;
+    let root = rayscale_tests::e2e::root();
+    let dockerfile = std::fs::read_to_string(root.join("deploy/kuberay/Dockerfile")).unwrap();
+    let last_stage = dockerfile.rsplit("\nFROM ").next().unwrap();
+    for line in [
+        "pip install --no-cache-dir --no-index /tmp/dist/rayscale-*.whl",
+        "COPY deploy/kuberay/ray-shim.sh /usr/local/bin/ray",
+        "ENTRYPOINT [\"rayscale\"]",
+    ] {
+        assert!(
+            last_stage.contains(line),
+            "the image's last stage has {line:?}"
+        );
+    }
+    let wheel = std::fs::read_dir(rayscale_tests::e2e::wheel_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .unwrap();
+    let scratch = std::env::temp_dir().join(format!("rayscale-image-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (usr_local, home, stub_dir) = (
+        scratch.join("usr-local"),
+        scratch.join("home"),
+        scratch.join("stub"),
+    );
+    for d in [&home, &stub_dir] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let ok = |c: &mut Command| {
+        let o = c.output().unwrap();
+        assert!(
+            o.status.success(),
+            "{c:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    ok(Command::new("python3").args(["-m", "venv"]).arg(&usr_local));
+    ok(Command::new(usr_local.join("bin/pip"))
+        .args(["install", "--quiet", "--no-cache-dir", "--no-index"])
+        .arg(&wheel));
+    let bin = usr_local.join("bin");
+    std::fs::copy(root.join("deploy/kuberay/ray-shim.sh"), bin.join("ray")).unwrap();
+    ok(Command::new("chmod").arg("0755").arg(bin.join("ray")));
+    // The image's entry point: the wheel's binary.
+    let v = Command::new(bin.join("rayscale"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&v.stdout).trim(),
+        format!("rayscale {}", env!("CARGO_PKG_VERSION"))
+    );
+    // The container's env (KubeRay's fieldRefs, resolved) and the kubelet's expansion of
+    // $(VAR) in Args.
+    let env = [
+        ("RAY_CLUSTER_NAME", "raycluster-autoscaler"),
+        ("RAY_CLUSTER_NAMESPACE", "team-a"),
+        ("RAY_HEAD_POD_NAME", "raycluster-autoscaler-head-x7k2p"),
+        ("KUBERAY_CRD_VER", "v1"),
+    ];
+    let mut args = "ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME) \
+                    --cluster-namespace $(RAY_CLUSTER_NAMESPACE)"
+        .to_string();
+    for (k, v) in env {
+        args = args.replace(&format!("$({k})"), v);
+    }
+    // `bash -l` reads the image's profile: /usr/local/bin on PATH (here its stand-in,
+    // through ~/.bash_profile); `first` goes before it.
+    let kubelet = |first: Option<&std::path::Path>, args: &str| {
+        let path = match first {
+            Some(f) => format!("{}:{}", f.display(), bin.display()),
+            None => bin.display().to_string(),
+        };
+        std::fs::write(
+            home.join(".bash_profile"),
+            format!("export PATH={path}:/usr/bin:/bin\n"),
+        )
+        .unwrap();
+        Command::new("/bin/bash")
+            .args(["-lc", "--", args])
+            .env_clear()
+            .env("HOME", &home)
+            .envs(env)
+            .output()
+            .unwrap()
+    };
+    // The shim runs `rayscale kuberay` with exactly KubeRay's flags (a stub rayscale
+    // before the real one writes its argv)...
+    std::fs::write(
+        stub_dir.join("rayscale"),
+        "#!/bin/bash\nprintf '%s\\n' \"$@\"\n",
+    )
+    .unwrap();
+    ok(Command::new("chmod")
+        .arg("0755")
+        .arg(stub_dir.join("rayscale")));
+    let o = kubelet(Some(&stub_dir), &args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "kuberay\n--cluster-name\nraycluster-autoscaler\n--cluster-namespace\nteam-a\n"
+    );
+    // ... which the wheel's binary takes (clap refuses an unknown flag with status 2).
+    let o = kubelet(None, &format!("{args} --help"));
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success()
+            && help.contains("--cluster-name")
+            && help.contains("--cluster-namespace"),
+        "{help}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = kubelet(
+        None,
+        "ray kuberay-autoscaler --cluster-name a --no-such-flag",
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Anything but the autoscaler is refused: the image has no Ray.
+    let o = kubelet(None, "ray status");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("runs rayscale only: 'ray status'"));
+    let _ = std::fs::remove_dir_all(&scratch);
+}

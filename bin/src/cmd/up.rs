@@ -34,13 +34,27 @@ pub struct UpArgs {
     /// local_processes: the loop's metrics, health and event file.
     #[command(flatten)]
     ops: OpsArgs,
+    /// A cloud cluster: once the head runs, wait up to SECS (900 when no value is given)
+    /// until rayscale runs on it, asking the head's GCS at its private address (so run
+    /// it where `ray status --address` reaches the head); a failed install on the head
+    /// ends the wait with pip's reason.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "900")]
+    wait: Option<u64>,
+    /// Where `--wait` asks the head's GCS when not at the head's private address (a
+    /// tunnel or port forward, e.g. `127.0.0.1:6379` after `ssh -L`).
+    #[arg(long, value_name = "HOST:PORT", requires = "wait")]
+    gcs: Option<String>,
 }
 
 /// `rayscale up`.
 pub async fn up(args: UpArgs) -> Result<String> {
     let config = load_config(&args.config)?;
     if config.provider_type != LOCAL {
-        return crate::launch::up(&config, &args.config).await;
+        let wait = args.wait.map(|secs| crate::launch::Wait {
+            secs,
+            gcs: args.gcs.clone(),
+        });
+        return crate::launch::up(&config, &args.config, wait).await;
     }
     let ray = find_ray(args.ray.as_ref())?;
     let addr = format!("127.0.0.1:{}", args.port);

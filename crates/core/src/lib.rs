@@ -6,7 +6,7 @@
 //! deterministic function of a snapshot, the expanders, the instance manager, the pure
 //! reconciler, the provider contract every cloud implements (`provider`), what is known of
 //! the cloud's capacity (`availability`), the live loop generic over its GCS, cloud and
-//! clock (`driver`), and, behind `test-util`, a fake cloud and a fake GCS.
+//! clock (`driver`), and (`testing`) a fake cloud and a fake GCS for tests.
 //!
 //! What must NOT live here: any I/O. No tonic, prost, HTTP client, cloud SDK, file system
 //! access beyond parsing text handed in, wall clock or unseeded randomness (the driver
@@ -36,7 +36,9 @@ pub mod scenario;
 pub mod scheduler;
 pub mod simulate;
 pub mod telemetry;
-#[cfg(any(test, feature = "test-util"))]
+// Always compiled, not behind a feature: a feature the tests alone turn on would make
+// the wheel's build (`-p rayscale`) compile this crate and every crate above it a
+// second time; the linker leaves the unused fakes out of the binary.
 pub mod testing;
 
 pub use error::CoreError;

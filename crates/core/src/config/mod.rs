@@ -7,6 +7,7 @@
 pub mod canonical_json;
 pub mod expander_settings;
 pub mod fast_yaml;
+pub mod install;
 pub mod limits;
 pub mod preemption;
 pub mod schema;
@@ -75,6 +76,8 @@ pub struct ClusterConfig {
     pub preemption: PreemptionSettings,
     /// The operator's limits of the `rayscale:` block (default: none).
     pub limits: limits::Limits,
+    /// `rayscale.install`: how a head without `rayscale` installs it at boot.
+    pub install: install::InstallSettings,
     /// The whole document as given.
     pub raw: Value,
 }
@@ -212,6 +215,10 @@ impl ClusterConfig {
             get("rayscale").and_then(|r| r.get("preemption")),
             &join(&join(path, "rayscale"), "preemption"),
         )?;
+        let install = install::InstallSettings::from_value(
+            get("rayscale").and_then(|r| r.get("install")),
+            &join(&join(path, "rayscale"), "install"),
+        )?;
         let priced: Vec<String> = expander.prices.iter().map(|(t, _)| t.clone()).collect();
         let limits = limits::Limits::from_block(
             get("rayscale"),
@@ -231,6 +238,7 @@ impl ClusterConfig {
             unavailable_type_ttl_s,
             preemption,
             limits,
+            install,
             cluster_name,
             max_workers,
             upscaling_speed,

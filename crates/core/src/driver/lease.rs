@@ -146,13 +146,19 @@ pub struct Lease {
     said_absurd: std::collections::BTreeSet<String>,
 }
 
+/// Where the lease of cluster `cluster` lives in the KV namespace (one key per holder
+/// epoch): a key there means a `rayscale run` holds, or held, the cluster.
+pub fn lease_prefix(cluster: &str) -> String {
+    format!("lease/{cluster}/")
+}
+
 impl Lease {
     /// The lease of cluster `cluster` in KV namespace `namespace`, for a process known as
     /// `me` (host and pid, for humans).
     pub fn new(namespace: &str, cluster: &str, me: &str, settings: LeaseSettings) -> Self {
         Lease {
             namespace: namespace.to_string(),
-            prefix: format!("lease/{cluster}/"),
+            prefix: lease_prefix(cluster),
             me: me.to_string(),
             settings,
             epoch: None,

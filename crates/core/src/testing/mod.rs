@@ -1,5 +1,5 @@
-//! Small builders, a fake cloud and a fake GCS for tests and benchmarks (feature `test-util`; always on
-//! in unit tests).
+//! Small builders, a fake cloud and a fake GCS for tests and benchmarks (compiled always,
+//! see the crate root; nothing in the binary calls them).
 
 use crate::config::NodeTypeConfig;
 use crate::model::{ResourceMap, ResourceRequest, ResourceRequestByCount};

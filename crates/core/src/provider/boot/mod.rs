@@ -33,9 +33,11 @@
 //! Then it starts `rayscale run` in the background (with `--autostop-head` when
 //! `rayscale.autostop_minutes` is set: autostop stops the head of a cluster `up`
 //! launched too), as the SSH user, on the
-//! host (with a `docker:` block too), logging to `~/rayscale.log`. The `rayscale` binary must be on
-//! the user's `PATH` by then (an image with it, or a `head_setup_commands` that installs
-//! it); `RAYSCALE_BIN` names another.
+//! host (with a `docker:` block too), logging to `~/rayscale.log`. `RAYSCALE_BIN` names
+//! the binary; else `rayscale` on the user's `PATH` (an image with it, or a
+//! `head_setup_commands` that installs it); else the boot installs the `rayscale` wheel
+//! with the Python beside `ray` (`rayscale.install`, by default this version from the
+//! package index) into `~/.rayscale`, and a failed install stops the boot, saying why.
 //!
 //! # Every boot
 //! On clouds whose images run the script once per instance (cloud-init's `scripts-user`:
@@ -471,17 +473,67 @@ fn render(
         } else {
             ""
         };
-        let run = vec![
-            "RAYSCALE_BIN=\"${RAYSCALE_BIN:-rayscale}\"".to_string(),
-            "command -v \"$RAYSCALE_BIN\" >/dev/null || { echo \"rayscale: $RAYSCALE_BIN is not on PATH: install it in head_setup_commands\" >&2; exit 1; }".to_string(),
-            format!(
+        let mut run = install_lines(config, gcs_port);
+        run.push(format!(
                 "nohup \"$RAYSCALE_BIN\" run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{gcs_port} --head-ip \"$RAY_HEAD_IP\"{autostop} >>~/rayscale.log 2>&1 </dev/null &"
-            ),
-        ];
+            ));
         step(&mut s, "autoscaler", &run, false);
     }
     s.push_str("echo \"rayscale: node $RAY_CLOUD_INSTANCE_ID started\"\n");
     Ok(s)
+}
+
+/// The KV key (namespace `__rayscale`) where a head's boot says what stopped it before
+/// `rayscale run` started (today: a failed install); `rayscale up --wait` reads it.
+pub fn boot_status_key(cluster: &str) -> String {
+    format!("boot/{cluster}")
+}
+
+/// The head's `rayscale`: `RAYSCALE_BIN` when set, else `rayscale` on `PATH`, else the
+/// wheel installed with the Python beside `ray` (`rayscale.install`) into `~/.rayscale`
+/// (pip's `--target`: nothing of the user's environment changes). A failed install stops
+/// the boot, says pip's last line in the boot log and, when Ray's Python can reach the
+/// head's GCS, under [`boot_status_key`] for `rayscale up --wait`.
+fn install_lines(config: &ClusterConfig, gcs_port: u16) -> Vec<String> {
+    let i = &config.install;
+    let find_links = i
+        .find_links
+        .as_deref()
+        .map(|f| format!(" --find-links {}", quote(f)))
+        .unwrap_or_default();
+    let req = quote(&i.pip);
+    let key = quote(&boot_status_key(&config.cluster_name));
+    vec![
+        "if [ -n \"${RAYSCALE_BIN:-}\" ]; then".to_string(),
+        "  command -v \"$RAYSCALE_BIN\" >/dev/null || { echo \"rayscale: RAYSCALE_BIN=$RAYSCALE_BIN is not a program\" >&2; exit 1; }".to_string(),
+        "elif command -v rayscale >/dev/null; then".to_string(),
+        "  RAYSCALE_BIN=rayscale".to_string(),
+        "else".to_string(),
+        "  RAY_PY=python3".to_string(),
+        "  if command -v ray >/dev/null && [ -x \"$(dirname \"$(command -v ray)\")/python\" ]; then RAY_PY=\"$(dirname \"$(command -v ray)\")/python\"; fi".to_string(),
+        format!("  echo \"rayscale: not on PATH: installing {} with $RAY_PY -m pip into ~/.rayscale\"", quote_inner(&i.pip)),
+        format!("  if ! \"$RAY_PY\" -m pip install --quiet --disable-pip-version-check --upgrade --target ~/.rayscale{find_links} {req} >~/.rayscale-install.log 2>&1; then"),
+        "    tail -n 20 ~/.rayscale-install.log >&2".to_string(),
+        "    why=\"$(tail -n 1 ~/.rayscale-install.log)\"".to_string(),
+        format!("    echo \"rayscale: the install of {} failed ($why): rayscale is not running\" >&2", quote_inner(&i.pip)),
+        format!("    \"$RAY_PY\" -c 'import sys, ray._raylet as r; r.GcsClient(address=sys.argv[1]).internal_kv_put(sys.argv[2].encode(), sys.argv[3].encode(), True, b\"__rayscale\")' 127.0.0.1:{gcs_port} {key} \"install of {} failed: $why\" >/dev/null 2>&1 || true", quote_inner(&i.pip)),
+        "    exit 1".to_string(),
+        "  fi".to_string(),
+        "  RAYSCALE_BIN=~/.rayscale/bin/rayscale".to_string(),
+        "fi".to_string(),
+    ]
+}
+
+/// `v` for inside a double-quoted shell string (`\`, `"`, `$` and `` ` `` escaped).
+fn quote_inner(v: &str) -> String {
+    let mut o = String::with_capacity(v.len());
+    for c in v.chars() {
+        if matches!(c, '\\' | '"' | '$' | '`') {
+            o.push('\\');
+        }
+        o.push(c);
+    }
+    o
 }
 
 /// A `docker:` block, with the node type's overrides applied.

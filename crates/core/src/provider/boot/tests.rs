@@ -357,3 +357,154 @@ fn the_notice_watcher_is_there_only_with_preemption_on_and_before_ray() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(!h.contains("notice-watch"));
 }
+
+/// Runs the head script of `c` with a `ray` and the `python` beside it in a directory of
+/// their own on `PATH` (no `rayscale` anywhere). The stand-in python writes its arguments
+/// to the trace; `pip install --target T` makes `T/bin/rayscale` (a stub that writes its
+/// own) unless `pip_fails`, when it prints pip's error and fails.
+fn run_head_without_rayscale(c: &ClusterConfig, name: &str, pip_fails: bool) -> HeadRun {
+    let dir = std::env::temp_dir().join(format!("rayscale-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bin = dir.join("ray-env/bin");
+    std::fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{e}"));
+    let python = format!(
+        "#!/bin/bash\necho \"python $*\" >> \"$RAYSCALE_TRACE\"\n\
+         [ \"$1 $2 $3\" = '-m pip install' ] || exit 0\n\
+         {}\
+         while [ $# -gt 0 ]; do [ \"$1\" = --target ] && t=\"$2\"; shift; done\n\
+         mkdir -p \"$t/bin\"\n\
+         printf '#!/bin/sh\\necho \"rayscale $*\" >> \"$RAYSCALE_TRACE\"\\n' > \"$t/bin/rayscale\"\n\
+         chmod 755 \"$t/bin/rayscale\"\n",
+        if pip_fails {
+            "echo 'ERROR: No matching distribution found for rayscale==9.9' >&2; exit 1\n"
+        } else {
+            ""
+        }
+    );
+    for (f, text) in [("python", python.as_str()), ("ray", "#!/bin/sh\nexit 0\n")] {
+        std::fs::write(bin.join(f), text).unwrap_or_else(|e| panic!("{e}"));
+        let _ = std::process::Command::new("chmod")
+            .arg("755")
+            .arg(bin.join(f))
+            .status();
+    }
+    let s = render_head(
+        c,
+        &HeadBootTarget {
+            node_type: "h",
+            instance_id_command: "echo i-head",
+            private_ip_command: "echo 10.9.8.7",
+            per_boot: false,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let trace = dir.join("trace");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&s)
+        .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
+        .env("RAYSCALE_TRACE", &trace)
+        .env_remove("RAYSCALE_BIN")
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("HOME", &dir)
+        .output()
+        .unwrap_or_else(|e| panic!("bash: {e}"));
+    let trace_text = if pip_fails {
+        std::fs::read_to_string(&trace).unwrap_or_default()
+    } else {
+        wait_for(&trace, "rayscale run")
+    };
+    let run = HeadRun {
+        ok: out.status.success(),
+        log: std::fs::read_to_string(dir.join("boot/boot.log")).unwrap_or_default(),
+        trace: trace_text,
+        home: dir.display().to_string(),
+        python: bin.join("python").display().to_string(),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    run
+}
+
+struct HeadRun {
+    ok: bool,
+    log: String,
+    trace: String,
+    home: String,
+    python: String,
+}
+
+#[test]
+fn a_head_without_rayscale_installs_it_with_the_python_beside_ray() {
+    let c = cfg(
+        "head_start_ray_commands: ['ray start --head --port=7000']\n\
+         rayscale: {install: {pip: 'rayscale==9.9', find_links: /opt/wheels}}\n",
+    );
+    let r = run_head_without_rayscale(&c, "install-ok", false);
+    assert!(r.ok, "{}", r.log);
+    let home = &r.home;
+    assert_eq!(
+        r.trace,
+        format!(
+            "python -m pip install --quiet --disable-pip-version-check --upgrade --target \
+             {home}/.rayscale --find-links /opt/wheels rayscale==9.9\n\
+             rayscale run --config {home}/ray_bootstrap_config.yaml --gcs 127.0.0.1:7000 \
+             --head-ip 10.9.8.7\n"
+        ),
+        "{}",
+        r.log
+    );
+    assert!(
+        r.log.contains(&format!(
+            "rayscale: not on PATH: installing rayscale==9.9 with {} -m pip into ~/.rayscale",
+            r.python
+        )),
+        "{}",
+        r.log
+    );
+    // By default, this build's own version from the index.
+    let s = render_head(
+        &cfg(""),
+        &HeadBootTarget {
+            node_type: "h",
+            instance_id_command: "echo i",
+            private_ip_command: "echo 10.0.0.2",
+            per_boot: false,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        s.contains(&format!(
+            "--target ~/.rayscale 'rayscale=={}'",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_failed_install_stops_the_boot_and_says_so() {
+    let c = cfg(
+        "head_start_ray_commands: ['ray start --head --port=7000']\n\
+         rayscale: {install: {pip: 'rayscale==9.9'}}\n",
+    );
+    let r = run_head_without_rayscale(&c, "install-fails", true);
+    assert!(!r.ok, "the boot fails: {}", r.log);
+    assert!(
+        r.log.contains(
+            "rayscale: the install of rayscale==9.9 failed (ERROR: No matching distribution \
+             found for rayscale==9.9): rayscale is not running"
+        ),
+        "{}",
+        r.log
+    );
+    assert!(!r.trace.contains("rayscale run"), "{}", r.trace);
+    // What `rayscale up --wait` reads: put in the head's GCS KV with Ray's Python.
+    assert!(
+        r.trace.contains(
+            "127.0.0.1:7000 boot/demo install of rayscale==9.9 failed: ERROR: No matching \
+             distribution found for rayscale==9.9"
+        ),
+        "{}",
+        r.trace
+    );
+}
