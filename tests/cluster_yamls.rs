@@ -88,6 +88,7 @@ pub async fn launch_every_node_type(
                 .map(|n| n.launch_config_hash.clone())
                 .unwrap_or_default(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         };
         let out = if *is_head {
             provider.launch_head(&r).await

@@ -46,6 +46,7 @@ async fn launch_all(p: &AwsProvider, total: u64, per_request: u64) -> Result<u64
                     count,
                     launch_config_hash: String::new(),
                     avoid_zones: Vec::new(),
+                    all_or_nothing: false,
                 })
                 .await
                 .map_err(|e| e.to_string())?;

@@ -50,6 +50,7 @@ async fn launch(op: Duration, n: u64) -> Result<(), String> {
             count: n,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         })
         .await
         .map_err(|e| e.to_string())?;

@@ -102,6 +102,7 @@ fn request(s: &Subject, id: &str, count: u64) -> LaunchRequest {
         count,
         launch_config_hash: "conformance".to_string(),
         avoid_zones: Vec::new(),
+        all_or_nothing: false,
     }
 }
 

@@ -115,6 +115,7 @@ impl Provoke for V1Provoke {
             count: 1,
             launch_config_hash: "h".into(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         })
     }
     async fn limit_capacity(&self, _: &str, n: u64) -> bool {
@@ -151,6 +152,7 @@ fn req(id: &str, n: u64) -> LaunchRequest {
         count: n,
         launch_config_hash: "h".into(),
         avoid_zones: Vec::new(),
+        all_or_nothing: false,
     }
 }
 

@@ -92,6 +92,7 @@ impl Provoke for MotoProvoke {
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         })
     }
     async fn limit_capacity(&self, _node_type: &str, n: u64) -> bool {
@@ -140,6 +141,7 @@ async fn cached_workers_are_stopped_then_restarted() {
         count: n,
         launch_config_hash: cfg.node_type("cpu").unwrap().launch_config_hash.clone(),
         avoid_zones: Vec::new(),
+        all_or_nothing: false,
     };
     let first = p.launch(&req("lr-1", 2)).await.unwrap();
     let mut ids: Vec<String> = first
@@ -208,6 +210,7 @@ async fn a_cached_head_is_stopped_by_down_and_started_by_the_next_up() {
         count: 1,
         launch_config_hash: cfg.node_type("head").unwrap().launch_config_hash.clone(),
         avoid_zones: Vec::new(),
+        all_or_nothing: false,
     };
     // A worker type is not a head, and the head's type is not a worker.
     let e = p
@@ -271,6 +274,7 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
             count: 2,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         })
         .await
         .unwrap();
@@ -307,6 +311,7 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         })
         .await
         .unwrap_err();
@@ -336,6 +341,7 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: vec![subnets[0].clone()],
+            all_or_nothing: false,
         })
         .await
         .unwrap();
@@ -357,6 +363,7 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: vec![subnets[0].clone(), subnets[1].clone()],
+            all_or_nothing: false,
         })
         .await
         .unwrap_err();
@@ -385,6 +392,7 @@ async fn a_replay_whose_describe_shows_part_of_the_launch_makes_nothing_more() {
         count: 3,
         launch_config_hash: cfg.node_type("cpu").unwrap().launch_config_hash.clone(),
         avoid_zones: Vec::new(),
+        all_or_nothing: false,
     };
     assert_eq!(p.launch(&req).await.unwrap().instances.len(), 3);
     moto.faults(r#"{"hide_last": 2}"#);
@@ -469,6 +477,7 @@ async fn a_bad_node_config_fails_at_load_naming_its_path() {
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         })
         .await
         .unwrap();
@@ -691,6 +700,7 @@ async fn first_launches_match_rays_own_aws_provider() {
                 rayscale_core::provider::NodeKind::Worker,
                 Some(&format!("capture-{t}")),
                 2,
+                false,
                 // rayscale's first attempt: the first subnet, as Ray's.
                 &rayscale_provider_aws::mapping::Placement {
                     subnet: aws.node_types[t].subnets().first().map(String::as_str),
@@ -788,4 +798,35 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
             rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &v, &origin).await;
     }
     assert!(launched >= 6, "{launched} node types launched");
+}
+
+/// An atomic gang's launch (`all_or_nothing`, `rayscale.gangs: atomic`) is one
+/// `RunInstances` with `MinCount = MaxCount`: with EC2 short of capacity (the fault
+/// switch caps m5.large at 2), a gang of 3 makes none and fails as a capacity error,
+/// where an ordinary launch makes the 2 it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_all_or_nothing_launch_makes_all_or_none() {
+    let moto = Arc::new(MotoEc2::start());
+    let cfg = config("gang", ", cache_stopped_nodes: false", &worker_config());
+    let provider = AwsProvider::new(moto.client(), &cfg, None).unwrap();
+    moto.faults(r#"{"capacity": {"m5.large": 2}}"#);
+    let req = |id: &str, all_or_nothing: bool| LaunchRequest {
+        request_id: id.into(),
+        node_type: "cpu".into(),
+        count: 3,
+        launch_config_hash: String::new(),
+        avoid_zones: Vec::new(),
+        all_or_nothing,
+    };
+    let e = provider
+        .launch(&req("gang-1", true))
+        .await
+        .expect_err("no capacity for the whole gang");
+    assert!(e.capacity().is_some(), "{e}");
+    let listed = provider.list().await.unwrap();
+    assert!(listed.is_empty(), "nothing is left running: {listed:?}");
+    // The same launch, not atomic: the 2 EC2 has, and a shortfall of 1.
+    let out = provider.launch(&req("plain-1", false)).await.unwrap();
+    assert_eq!(out.instances.len(), 2);
+    assert!(out.shortfall.is_some_and(|s| s.capacity().is_some()));
 }

@@ -67,6 +67,7 @@ async fn an_instance_ec2_keeps_pending_is_listed_pending_until_it_runs() {
         count: 2,
         launch_config_hash: "h".into(),
         avoid_zones: Vec::new(),
+        all_or_nothing: false,
     };
     provider.launch(&req("slow", "big")).await.unwrap();
     provider.launch(&req("fast", "alt")).await.unwrap();

@@ -93,6 +93,7 @@ fn req(cfg: &ClusterConfig, id: &str, t: &str, n: u64) -> LaunchRequest {
         count: n,
         launch_config_hash: cfg.node_type(t).unwrap().launch_config_hash.clone(),
         avoid_zones: Vec::new(),
+        all_or_nothing: false,
     }
 }
 
@@ -130,6 +131,7 @@ impl Provoke for ArmProvoke {
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         })
     }
     async fn limit_capacity(&self, _node_type: &str, n: u64) -> bool {

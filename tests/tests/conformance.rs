@@ -31,6 +31,7 @@ impl Provoke for FakeProvoke {
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         })
     }
     async fn limit_capacity(&self, node_type: &str, n: u64) -> bool {
@@ -72,6 +73,7 @@ impl Provoke for LocalProvoke {
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         })
     }
     async fn limit_capacity(&self, _: &str, _: u64) -> bool {

@@ -33,6 +33,7 @@ fn req(id: &str, t: &str, n: u64) -> LaunchRequest {
         count: n,
         launch_config_hash: String::new(),
         avoid_zones: Vec::new(),
+        all_or_nothing: false,
     }
 }
 

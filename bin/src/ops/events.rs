@@ -214,6 +214,11 @@ impl EventLog {
                 message,
             }));
         }
+        // Atomic gangs released or set aside (each said once: it happens once).
+        out.extend(v.outcome.gang_lines.iter().map(|l| Event {
+            severity: Severity::Warning,
+            message: format!("{}.", capitalized(l)),
+        }));
         // Advice the watchers were told not to drain on, once each.
         out.extend(v.advisories.iter().map(|n| Event {
             severity: Severity::Info,

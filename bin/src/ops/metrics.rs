@@ -143,6 +143,7 @@ pub struct Metrics {
     unreadable_rows: Gauges,
     expander_choices: Counters,
     expander_fallbacks: Counters,
+    gang_releases: Counters,
     unavailable_types: Gauges,
     lease_held: Gauges,
     lease_holder: Gauges,
@@ -274,6 +275,10 @@ impl Metrics {
             "rayscale_expander_fallbacks",
             "Choices an expander passed on to the next in the chain, by expander.",
         );
+        let gang_releases = r.counter(
+            "rayscale_gang_releases",
+            "Atomic gangs (rayscale.gangs: atomic) that did not come up whole and were released.",
+        );
         let unavailable_types = r.gauges(
             "rayscale_unavailable_node_types",
             "Node types set aside after capacity errors (1 while set aside).",
@@ -343,6 +348,7 @@ impl Metrics {
             unreadable_rows,
             expander_choices,
             expander_fallbacks,
+            gang_releases,
             unavailable_types,
             lease_held,
             lease_holder,
@@ -575,6 +581,9 @@ impl Observer for Metrics {
                 .inc_by(d);
         }
         seen.fallbacks = now;
+        self.gang_releases
+            .get_or_create(&s)
+            .inc_by(v.outcome.gang_lines.len() as u64);
 
         self.preemption.iteration(v);
         self.why.iteration(v);

@@ -91,6 +91,7 @@ fn world() -> (
             last_error: None,
             stop_cause: None,
             drain_deadline_ns: None,
+            gang: None,
         });
         cloud.push(CloudInstance::worker(
             format!("c-{i}"),

@@ -207,6 +207,25 @@ pub struct AvailabilityState {
     /// The operator's limits' clocks.
     #[serde(default)]
     pub clocks: LimitClocks,
+    /// Atomic gangs' failed attempts, by placement group id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gangs: BTreeMap<String, GangAttempts>,
+}
+
+/// An atomic gang's failed attempts (`rayscale.gangs: atomic`), kept until its placement
+/// group is placed, goes, or its set-aside time ends.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct GangAttempts {
+    /// Attempts that did not come up whole.
+    pub failed: u32,
+    /// The last one's reason.
+    pub reason: String,
+    /// After the last allowed attempt: not launched for until then (ns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_aside_until_ns: Option<i64>,
+    /// The gangs (their tags) already counted as failed, the newest last (at most 16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_tags: Vec<String>,
 }
 
 /// The clocks of the operator's limits that run over many iterations, kept with the
@@ -262,6 +281,8 @@ pub struct Availability {
     pub unavailable: UnavailableTypes,
     /// The limits' clocks.
     pub clocks: LimitClocks,
+    /// Atomic gangs' failed attempts.
+    pub gangs: BTreeMap<String, GangAttempts>,
 }
 
 impl Availability {
@@ -271,6 +292,7 @@ impl Availability {
             monitor: CloudResourceMonitor::new(recovery_s),
             unavailable: UnavailableTypes::new(ttl_s),
             clocks: LimitClocks::default(),
+            gangs: BTreeMap::new(),
         }
     }
 
@@ -280,6 +302,7 @@ impl Availability {
             last_unavailable_s: self.monitor.last_unavailable_s.clone(),
             unavailable: self.unavailable.entries.values().cloned().collect(),
             clocks: self.clocks.clone(),
+            gangs: self.gangs.clone(),
         }
     }
 
@@ -287,6 +310,7 @@ impl Availability {
     pub fn restore(&mut self, state: AvailabilityState) {
         self.monitor.last_unavailable_s = state.last_unavailable_s;
         self.clocks = state.clocks;
+        self.gangs = state.gangs;
         self.unavailable.entries = state
             .unavailable
             .into_iter()

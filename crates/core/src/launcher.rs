@@ -113,6 +113,7 @@ pub async fn up(
                 count: 1,
                 launch_config_hash: hash,
                 avoid_zones: Vec::new(),
+                all_or_nothing: false,
             })
             .await
             .map_err(provider_err)?;

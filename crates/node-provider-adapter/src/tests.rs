@@ -121,6 +121,7 @@ fn req(id: &str, count: u64) -> LaunchRequest {
         count,
         launch_config_hash: "h".into(),
         avoid_zones: Vec::new(),
+        all_or_nothing: false,
     }
 }
 

@@ -68,7 +68,8 @@ impl Placement<'_> {
 }
 
 /// Builds the RunInstances request for `count` nodes of `node_type` (MinCount 1,
-/// MaxCount `count`), with Ray's tags merged into the user's `TagSpecifications` (the
+/// MaxCount `count`; MinCount `count` too when `all_or_nothing`: EC2 then makes all of
+/// them or none, an atomic gang's launch), with Ray's tags merged into the user's `TagSpecifications` (the
 /// user's value wins for a key of its own, Ray's for a `ray-` key), `user_data` (plain
 /// text; base64-encoded here, as boto3 does), and `client_token`.
 #[allow(clippy::too_many_arguments)]
@@ -78,6 +79,7 @@ pub fn run_instances_input(
     kind: NodeKind,
     request_id: Option<&str>,
     count: u64,
+    all_or_nothing: bool,
     at: &Placement<'_>,
     user_data: Option<&str>,
     client_token: &str,
@@ -97,7 +99,7 @@ pub fn run_instances_input(
     let count = i32::try_from(count)
         .map_err(|_| AwsError::config(&path, format!("cannot launch {count} instances at once")))?;
     let mut b = RunInstancesInput::builder()
-        .min_count(1)
+        .min_count(if all_or_nothing { count } else { 1 })
         .max_count(count)
         .client_token(client_token);
     if let Some(t) = &nc.instance_type {
@@ -558,9 +560,33 @@ mod tests {
             subnet: Some("subnet-1"),
             zone: None,
         };
-        let i = run_instances_input(&c, "w", NodeKind::Worker, Some("lr-1"), 3, &at, None, "tok")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let i = run_instances_input(
+            &c,
+            "w",
+            NodeKind::Worker,
+            Some("lr-1"),
+            3,
+            false,
+            &at,
+            None,
+            "tok",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((i.min_count, i.max_count), (Some(1), Some(3)));
+        // An atomic gang's launch: all three or none.
+        let g = run_instances_input(
+            &c,
+            "w",
+            NodeKind::Worker,
+            Some("lr-1"),
+            3,
+            true,
+            &at,
+            None,
+            "tok",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((g.min_count, g.max_count), (Some(3), Some(3)));
         assert_eq!(
             i.image_id.as_deref(),
             Some("ami-0a2b85e15b7c0ac34"),
@@ -611,6 +637,7 @@ mod tests {
             NodeKind::Worker,
             None,
             1,
+            false,
             &at,
             Some("echo hi"),
             "t",
@@ -643,7 +670,7 @@ mod tests {
             subnet: None,
             zone: None,
         };
-        let e = run_instances_input(&c, "w", NodeKind::Worker, None, 1, &at, None, "t")
+        let e = run_instances_input(&c, "w", NodeKind::Worker, None, 1, false, &at, None, "t")
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();

@@ -298,8 +298,10 @@ impl AwsProvider {
         // 2. Cached nodes: stopped instances of this kind, type and launch config,
         //    restarted (ours from an interrupted restart first); their boot script runs
         //    again at boot (it installed itself to).
+        //    Not for an all-or-nothing launch: restarted nodes and a RunInstances that
+        //    fails would leave part of the gang.
         let mut reuse: Vec<String> = stopped_ours;
-        if cfg.cache_stopped_nodes && remaining > reuse.len() as u64 {
+        if cfg.cache_stopped_nodes && !req.all_or_nothing && remaining > reuse.len() as u64 {
             let hash = cfg.launch_hashes.get(t).cloned().unwrap_or_default();
             let stopped = self
                 .describe(
@@ -417,6 +419,7 @@ impl AwsProvider {
                     kind,
                     Some(&req.request_id),
                     remaining,
+                    req.all_or_nothing,
                     at,
                     user_data.as_deref(),
                     &token,
@@ -659,6 +662,7 @@ fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, AwsError
             NodeKind::Worker,
             None,
             1,
+            false,
             &Placement {
                 subnet: None,
                 zone: None,

@@ -156,6 +156,7 @@ fn request(id: &str, node_type: &str, count: u64) -> LaunchRequest {
         count,
         launch_config_hash: String::new(),
         avoid_zones: Vec::new(),
+        all_or_nothing: false,
     }
 }
 

@@ -177,6 +177,7 @@ available_node_types:
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         })
         .await
         .unwrap();

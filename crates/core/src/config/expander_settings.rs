@@ -133,13 +133,14 @@ impl ExpanderSettings {
                 | "max_hourly_cost"
                 | "autostop_minutes"
                 | "consolidation"
-                | "install" => {}
+                | "install"
+                | "gangs" => {}
                 _ => {
                     return Err(CoreError::invalid(
                         p,
                         "unknown key (known: expander, unavailable_type_ttl_s, preemption, bridge, \
                          disruption_budget, scale_down_delay_after_launch_s, min_node_lifetime_s, \
-                         max_hourly_cost, autostop_minutes, consolidation, install)",
+                         max_hourly_cost, autostop_minutes, consolidation, install, gangs)",
                     ));
                 }
             }

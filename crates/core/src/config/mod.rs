@@ -7,6 +7,7 @@
 pub mod canonical_json;
 pub mod expander_settings;
 pub mod fast_yaml;
+pub mod gangs;
 pub mod install;
 pub mod limits;
 pub mod preemption;
@@ -78,6 +79,8 @@ pub struct ClusterConfig {
     pub limits: limits::Limits,
     /// `rayscale.install`: how a head without `rayscale` installs it at boot.
     pub install: install::InstallSettings,
+    /// `rayscale.gangs`: atomic placement groups (default: off, Ray's behaviour).
+    pub gangs: Option<gangs::Gangs>,
     /// The whole document as given.
     pub raw: Value,
 }
@@ -219,6 +222,10 @@ impl ClusterConfig {
             get("rayscale").and_then(|r| r.get("install")),
             &join(&join(path, "rayscale"), "install"),
         )?;
+        let gangs = gangs::Gangs::from_value(
+            get("rayscale").and_then(|r| r.get("gangs")),
+            &join(&join(path, "rayscale"), "gangs"),
+        )?;
         let priced: Vec<String> = expander.prices.iter().map(|(t, _)| t.clone()).collect();
         let limits = limits::Limits::from_block(
             get("rayscale"),
@@ -239,6 +246,7 @@ impl ClusterConfig {
             preemption,
             limits,
             install,
+            gangs,
             cluster_name,
             max_workers,
             upscaling_speed,

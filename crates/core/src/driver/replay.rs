@@ -65,6 +65,7 @@ pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<
             count,
             launch_config_hash,
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         }));
     }
     if !terminate.is_empty() {

@@ -50,6 +50,8 @@ pub struct InstanceUpdateEvent {
     pub stop_cause: Option<String>,
     /// Sets the deadline of its drain.
     pub drain_deadline_ns: Option<i64>,
+    /// Sets the atomic gang it belongs to.
+    pub gang: Option<String>,
 }
 
 impl InstanceUpdateEvent {
@@ -75,6 +77,7 @@ impl InstanceUpdateEvent {
             bump_termination_retries: false,
             stop_cause: None,
             drain_deadline_ns: None,
+            gang: None,
         }
     }
 
@@ -157,6 +160,12 @@ impl InstanceUpdateEvent {
     /// [`Instance::drain_deadline_ns`]: super::Instance::drain_deadline_ns
     pub fn with_drain_deadline(mut self, deadline_ns: i64) -> Self {
         self.drain_deadline_ns = Some(deadline_ns);
+        self
+    }
+
+    /// Sets the atomic gang (`<pg id>#<attempt>`) the instance is launched for.
+    pub fn with_gang(mut self, gang: impl Into<String>) -> Self {
+        self.gang = Some(gang.into());
         self
     }
 

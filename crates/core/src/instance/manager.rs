@@ -350,6 +350,9 @@ fn set_fields(instance: &mut Instance, event: &InstanceUpdateEvent) {
     if let Some(v) = event.drain_deadline_ns {
         instance.drain_deadline_ns = Some(v);
     }
+    if let Some(v) = &event.gang {
+        instance.gang = Some(v.clone());
+    }
     if event.bump_launch_retries {
         instance.launch_retries = instance.launch_retries.saturating_add(1);
     }

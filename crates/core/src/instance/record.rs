@@ -83,6 +83,11 @@ pub struct Instance {
     /// runs on until then or until it ends; then the instance is terminated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_deadline_ns: Option<i64>,
+    /// The atomic gang it was launched for (`rayscale.gangs: atomic`): the placement
+    /// group's id and the attempt, `<pg id>#<n>`; the gang's nodes are launched, waited
+    /// for and released together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<String>,
 }
 
 impl Instance {
@@ -115,6 +120,7 @@ impl Instance {
             last_error: None,
             stop_cause: None,
             drain_deadline_ns: None,
+            gang: None,
         }
     }
 
@@ -164,7 +170,9 @@ impl Instance {
     pub fn idle_stop(&self) -> bool {
         self.drain_deadline_ns.is_none()
             && self.stop_cause.as_deref().is_none_or(|c| {
-                c == TerminationCause::Idle.name() || c == TerminationCause::Autostop.name()
+                c == TerminationCause::Idle.name()
+                    || c == TerminationCause::Autostop.name()
+                    || c == TerminationCause::Gang.name()
             })
     }
 }

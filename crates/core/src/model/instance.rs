@@ -138,6 +138,9 @@ pub enum TerminationCause {
     Consolidation,
     /// rayscale's own (`rayscale.autostop_minutes`): no demand and no work for that long.
     Autostop,
+    /// rayscale's own (`rayscale.gangs: atomic`): a node of a gang that did not come up
+    /// whole, released (idle only) so that the group is planned again whole.
+    Gang,
 }
 
 impl TerminationCause {
@@ -150,6 +153,7 @@ impl TerminationCause {
             TerminationCause::Outdated => "OUTDATED",
             TerminationCause::Consolidation => "CONSOLIDATION",
             TerminationCause::Autostop => "AUTOSTOP",
+            TerminationCause::Gang => "GANG",
         }
     }
 }

@@ -267,6 +267,7 @@ mod tests {
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
+            all_or_nothing: false,
         }
     }
 

@@ -161,6 +161,11 @@ pub struct LaunchRequest {
     /// no other zone left fails the launch with a capacity error without a zone (the
     /// type is out), without calling the cloud.
     pub avoid_zones: Vec<String>,
+    /// All or nothing (an atomic gang, `rayscale.gangs: atomic`): a provider whose cloud
+    /// has a call that makes all `count` instances or none uses it (EC2 `RunInstances`
+    /// with `MinCount = MaxCount`); the others launch as usual, and the reconciler
+    /// releases a gang that does not come up whole.
+    pub all_or_nothing: bool,
 }
 
 /// What a launch call made.

@@ -28,6 +28,9 @@ mod cloud_tests;
 mod consolidate;
 #[cfg(test)]
 mod explain_tests;
+pub mod gangs;
+#[cfg(test)]
+mod gangs_tests;
 mod limits;
 #[cfg(test)]
 mod limits_tests;
@@ -63,7 +66,7 @@ use crate::provider::{
     CloudInstance, CloudInstanceState, LaunchRequest, ProviderError, ProviderOp,
 };
 use crate::scheduler::request::{HEAD_MARKER, InstanceRecord, build_request};
-use crate::scheduler::{Decision, TerminationCause, schedule_with_explained};
+use crate::scheduler::{Decision, NodeFate, TerminationCause, schedule_with_explained};
 
 pub use autostop::{AUTOSTOP_WARNING_S, AutostopSaid, AutostopView};
 
@@ -289,6 +292,9 @@ pub struct Outcome {
     pub explanation: Option<Explanation>,
     /// Autostop's view, with `rayscale.autostop_minutes` (none when scaling was skipped).
     pub autostop: Option<AutostopView>,
+    /// Atomic gangs released or set aside this iteration (`rayscale.gangs: atomic`), one
+    /// line each, for the event log.
+    pub gang_lines: Vec<String>,
 }
 
 /// Runs one iteration at `now_ns` (wall clock, ns since the epoch). `avail` carries what

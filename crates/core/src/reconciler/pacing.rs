@@ -63,8 +63,57 @@ impl<S: InstanceStorage> Run<'_, S> {
         });
         let mut budget = s.max_concurrent_launches.saturating_sub(requested);
         let mut events = Vec::new();
-        // (request id, node type) -> (count to send, launch config hash).
-        let mut launches: BTreeMap<(String, String), (u64, String)> = BTreeMap::new();
+        // (request id, node type) -> (count to send, launch config hash, all or nothing).
+        let mut launches: BTreeMap<(String, String), (u64, String, bool)> = BTreeMap::new();
+        // An atomic gang's queued members of a type go out together, in one all-or-nothing
+        // request of their own, whatever the upscaling speed (they count in the budget).
+        let mut gang_members: BTreeMap<(&str, &str), Vec<&Instance>> = BTreeMap::new();
+        for list in queued.values_mut() {
+            list.retain(|i| match i.gang.as_deref() {
+                Some(g) => {
+                    gang_members
+                        .entry((g, i.node_type.as_str()))
+                        .or_default()
+                        .push(i);
+                    false
+                }
+                None => true,
+            });
+        }
+        for ((_, t), members) in gang_members {
+            let fresh = members
+                .iter()
+                .filter(|i| i.launch_request_id.is_empty())
+                .count() as u64;
+            let rid = if fresh > 0 {
+                ids.request_id()
+            } else {
+                String::new()
+            };
+            for i in members {
+                let (id, size) = if i.launch_request_id.is_empty() {
+                    (rid.clone(), fresh)
+                } else {
+                    (i.launch_request_id.clone(), i.launch_request_size)
+                };
+                let e = launches.entry((id.clone(), t.to_string())).or_insert((
+                    0,
+                    i.launch_config_hash.clone(),
+                    true,
+                ));
+                e.0 = if size > 0 { size } else { e.0 + 1 };
+                events.push(
+                    Self::ev(
+                        i,
+                        InstanceStatus::Requested,
+                        format!("launch requested ({id}, gang)"),
+                    )
+                    .with_launch_request(id, size),
+                );
+                budget = budget.saturating_sub(1);
+            }
+        }
+        queued.retain(|_, list| !list.is_empty());
         for (t, mut list) in queued {
             let base = running.get(t).copied().unwrap_or(0).max(1) as f64;
             let desired = ((s.upscaling_speed * base).ceil() as usize).max(1);
@@ -110,9 +159,11 @@ impl<S: InstanceStorage> Run<'_, S> {
                 } else {
                     (i.launch_request_id.clone(), i.launch_request_size)
                 };
-                let e = launches
-                    .entry((id.clone(), t.to_string()))
-                    .or_insert((0, i.launch_config_hash.clone()));
+                let e = launches.entry((id.clone(), t.to_string())).or_insert((
+                    0,
+                    i.launch_config_hash.clone(),
+                    false,
+                ));
                 // A record of an older table has no size: send what is requeued.
                 e.0 = if size > 0 { size } else { e.0 + 1 };
                 events.push(
@@ -127,7 +178,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             budget -= n;
         }
         self.apply(events)?;
-        for ((request_id, node_type), (count, launch_config_hash)) in launches {
+        for ((request_id, node_type), (count, launch_config_hash, all_or_nothing)) in launches {
             let avoid_zones = self.avail.unavailable.zones_out(&node_type, now);
             self.out.effects.push(Effect::Launch(LaunchRequest {
                 request_id,
@@ -135,6 +186,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                 count,
                 launch_config_hash,
                 avoid_zones,
+                all_or_nothing,
             }));
         }
         Ok(())

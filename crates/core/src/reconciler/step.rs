@@ -163,7 +163,30 @@ impl<S: InstanceStorage> Run<'_, S> {
             events.push(e);
         }
         self.apply(events)?;
-        let table = self.table()?;
+        let mut table = self.table()?;
+        // Atomic gangs that did not come up whole are released, before the scheduler
+        // counts their nodes (off: nothing).
+        let mut set_aside = Vec::new();
+        if let Some(g) = &config.gangs {
+            let c = gangs::check(
+                g,
+                config.unavailable_type_ttl_s,
+                obs.ray,
+                &table,
+                &mut self.avail.gangs,
+                &mut self.avail.unavailable,
+                now,
+            );
+            for l in &c.lines {
+                self.out.warnings.push(l.clone());
+            }
+            self.out.gang_lines = c.lines;
+            set_aside = c.set_aside;
+            if !c.events.is_empty() {
+                self.apply(c.events)?;
+                table = self.table()?;
+            }
+        }
         // Queued launches of a type the cloud has no capacity for are canceled, so that
         // the scheduler places their demand on another type (Karpenter's unavailable
         // offerings); in-flight requests of the type are left to finish or fail.
@@ -193,7 +216,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         };
         let records: Vec<InstanceRecord> = table
             .iter()
-            .filter(|i| live(i) && !unknown_type(i))
+            .filter(|i| live(i) && !unknown_type(i) && !gangs::released(i))
             .map(|i| InstanceRecord {
                 instance_id: i.instance_id.clone(),
                 cloud_instance_id: i.cloud_instance_id.clone(),
@@ -205,14 +228,31 @@ impl<S: InstanceStorage> Run<'_, S> {
         let placed = with_unreadable(config, obs.ray, &table);
         let ray = placed.as_ref().unwrap_or(obs.ray);
         let fixed = schedulable_state(config, ray, &table, &mut self.out.warnings);
+        // A released gang's running nodes are drained: not room for anything, the group
+        // planned again whole included.
+        let released = config
+            .gangs
+            .is_some()
+            .then(|| gangs::without_released(fixed.as_ref().unwrap_or(ray), &table))
+            .flatten();
         let mut request = build_request(
             config,
-            fixed.as_ref().unwrap_or(ray),
+            released.as_ref().or(fixed.as_ref()).unwrap_or(ray),
             &records,
             "gcs",
             "instance table",
         )?;
         inputs.apply(&mut request);
+        // Atomic gangs set aside after their last attempt: not launched for, reported.
+        if !set_aside.is_empty() {
+            let (aside, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut request.gang_requests)
+                .into_iter()
+                .partition(|r| {
+                    gangs::gang_id(r).is_some_and(|id| set_aside.iter().any(|s| s == id))
+                });
+            request.gang_requests = keep;
+            self.out.report.infeasible_gangs.extend(aside);
+        }
         let outside = !outside_demand.is_empty();
         request.resource_requests.extend(outside_demand);
         let (mut decision, views) = schedule_with_explained(&request, chain);
@@ -314,21 +354,37 @@ impl<S: InstanceStorage> Run<'_, S> {
                 };
                 events.push(e);
             }
+            // With atomic gangs, the nodes launched for a pending group carry its tag.
+            let mut tags: BTreeMap<&str, VecDeque<String>> = BTreeMap::new();
+            if config.gangs.is_some() {
+                for v in views.iter().filter(|v| v.fate == NodeFate::Launch) {
+                    let tag = v
+                        .gang
+                        .and_then(|gi| request.gang_requests.get(gi))
+                        .and_then(gangs::gang_id)
+                        .map(|pg| gangs::gang_tag(pg, now));
+                    if let Some(t) = tag {
+                        tags.entry(v.node_type.as_str()).or_default().push_back(t);
+                    }
+                }
+            }
             for (node_type, count) in &decision.launch {
                 let hash = config
                     .node_type(node_type)
                     .map(|t| t.launch_config_hash.clone())
                     .unwrap_or_default();
                 for _ in 0..*count {
-                    events.push(
-                        InstanceUpdateEvent::create(
-                            ids.instance_id(),
-                            node_type.clone(),
-                            InstanceStatus::Queued,
-                        )
-                        .with_launch_config_hash(hash.clone())
-                        .with_details("queued by the scheduler"),
-                    );
+                    let mut e = InstanceUpdateEvent::create(
+                        ids.instance_id(),
+                        node_type.clone(),
+                        InstanceStatus::Queued,
+                    )
+                    .with_launch_config_hash(hash.clone())
+                    .with_details("queued by the scheduler");
+                    if let Some(t) = tags.get_mut(node_type.as_str()).and_then(|q| q.pop_front()) {
+                        e = e.with_gang(t);
+                    }
+                    events.push(e);
                 }
             }
             self.apply(events)?;

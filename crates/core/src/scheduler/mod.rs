@@ -195,6 +195,9 @@ pub struct NodeView {
     pub placed: Vec<(ResourceRequest, u64)>,
     /// Constraint requests placed on the node, with counts.
     pub placed_constraint: Vec<(ResourceRequest, u64)>,
+    /// For a node this pass launches for a placement group: its index in the request's
+    /// `gang_requests` (the group it was made for; later bundles may share it).
+    pub gang: Option<usize>,
 }
 
 /// Like [`schedule`], also returning every node of the resulting cluster.

@@ -135,8 +135,36 @@ impl Sim<'_> {
                         ));
                         continue;
                     }
-                    entry.launched += l.count;
-                    for _ in 0..l.count {
+                    let live = self
+                        .vms
+                        .iter()
+                        .filter(|v| v.node_type == l.node_type)
+                        .count();
+                    let left = b.capacity.map(|c| c.saturating_sub(live as u64));
+                    let give = match left {
+                        Some(left) if left < l.count => {
+                            let give = if l.all_or_nothing { 0 } else { left };
+                            let entry = self.summary.types.entry(l.node_type.clone()).or_default();
+                            entry.capacity_errors += 1;
+                            self.errors.push(ProviderError::new(
+                                ProviderOp::Launch {
+                                    request_id: l.request_id.clone(),
+                                    node_type: l.node_type.clone(),
+                                    count: l.count - give,
+                                },
+                                ProviderErrorKind::Capacity {
+                                    node_type: l.node_type.clone(),
+                                    zone: None,
+                                },
+                                "simulated: the type's capacity is used up",
+                            ));
+                            give
+                        }
+                        _ => l.count,
+                    };
+                    let entry = self.summary.types.entry(l.node_type.clone()).or_default();
+                    entry.launched += give;
+                    for _ in 0..give {
                         self.next_vm += 1;
                         self.vms.push(Vm {
                             id: format!("vm-{:06}", self.next_vm),

@@ -133,6 +133,7 @@ struct Behaviour {
     boot_s: f64,
     failure_rate: f64,
     capacity_error_rate: f64,
+    capacity: Option<u64>,
     price: f64,
     preemption_mean_s: Option<f64>,
     notice_s: f64,
@@ -311,6 +312,7 @@ impl<'a> Sim<'a> {
                     boot_s: pick(|m| m.boot_s).unwrap_or(60.0),
                     failure_rate: pick(|m| m.failure_rate).unwrap_or(0.0),
                     capacity_error_rate: pick(|m| m.capacity_error_rate).unwrap_or(0.0),
+                    capacity: own.and_then(|m| m.capacity).or(d.capacity),
                     price: pick(|m| m.price_per_hour)
                         .or_else(|| chain.price_of(&t.name))
                         .unwrap_or(0.0),
@@ -371,6 +373,7 @@ impl<'a> Sim<'a> {
             boot_s: 60.0,
             failure_rate: 0.0,
             capacity_error_rate: 0.0,
+            capacity: None,
             price: 0.0,
             preemption_mean_s: None,
             notice_s: 30.0,

@@ -407,3 +407,36 @@ fn consolidation_and_autostop_apply_in_simulation() {
     assert_eq!(stopped.series.last().map(|x| x.nodes["w"]), Some(0));
     assert_eq!(kept.series.last().map(|x| x.nodes["w"]), Some(1));
 }
+
+/// A type with a capacity: a group larger than it never holds nodes for nothing with
+/// `rayscale.gangs: atomic` (all-or-nothing launches), where Ray's behaviour keeps what
+/// came up; both place the smaller group that fits.
+#[test]
+fn a_capacity_cap_and_atomic_gangs_waste_no_node_hours_on_a_group_that_cannot_fit() {
+    let t = trace(
+        "end_s: 3600\ncloud: {default: {boot_s: 60}, types: {a: {capacity: 3}}}\n\
+         workload:\n  \
+         - {at_s: 0, kind: placement_group, strategy: STRICT_SPREAD, bundles: [{CPU: 4}, {CPU: 4}, {CPU: 4}, {CPU: 4}], duration_s: 600}\n  \
+         - {at_s: 1200, kind: placement_group, strategy: STRICT_SPREAD, bundles: [{CPU: 4}, {CPU: 4}], duration_s: 600}\n",
+    );
+    let only_a = TWO_TYPES.replace(
+        "  b: {resources: {CPU: 4}, max_workers: 10, node_config: {}}\n",
+        "",
+    );
+    let ray = run(&config(&only_a), &t).summary;
+    let atomic = run(
+        &config(&format!("{only_a}rayscale: {{gangs: atomic}}\n")),
+        &t,
+    )
+    .summary;
+    // Ray: 3 of 4 come up and stay (the group of 2 then runs on them).
+    assert!(ray.types["a"].capacity_errors >= 1, "{ray:?}");
+    assert!(ray.types["a"].node_hours > 2.0, "{ray:?}");
+    // Atomic: only the group of 2 ever holds nodes (about 2 x 11 min).
+    assert!(atomic.types["a"].node_hours < 0.5, "{atomic:?}");
+    assert_eq!(
+        (ray.unplaced, atomic.unplaced),
+        (1, 1),
+        "{ray:?} {atomic:?}"
+    );
+}

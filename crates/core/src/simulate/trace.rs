@@ -71,6 +71,10 @@ pub struct TypeModel {
     pub failure_rate: Option<f64>,
     /// Chance a launch request fails with a capacity error.
     pub capacity_error_rate: Option<f64>,
+    /// At most this many instances of the type at once (a stockout): a launch beyond
+    /// makes what fits and fails the rest with a capacity error; an all-or-nothing one
+    /// (an atomic gang's) makes none.
+    pub capacity: Option<u64>,
     /// Price per instance-hour.
     pub price_per_hour: Option<f64>,
     /// Spot: the mean time (s) from an instance running to the cloud's preemption notice

@@ -145,6 +145,7 @@ fn cause_text(c: TerminationCause) -> &'static str {
         TerminationCause::Idle => "idle",
         TerminationCause::Consolidation => "consolidation: its load fits on the other nodes",
         TerminationCause::Autostop => "autostop",
+        TerminationCause::Gang => "gang released: the placement group is planned again whole",
     }
 }
 

@@ -136,6 +136,7 @@ impl Engine<'_> {
             sched: [Vec::new(), Vec::new()],
             labels: Rc::new(t.labels.clone()),
             term: None,
+            gang: NO_GANG,
         }
     }
 
@@ -171,6 +172,7 @@ impl Engine<'_> {
                 sched: [Vec::new(), Vec::new()],
                 labels: Rc::new(ray.labels.clone()),
                 term: None,
+                gang: NO_GANG,
             });
         }
         let Some(ci) = config_idx else {
@@ -193,6 +195,7 @@ impl Engine<'_> {
                 sched: [Vec::new(), Vec::new()],
                 labels: Rc::new(Vec::new()),
                 term: Some(TerminationCause::Outdated),
+                gang: NO_GANG,
             });
         };
         let mut n = self.node_from_config(ci, NodeStatus::Schedulable);

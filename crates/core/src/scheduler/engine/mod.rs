@@ -111,7 +111,13 @@ struct SNode {
     sched: [Vec<(ShapeId, u64)>; 2],
     labels: Rc<Vec<(String, String)>>,
     term: Option<TerminationCause>,
+    /// For a node this pass launches for a placement group: that gang's index, else
+    /// [`NO_GANG`] (a `u32` beside the small fields, so a node stays as large as it was).
+    gang: u32,
 }
+
+/// [`SNode::gang`] of a node launched for no placement group.
+const NO_GANG: u32 = u32::MAX;
 
 /// Ray's ordering after the utilisation score: recoverable availability, then the type's
 /// priority, then cloud availability (higher first in each).
@@ -308,11 +314,21 @@ impl<'a> Engine<'a> {
                 continue;
             }
             let nodes = std::mem::take(&mut self.nodes);
-            let (slots, left) = self.try_schedule(&nodes, runs, DEMAND);
+            let (mut slots, left) = self.try_schedule(&nodes, runs, DEMAND);
             if left.iter().any(|r| r.count > 0) {
                 decision.infeasible_gang_requests.push(gi);
                 self.nodes = nodes;
             } else {
+                // The nodes launched for this gang (what atomic gangs launch together);
+                // a node launched for an earlier gang stays that gang's.
+                for s in &mut slots {
+                    if let Slot::New(n) = s
+                        && n.status == NodeStatus::ToLaunch
+                        && n.gang == NO_GANG
+                    {
+                        n.gang = u32::try_from(gi).unwrap_or(NO_GANG);
+                    }
+                }
                 self.nodes = materialize(nodes, slots);
             }
         }
@@ -414,6 +430,7 @@ impl<'a> Engine<'a> {
             available_for_constraint: map(&n.avail[CONSTRAINT]),
             placed: placed(DEMAND),
             placed_constraint: placed(CONSTRAINT),
+            gang: (n.gang != NO_GANG).then_some(n.gang as usize),
         }
     }
 }

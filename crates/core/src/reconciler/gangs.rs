@@ -1,0 +1,298 @@
+//! Atomic gangs (`rayscale.gangs: atomic`; off: nothing here runs and decisions stay
+//! Ray's). The new nodes one decision launches for a pending placement group are one
+//! gang, tagged `<pg id>#<decision time, ns>` in the instance table (which survives
+//! restarts, and with it the gang's clock: its members' creation times). Each iteration, before the
+//! scheduler runs, a gang whose group is still pending has failed when one of its
+//! members failed before Ray ran on it (a capacity error, a boot failure, a timeout), or
+//! when not every member runs Ray `timeout_s` after the launch. A failed gang's members
+//! that carry no work are released (queued ones canceled, booting ones terminated,
+//! running idle ones drained with Ray's rejectable idle drain), the types of its members
+//! that did not come up are set aside for the unavailable-type TTL, and the scheduler,
+//! which no longer counts the released nodes, plans the group again whole in the same
+//! iteration. After `attempts` failures the group is set aside for the TTL: it is left
+//! out of the scheduling and reported infeasible, with the reason.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::availability::{GangAttempts, UnavailableTypes};
+use crate::config::gangs::Gangs;
+use crate::instance::{Instance, InstanceUpdateEvent};
+use crate::model::{ClusterResourceState, GangRequest, InstanceStatus, TerminationCause};
+
+const SEC: i64 = 1_000_000_000;
+
+/// The placement group id of a gang request: what Ray's details start with
+/// (`<pg id hex>:<strategy>|<state>`). `None` when the details name none: such a gang is
+/// scheduled as Ray would, never released.
+pub fn gang_id(g: &GangRequest) -> Option<&str> {
+    let (id, _) = g.details.split_once(':')?;
+    let id = id.trim();
+    (!id.is_empty() && !id.contains('#')).then_some(id)
+}
+
+/// The tag of the members of the gang launched for group `pg` by the decision at
+/// `now_ns` (one tag per decision: a gang is what one decision launches).
+pub fn gang_tag(pg: &str, now_ns: i64) -> String {
+    format!("{pg}#{now_ns}")
+}
+
+fn tag_group(tag: &str) -> Option<&str> {
+    tag.rsplit_once('#').map(|(pg, _)| pg)
+}
+
+/// How many gang tags a group's record remembers.
+const MAX_FAILED_TAGS: usize = 16;
+
+/// What the check decided.
+#[derive(Debug, Default)]
+pub(super) struct GangCheck {
+    /// Members to release.
+    pub events: Vec<InstanceUpdateEvent>,
+    /// Groups not launched for now (set aside after their last attempt).
+    pub set_aside: Vec<String>,
+    /// For the event log and the warnings.
+    pub lines: Vec<String>,
+}
+
+/// Whether `i` failed before Ray ever ran on it.
+fn failed_before_running(i: &Instance) -> bool {
+    let ended = matches!(
+        i.status,
+        InstanceStatus::AllocationFailed
+            | InstanceStatus::AllocationTimeout
+            | InstanceStatus::RayInstallFailed
+            | InstanceStatus::Terminating
+            | InstanceStatus::TerminationFailed
+            | InstanceStatus::Terminated
+            | InstanceStatus::RayStopped
+    );
+    ended && i.status_since(InstanceStatus::RayRunning).is_none()
+}
+
+/// The release of member `i` (none for one that carries work, or cannot be released in
+/// its status yet: a launch request in flight is released when it lands).
+fn release(i: &Instance, idle: bool, why: &str) -> Option<InstanceUpdateEvent> {
+    let to = match i.status {
+        InstanceStatus::Queued => InstanceStatus::Terminated,
+        InstanceStatus::Allocated | InstanceStatus::RayInstalling => InstanceStatus::Terminating,
+        InstanceStatus::RayRunning if idle => InstanceStatus::RayStopRequested,
+        _ => return None,
+    };
+    let mut e = InstanceUpdateEvent::transition(i.instance_id.clone(), i.version, to)
+        .with_details(format!("released: {why}"));
+    if to == InstanceStatus::RayStopRequested {
+        e = e.with_stop_cause(TerminationCause::Gang.name());
+    }
+    Some(e)
+}
+
+/// The check of every gang in `table` at `now` (see the module docs). `attempts` is the
+/// stored count of failed attempts per group, `unavailable` the capacity memory.
+pub(super) fn check(
+    g: &Gangs,
+    ttl_s: i64,
+    ray: &ClusterResourceState,
+    table: &[Arc<Instance>],
+    attempts: &mut BTreeMap<String, GangAttempts>,
+    unavailable: &mut UnavailableTypes,
+    now: i64,
+) -> GangCheck {
+    let mut out = GangCheck::default();
+    let pending: BTreeMap<&str, &GangRequest> = ray
+        .pending_gang_resource_requests
+        .iter()
+        .filter_map(|r| gang_id(r).map(|id| (id, r)))
+        .collect();
+    // A group no longer pending was placed (or removed): its record goes. One whose
+    // set-aside time ended starts again from its first attempt (its failed gangs are
+    // still remembered, so that they are not counted again).
+    attempts.retain(|pg, _| pending.contains_key(pg.as_str()));
+    for a in attempts.values_mut() {
+        if a.set_aside_until_ns.is_some_and(|t| t <= now) {
+            a.set_aside_until_ns = None;
+            a.failed = 0;
+        }
+    }
+    let idle: BTreeMap<String, bool> = ray
+        .node_states
+        .iter()
+        .map(|n| (n.node_id_hex(), n.is_idle()))
+        .collect();
+    let is_idle = |i: &Instance| {
+        i.node_id
+            .as_deref()
+            .and_then(|n| idle.get(n))
+            .copied()
+            .unwrap_or(false)
+    };
+    let mut gangs: BTreeMap<&str, Vec<&Instance>> = BTreeMap::new();
+    for i in table {
+        if let Some(tag) = i.gang.as_deref() {
+            gangs.entry(tag).or_default().push(i);
+        }
+    }
+    for (tag, members) in gangs {
+        let Some(pg) = tag_group(tag).filter(|pg| pending.contains_key(pg)) else {
+            continue;
+        };
+        if attempts
+            .get(pg)
+            .is_some_and(|a| a.failed_tags.iter().any(|t| t == tag))
+        {
+            // A gang given up before: what is left of it goes once it can.
+            let why = format!("gang {} was given up before", short(pg));
+            for i in &members {
+                out.events.extend(release(i, is_idle(i), &why));
+            }
+            continue;
+        }
+        let n = members.len();
+        let up = members
+            .iter()
+            .filter(|i| i.status == InstanceStatus::RayRunning)
+            .count();
+        let failed: Vec<&&Instance> = members
+            .iter()
+            .filter(|i| failed_before_running(i))
+            .collect();
+        let started = members
+            .iter()
+            .filter_map(|i| i.status_history.first().map(|c| c.timestamp_ns))
+            .min()
+            .unwrap_or(now);
+        let age_s = now.saturating_sub(started) / SEC;
+        let timed_out = age_s >= i64::try_from(g.timeout_s).unwrap_or(i64::MAX) && up < n;
+        if failed.is_empty() && !timed_out {
+            continue;
+        }
+        let mut types: BTreeMap<&str, u64> = BTreeMap::new();
+        for i in &members {
+            *types.entry(i.node_type.as_str()).or_default() += 1;
+        }
+        let shape = types
+            .iter()
+            .map(|(t, k)| format!("{k} x {t}"))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let reason = if let Some(f) = failed.first() {
+            let e = f
+                .last_error
+                .clone()
+                .unwrap_or_else(|| f.status.name().to_string());
+            format!(
+                "{} of {n} failed before Ray ran ({}: {e})",
+                failed.len(),
+                f.node_type
+            )
+        } else {
+            format!("{up} of {n} up after {age_s} s")
+        };
+        // The types of the members that did not come up are set aside for the TTL (a
+        // capacity error set its own, with its zone, already).
+        let mut set: Vec<&str> = Vec::new();
+        for i in &members {
+            let down =
+                failed_before_running(i) || (timed_out && i.status != InstanceStatus::RayRunning);
+            let by_capacity = i.status == InstanceStatus::AllocationFailed;
+            if down && !by_capacity && !set.contains(&i.node_type.as_str()) {
+                set.push(&i.node_type);
+                unavailable.mark(
+                    &i.node_type,
+                    None,
+                    &format!("gang {}: {reason}", short(pg)),
+                    now,
+                );
+            }
+        }
+        let why = format!("gang {} ({shape}): {reason}", short(pg));
+        let mut released = 0;
+        let mut kept = 0;
+        for i in &members {
+            match release(i, is_idle(i), &why) {
+                Some(e) => {
+                    released += 1;
+                    out.events.push(e);
+                }
+                None if i.status == InstanceStatus::RayRunning => kept += 1,
+                None => {}
+            }
+        }
+        let a = attempts.entry(pg.to_string()).or_default();
+        a.failed = a.failed.saturating_add(1);
+        let attempt = a.failed;
+        a.reason = reason.clone();
+        a.failed_tags.push(tag.to_string());
+        if a.failed_tags.len() > MAX_FAILED_TAGS {
+            a.failed_tags.remove(0);
+        }
+        let kept_text = if kept > 0 {
+            format!(", kept {kept} that carry work")
+        } else {
+            String::new()
+        };
+        if attempt >= g.attempts {
+            // One TTL counted from when its types are back (a capacity error set them
+            // aside for a TTL from now): meanwhile other work may use what the cloud has.
+            let back = unavailable
+                .active(now)
+                .iter()
+                .filter(|u| types.contains_key(u.node_type.as_str()))
+                .map(|u| u.until_ns)
+                .max()
+                .unwrap_or(now)
+                .max(now);
+            let until = back.saturating_add(ttl_s.saturating_mul(SEC));
+            a.set_aside_until_ns = Some(until);
+            out.lines.push(format!(
+                "{why}; released {released}{kept_text}; not satisfiable now after {attempt} \
+                 attempts: not launched for the next {} s",
+                until.saturating_sub(now) / SEC
+            ));
+        } else {
+            out.lines.push(format!(
+                "{why}; released {released}{kept_text}, retrying whole (attempt {} of {})",
+                attempt + 1,
+                g.attempts
+            ));
+        }
+    }
+    out.set_aside = attempts
+        .iter()
+        .filter(|(_, a)| a.set_aside_until_ns.is_some_and(|t| t > now))
+        .map(|(pg, _)| pg.clone())
+        .collect();
+    out
+}
+
+/// Whether `i` is a released gang member whose drain is still to be asked: neither room
+/// nor a node to count in this iteration's scheduling.
+pub(super) fn released(i: &Instance) -> bool {
+    i.status == InstanceStatus::RayStopRequested
+        && i.stop_cause.as_deref() == Some(TerminationCause::Gang.name())
+}
+
+/// `ray` without the nodes of released gang members whose drain is still to be asked
+/// (RAY_STOP_REQUESTED with cause GANG), `None` when there is none.
+pub(super) fn without_released(
+    ray: &ClusterResourceState,
+    table: &[Arc<Instance>],
+) -> Option<ClusterResourceState> {
+    let released: std::collections::BTreeSet<&str> = table
+        .iter()
+        .filter(|i| released(i))
+        .filter_map(|i| i.node_id.as_deref())
+        .collect();
+    if released.is_empty() {
+        return None;
+    }
+    let mut s = ray.clone();
+    s.node_states
+        .retain(|n| !released.contains(n.node_id_hex().as_str()));
+    Some(s)
+}
+
+/// A group id short enough for a line (Ray's are 36 hex digits).
+fn short(pg: &str) -> &str {
+    pg.get(..8).unwrap_or(pg)
+}
