@@ -318,18 +318,21 @@ pub fn up_scale_down_from_the_wheel(name: &str, cloud: &dyn Cloud) {
         format!("  worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {worker_nc}}}\n");
     let stage = Stage::new(name, "whl", cloud, &extra("rayscale==0.0.1"), &workers);
     let diag = || stage.diag();
-    let (ok, out) = rayscale_with(
-        &cloud.env(),
-        // The head's GCS listens on loopback here, not at its cloud address.
-        &[
-            "up",
-            &stage.config_arg,
-            "--wait",
-            "120",
-            "--gcs",
-            &stage.gcs,
-        ],
-    );
+    // `up --wait`; the head's GCS listens on loopback here, not at its cloud address.
+    let up_wait = || {
+        rayscale_with(
+            &cloud.env(),
+            &[
+                "up",
+                &stage.config_arg,
+                "--wait",
+                "120",
+                "--gcs",
+                &stage.gcs,
+            ],
+        )
+    };
+    let (ok, out) = up_wait();
     assert!(
         !ok && out.contains("rayscale is not running on the head of")
             && out.contains("install of rayscale==0.0.1 failed")
@@ -355,18 +358,7 @@ pub fn up_scale_down_from_the_wheel(name: &str, cloud: &dyn Cloud) {
         ),
     )
     .expect("config");
-    let (ok, out) = rayscale_with(
-        &cloud.env(),
-        // The head's GCS listens on loopback here, not at its cloud address.
-        &[
-            "up",
-            &stage.config_arg,
-            "--wait",
-            "120",
-            "--gcs",
-            &stage.gcs,
-        ],
-    );
+    let (ok, out) = up_wait();
     assert!(
         ok && out.contains("rayscale runs on the head"),
         "{out}\n{}",

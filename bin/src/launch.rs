@@ -88,22 +88,39 @@ pub async fn up(
     ))
 }
 
-/// Waits until `rayscale run` holds its lease in the head's GCS at `gcs` (Ray's head up,
-/// rayscale installed and started), or the head's boot reported why it did not start it
-/// (a failed install: [`boot_status_key`]); either ends the wait, as does `timeout`.
+/// Waits until `rayscale run` holds a live lease in the head's GCS at `gcs` (Ray's head
+/// up, rayscale installed and started: the newest lease key's value changes, as its
+/// holder renews it), or the head's boot reported why it did not start it (a failed
+/// install: [`boot_status_key`]); either ends the wait, as does `timeout`. A lease key
+/// left by a rayscale that stopped does not change, and does not count.
 async fn wait_for_rayscale(cluster: &str, gcs: &str, timeout: Duration) -> Result<Duration> {
     let started = std::time::Instant::now();
     let poll = settings().poll;
     let mut last: String;
+    let mut seen: Option<(Vec<u8>, Vec<u8>)> = None;
     loop {
         match boot_state(cluster, gcs).await {
-            Ok(Some(Ok(()))) => return Ok(started.elapsed()),
-            Ok(Some(Err(why))) => bail!(
-                "rayscale is not running on the head of {cluster}: its boot says \"{why}\" \
-                 (the head's /var/lib/rayscale/boot.log has the whole output; see \
-                 rayscale.install in the README)"
-            ),
-            Ok(None) => last = "Ray's head answers; rayscale has not started yet".into(),
+            Ok(Boot { lease, failed }) => {
+                if let Some((key, value)) = lease {
+                    let renewed = seen.as_ref().is_some_and(|(k, v)| *k != key || *v != value);
+                    if renewed && !released(&value) {
+                        return Ok(started.elapsed());
+                    }
+                    seen = Some((key, value));
+                }
+                if let Some(why) = failed {
+                    bail!(
+                        "rayscale is not running on the head of {cluster}: its boot says \"{why}\" \
+                         (the head's /var/lib/rayscale/boot.log has the whole output; see \
+                         rayscale.install in the README)"
+                    );
+                }
+                last = if seen.is_some() {
+                    "a lease key, not renewed yet".into()
+                } else {
+                    "Ray's head answers; rayscale has not started yet".into()
+                };
+            }
             Err(e) => last = format!("{e:#}"),
         }
         if started.elapsed() >= timeout {
@@ -117,19 +134,37 @@ async fn wait_for_rayscale(cluster: &str, gcs: &str, timeout: Duration) -> Resul
     }
 }
 
-/// What the head's GCS says: a lease (rayscale runs), the boot's reason it does not, or
-/// nothing yet.
-async fn boot_state(cluster: &str, gcs: &str) -> Result<Option<Result<(), String>>> {
+/// What the head's GCS says: the newest lease key and its value, and the boot's reason
+/// rayscale does not run.
+struct Boot {
+    lease: Option<(Vec<u8>, Vec<u8>)>,
+    failed: Option<String>,
+}
+
+/// Whether a lease value says its holder gave it up.
+fn released(value: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(value)
+        .ok()
+        .and_then(|v| v.get("released").and_then(serde_json::Value::as_bool))
+        .unwrap_or(false)
+}
+
+async fn boot_state(cluster: &str, gcs: &str) -> Result<Boot> {
     let c = one_shot_client(gcs)?;
-    let leases = c
+    let mut leases = c
         .kv_keys(NAMESPACE, lease_prefix(cluster).as_bytes())
         .await?;
-    if !leases.is_empty() {
-        return Ok(Some(Ok(())));
-    }
-    Ok(c.kv_get(NAMESPACE, boot_status_key(cluster).as_bytes())
+    // Epochs are zero-padded: the newest key sorts last.
+    leases.sort();
+    let lease = match leases.pop() {
+        Some(key) => c.kv_get(NAMESPACE, &key).await?.map(|v| (key, v)),
+        None => None,
+    };
+    let failed = c
+        .kv_get(NAMESPACE, boot_status_key(cluster).as_bytes())
         .await?
-        .map(|v| Err(String::from_utf8_lossy(&v).chars().take(500).collect())))
+        .map(|v| String::from_utf8_lossy(&v).chars().take(500).collect());
+    Ok(Boot { lease, failed })
 }
 
 /// `rayscale down` for a cloud cluster: workers, then the head, then late workers.

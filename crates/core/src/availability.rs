@@ -223,9 +223,13 @@ pub struct GangAttempts {
     /// After the last allowed attempt: not launched for until then (ns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_aside_until_ns: Option<i64>,
-    /// The gangs (their tags) already counted as failed, the newest last (at most 16).
+    /// The gangs (their tags) counted as failed, while the table has members of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_tags: Vec<String>,
+    /// The gangs (their tags) of the group when it was placed (or went), while the table
+    /// has members of them: never judged, should the group be pending again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settled_tags: Vec<String>,
 }
 
 /// The clocks of the operator's limits that run over many iterations, kept with the

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::availability::{GangAttempts, UnavailableTypes};
-use crate::config::gangs::Gangs;
+use crate::config::ClusterConfig;
 use crate::instance::{Instance, InstanceUpdateEvent};
 use crate::model::{ClusterResourceState, GangRequest, InstanceStatus, TerminationCause};
 
@@ -40,9 +40,6 @@ pub fn gang_tag(pg: &str, now_ns: i64) -> String {
 fn tag_group(tag: &str) -> Option<&str> {
     tag.rsplit_once('#').map(|(pg, _)| pg)
 }
-
-/// How many gang tags a group's record remembers.
-const MAX_FAILED_TAGS: usize = 16;
 
 /// What the check decided.
 #[derive(Debug, Default)]
@@ -87,33 +84,61 @@ fn release(i: &Instance, idle: bool, why: &str) -> Option<InstanceUpdateEvent> {
     Some(e)
 }
 
-/// The check of every gang in `table` at `now` (see the module docs). `attempts` is the
-/// stored count of failed attempts per group, `unavailable` the capacity memory.
+/// The check of every gang in `table` at `now` with `config.gangs` (see the module docs;
+/// nothing without it). `attempts` is the stored record per group, `unavailable` the
+/// capacity memory, `unreadable` whether an instance's Ray row could not be read.
 pub(super) fn check(
-    g: &Gangs,
-    ttl_s: i64,
+    config: &ClusterConfig,
     ray: &ClusterResourceState,
     table: &[Arc<Instance>],
     attempts: &mut BTreeMap<String, GangAttempts>,
     unavailable: &mut UnavailableTypes,
     now: i64,
+    unreadable: &dyn Fn(&Instance) -> bool,
 ) -> GangCheck {
     let mut out = GangCheck::default();
+    let Some(g) = &config.gangs else {
+        return out;
+    };
+    let ttl_s = config.unavailable_type_ttl_s;
     let pending: BTreeMap<&str, &GangRequest> = ray
         .pending_gang_resource_requests
         .iter()
         .filter_map(|r| gang_id(r).map(|id| (id, r)))
         .collect();
-    // A group no longer pending was placed (or removed): its record goes. One whose
-    // set-aside time ended starts again from its first attempt (its failed gangs are
-    // still remembered, so that they are not counted again).
-    attempts.retain(|pg, _| pending.contains_key(pg.as_str()));
-    for a in attempts.values_mut() {
-        if a.set_aside_until_ns.is_some_and(|t| t <= now) {
+    let mut gangs: BTreeMap<&str, Vec<&Instance>> = BTreeMap::new();
+    for i in table {
+        if let Some(tag) = i.gang.as_deref() {
+            gangs.entry(tag).or_default().push(i);
+        }
+    }
+    // The records follow the table: a gang tag no record of the table carries any more
+    // is forgotten. The gangs of a group no longer pending were placed (or the group
+    // went): they are settled, never judged again, should the group be pending again
+    // (Ray reschedules a group whose node died). A group whose set-aside time ended
+    // starts again from its first attempt.
+    for tag in gangs.keys() {
+        if let Some(pg) = tag_group(tag)
+            && !pending.contains_key(pg)
+        {
+            let a = attempts.entry(pg.to_string()).or_default();
+            if !a.failed_tags.iter().any(|t| t == tag) && !a.settled_tags.iter().any(|t| t == tag) {
+                a.settled_tags.push(tag.to_string());
+            }
+        }
+    }
+    attempts.retain(|pg, a| {
+        a.failed_tags.retain(|t| gangs.contains_key(t.as_str()));
+        a.settled_tags.retain(|t| gangs.contains_key(t.as_str()));
+        if !pending.contains_key(pg.as_str()) {
+            a.failed = 0;
+            a.set_aside_until_ns = None;
+        } else if a.set_aside_until_ns.is_some_and(|t| t <= now) {
             a.set_aside_until_ns = None;
             a.failed = 0;
         }
-    }
+        pending.contains_key(pg.as_str()) || !a.failed_tags.is_empty() || !a.settled_tags.is_empty()
+    });
     let idle: BTreeMap<String, bool> = ray
         .node_states
         .iter()
@@ -126,16 +151,16 @@ pub(super) fn check(
             .copied()
             .unwrap_or(false)
     };
-    let mut gangs: BTreeMap<&str, Vec<&Instance>> = BTreeMap::new();
-    for i in table {
-        if let Some(tag) = i.gang.as_deref() {
-            gangs.entry(tag).or_default().push(i);
-        }
-    }
     for (tag, members) in gangs {
         let Some(pg) = tag_group(tag).filter(|pg| pending.contains_key(pg)) else {
             continue;
         };
+        if attempts
+            .get(pg)
+            .is_some_and(|a| a.settled_tags.iter().any(|t| t == tag))
+        {
+            continue;
+        }
         if attempts
             .get(pg)
             .is_some_and(|a| a.failed_tags.iter().any(|t| t == tag))
@@ -143,7 +168,9 @@ pub(super) fn check(
             // A gang given up before: what is left of it goes once it can.
             let why = format!("gang {} was given up before", short(pg));
             for i in &members {
-                out.events.extend(release(i, is_idle(i), &why));
+                if !unreadable(i) {
+                    out.events.extend(release(i, is_idle(i), &why));
+                }
             }
             continue;
         }
@@ -209,7 +236,11 @@ pub(super) fn check(
         let mut released = 0;
         let mut kept = 0;
         for i in &members {
-            match release(i, is_idle(i), &why) {
+            // A member whose Ray node's row could not be read is left alone.
+            match (!unreadable(i))
+                .then(|| release(i, is_idle(i), &why))
+                .flatten()
+            {
                 Some(e) => {
                     released += 1;
                     out.events.push(e);
@@ -223,9 +254,6 @@ pub(super) fn check(
         let attempt = a.failed;
         a.reason = reason.clone();
         a.failed_tags.push(tag.to_string());
-        if a.failed_tags.len() > MAX_FAILED_TAGS {
-            a.failed_tags.remove(0);
-        }
         let kept_text = if kept > 0 {
             format!(", kept {kept} that carry work")
         } else {
@@ -265,30 +293,36 @@ pub(super) fn check(
     out
 }
 
-/// Whether `i` is a released gang member whose drain is still to be asked: neither room
-/// nor a node to count in this iteration's scheduling.
-pub(super) fn released(i: &Instance) -> bool {
-    i.status == InstanceStatus::RayStopRequested
-        && i.stop_cause.as_deref() == Some(TerminationCause::Gang.name())
+/// Whether `i` is a live member of a gang given up (`attempts`' failed tags): neither
+/// room nor a node to count in the scheduling, so that its group is planned again whole
+/// (one still in flight is released when it lands; one with work once it is idle).
+pub(super) fn given_up(i: &Instance, attempts: &BTreeMap<String, GangAttempts>) -> bool {
+    let Some(tag) = i.gang.as_deref() else {
+        return false;
+    };
+    !i.is_terminal()
+        && tag_group(tag)
+            .and_then(|pg| attempts.get(pg))
+            .is_some_and(|a| a.failed_tags.iter().any(|t| t == tag))
 }
 
-/// `ray` without the nodes of released gang members whose drain is still to be asked
-/// (RAY_STOP_REQUESTED with cause GANG), `None` when there is none.
-pub(super) fn without_released(
+/// `ray` without the nodes of [`given_up`] gang members, `None` when there is none.
+pub(super) fn without_given_up(
     ray: &ClusterResourceState,
     table: &[Arc<Instance>],
+    attempts: &BTreeMap<String, GangAttempts>,
 ) -> Option<ClusterResourceState> {
-    let released: std::collections::BTreeSet<&str> = table
+    let out: std::collections::BTreeSet<&str> = table
         .iter()
-        .filter(|i| released(i))
+        .filter(|i| given_up(i, attempts))
         .filter_map(|i| i.node_id.as_deref())
         .collect();
-    if released.is_empty() {
+    if out.is_empty() {
         return None;
     }
     let mut s = ray.clone();
     s.node_states
-        .retain(|n| !released.contains(n.node_id_hex().as_str()));
+        .retain(|n| !out.contains(n.node_id_hex().as_str()));
     Some(s)
 }
 

@@ -175,7 +175,14 @@ fn a_gang_that_cannot_come_up_whole_is_released_and_relaunched_whole_on_the_type
             .count(),
         8
     );
-    assert!(w.avail.gangs.is_empty(), "{:?}", w.avail.gangs);
+    // Placed: no failure counted, nothing set aside; its gangs are settled.
+    assert!(
+        w.avail.gangs.values().all(|a| a.failed == 0
+            && a.set_aside_until_ns.is_none()
+            && a.settled_tags.contains(&second)),
+        "{:?}",
+        w.avail.gangs
+    );
 }
 
 #[test]
@@ -247,6 +254,30 @@ fn a_gang_not_whole_at_its_timeout_is_released_and_one_whole_within_it_is_untouc
     let out = w.tick();
     assert!(out.gang_lines.is_empty());
     assert_eq!(w.count(InstanceStatus::RayRunning), 2);
+    // Ray reschedules the group (one of its nodes died, long after the timeout): its
+    // placed gang is settled, not judged again; the missing bundle is a new gang.
+    let dead = w.cloud.remove(0);
+    w.ray
+        .node_states
+        .retain(|n| n.instance_id != dead.cloud_instance_id);
+    // The surviving node holds its bundle.
+    for n in w
+        .ray
+        .node_states
+        .iter_mut()
+        .filter(|n| n.instance_id != "head-1")
+    {
+        n.available_resources = res(&[("CPU", 0.0), ("GPU", 0.0)]);
+        n.status = Some(NodeStatus::Running);
+        n.idle_duration_ms = 0;
+    }
+    w.ray.pending_gang_resource_requests = vec![spread("pgbbbb", 1)];
+    w.now += SEC;
+    let out = w.tick();
+    assert!(out.gang_lines.is_empty(), "{:?}", out.gang_lines);
+    assert!(out.report.unavailable_types.is_empty());
+    assert_eq!(w.count(InstanceStatus::RayRunning), 1);
+    assert_eq!(launches(&out), [("a".to_string(), 1, true)]);
 }
 
 #[test]

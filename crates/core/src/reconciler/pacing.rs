@@ -81,37 +81,8 @@ impl<S: InstanceStorage> Run<'_, S> {
             });
         }
         for ((_, t), members) in gang_members {
-            let fresh = members
-                .iter()
-                .filter(|i| i.launch_request_id.is_empty())
-                .count() as u64;
-            let rid = if fresh > 0 {
-                ids.request_id()
-            } else {
-                String::new()
-            };
-            for i in members {
-                let (id, size) = if i.launch_request_id.is_empty() {
-                    (rid.clone(), fresh)
-                } else {
-                    (i.launch_request_id.clone(), i.launch_request_size)
-                };
-                let e = launches.entry((id.clone(), t.to_string())).or_insert((
-                    0,
-                    i.launch_config_hash.clone(),
-                    true,
-                ));
-                e.0 = if size > 0 { size } else { e.0 + 1 };
-                events.push(
-                    Self::ev(
-                        i,
-                        InstanceStatus::Requested,
-                        format!("launch requested ({id}, gang)"),
-                    )
-                    .with_launch_request(id, size),
-                );
-                budget = budget.saturating_sub(1);
-            }
+            budget = budget.saturating_sub(members.len());
+            Self::request(members, t, true, ids, &mut launches, &mut events);
         }
         queued.retain(|_, list| !list.is_empty());
         for (t, mut list) in queued {
@@ -140,41 +111,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                 )
             });
             let chosen: Vec<&Instance> = list.into_iter().take(n).collect();
-            // A requeued instance keeps its request id, and its request is sent again as
-            // it was (same id, same size): if the first send went through late, a
-            // provider that deduplicates by id makes nothing twice. New instances share
-            // a fresh request id per type and iteration.
-            let fresh = chosen
-                .iter()
-                .filter(|i| i.launch_request_id.is_empty())
-                .count() as u64;
-            let rid = if fresh > 0 {
-                ids.request_id()
-            } else {
-                String::new()
-            };
-            for i in chosen {
-                let (id, size) = if i.launch_request_id.is_empty() {
-                    (rid.clone(), fresh)
-                } else {
-                    (i.launch_request_id.clone(), i.launch_request_size)
-                };
-                let e = launches.entry((id.clone(), t.to_string())).or_insert((
-                    0,
-                    i.launch_config_hash.clone(),
-                    false,
-                ));
-                // A record of an older table has no size: send what is requeued.
-                e.0 = if size > 0 { size } else { e.0 + 1 };
-                events.push(
-                    Self::ev(
-                        i,
-                        InstanceStatus::Requested,
-                        format!("launch requested ({id})"),
-                    )
-                    .with_launch_request(id, size),
-                );
-            }
+            Self::request(chosen, t, false, ids, &mut launches, &mut events);
             budget -= n;
         }
         self.apply(events)?;
@@ -190,6 +127,53 @@ impl<S: InstanceStorage> Run<'_, S> {
             }));
         }
         Ok(())
+    }
+
+    /// QUEUED -> REQUESTED for `chosen` (of type `t`), and their launch requests in
+    /// `launches` ((request id, type) -> (count, launch config hash, all or nothing)).
+    /// A requeued instance keeps its request id, and its request is sent again as it was
+    /// (same id, same size): if the first send went through late, a provider that
+    /// deduplicates by id makes nothing twice. New instances share a fresh request id.
+    fn request(
+        chosen: Vec<&Instance>,
+        t: &str,
+        all_or_nothing: bool,
+        ids: &mut dyn IdSource,
+        launches: &mut BTreeMap<(String, String), (u64, String, bool)>,
+        events: &mut Vec<InstanceUpdateEvent>,
+    ) {
+        let fresh = chosen
+            .iter()
+            .filter(|i| i.launch_request_id.is_empty())
+            .count() as u64;
+        let rid = if fresh > 0 {
+            ids.request_id()
+        } else {
+            String::new()
+        };
+        for i in chosen {
+            let (id, size) = if i.launch_request_id.is_empty() {
+                (rid.clone(), fresh)
+            } else {
+                (i.launch_request_id.clone(), i.launch_request_size)
+            };
+            let e = launches.entry((id.clone(), t.to_string())).or_insert((
+                0,
+                i.launch_config_hash.clone(),
+                all_or_nothing,
+            ));
+            // A record of an older table has no size: send what is requeued.
+            e.0 = if size > 0 { size } else { e.0 + 1 };
+            let what = if all_or_nothing { ", gang" } else { "" };
+            events.push(
+                Self::ev(
+                    i,
+                    InstanceStatus::Requested,
+                    format!("launch requested ({id}{what})"),
+                )
+                .with_launch_request(id, size),
+            );
+        }
     }
 
     /// The report for `ray status`: queued, pending and recently failed launches.

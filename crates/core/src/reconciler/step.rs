@@ -167,15 +167,15 @@ impl<S: InstanceStorage> Run<'_, S> {
         // Atomic gangs that did not come up whole are released, before the scheduler
         // counts their nodes (off: nothing).
         let mut set_aside = Vec::new();
-        if let Some(g) = &config.gangs {
+        if config.gangs.is_some() {
             let c = gangs::check(
-                g,
-                config.unavailable_type_ttl_s,
+                config,
                 obs.ray,
                 &table,
                 &mut self.avail.gangs,
                 &mut self.avail.unavailable,
                 now,
+                &|i: &Instance| unreadable.holds(i),
             );
             for l in &c.lines {
                 self.out.warnings.push(l.clone());
@@ -216,7 +216,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         };
         let records: Vec<InstanceRecord> = table
             .iter()
-            .filter(|i| live(i) && !unknown_type(i) && !gangs::released(i))
+            .filter(|i| live(i) && !unknown_type(i) && !gangs::given_up(i, &self.avail.gangs))
             .map(|i| InstanceRecord {
                 instance_id: i.instance_id.clone(),
                 cloud_instance_id: i.cloud_instance_id.clone(),
@@ -233,7 +233,9 @@ impl<S: InstanceStorage> Run<'_, S> {
         let released = config
             .gangs
             .is_some()
-            .then(|| gangs::without_released(fixed.as_ref().unwrap_or(ray), &table))
+            .then(|| {
+                gangs::without_given_up(fixed.as_ref().unwrap_or(ray), &table, &self.avail.gangs)
+            })
             .flatten();
         let mut request = build_request(
             config,
