@@ -15,7 +15,7 @@
 use regex::Regex;
 use serde_json::Value;
 
-use super::schema::{describe, join};
+use super::schema::{describe, join, obj};
 use crate::CoreError;
 
 /// Names of the built-in expanders, in the order of the documentation.
@@ -249,11 +249,6 @@ pub fn check_chain(chain: &[String], path: &str) -> Result<(), CoreError> {
         }
     }
     Ok(())
-}
-
-fn obj<'a>(v: &'a Value, path: &str) -> Result<&'a serde_json::Map<String, Value>, CoreError> {
-    v.as_object()
-        .ok_or_else(|| CoreError::invalid(path, format!("expected a mapping, got {}", describe(v))))
 }
 
 fn per_type_numbers(

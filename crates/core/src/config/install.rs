@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use super::schema::{describe, join};
+use super::schema::{describe, join, obj};
 use crate::CoreError;
 
 /// `rayscale.install`.
@@ -42,12 +42,7 @@ impl InstallSettings {
         let Some(v) = v.filter(|v| !v.is_null()) else {
             return Ok(s);
         };
-        let Some(block) = v.as_object() else {
-            return Err(CoreError::invalid(
-                path,
-                format!("expected a mapping, got {}", describe(v)),
-            ));
-        };
+        let block = obj(v, path)?;
         for (k, val) in block {
             let p = join(path, k);
             let text = || -> Result<String, CoreError> {

@@ -18,7 +18,7 @@
 
 use serde_json::Value;
 
-use super::schema::{describe, join};
+use super::schema::{describe, join, obj};
 use crate::CoreError;
 
 /// What to do on an AWS rebalance recommendation (a softer, earlier signal than the
@@ -73,12 +73,7 @@ impl PreemptionSettings {
         let Some(v) = v.filter(|v| !v.is_null()) else {
             return Ok(s);
         };
-        let Some(block) = v.as_object() else {
-            return Err(CoreError::invalid(
-                path,
-                format!("expected a mapping, got {}", describe(v)),
-            ));
-        };
+        let block = obj(v, path)?;
         for (k, val) in block {
             let p = join(path, k);
             match k.as_str() {

@@ -328,3 +328,12 @@ pub fn validate(v: &Value, node: &Node, path: &str) -> Result<(), CoreError> {
         }
     }
 }
+
+/// `v` (at `path`) as a mapping of a config block, or the one-line error naming it.
+pub(super) fn obj<'a>(
+    v: &'a Value,
+    path: &str,
+) -> Result<&'a serde_json::Map<String, Value>, CoreError> {
+    v.as_object()
+        .ok_or_else(|| CoreError::invalid(path, format!("expected a mapping, got {}", describe(v))))
+}
