@@ -608,3 +608,98 @@ pub fn autostop_stops_workers_then_head(name: &str, cloud: &dyn Cloud) {
     assert_eq!(booted.len(), 2, "{booted:?}");
     stage.clean(&booted);
 }
+
+/// A cloud whose first worker type can be capped, for [`gang_whole_or_split`].
+pub trait GangCloud: SpotCloud {
+    /// The capped type's and the other type's `node_config` (flow mappings; distinct
+    /// machine types).
+    fn gang_configs(&self) -> (String, String);
+    /// From now on the capped type's machine type has room for `n` more instances (the
+    /// fake's capacity fault).
+    fn cap(&self, n: u32);
+}
+
+/// All-or-nothing gangs end to end on one machine: a `STRICT_SPREAD` placement group of
+/// 3 bundles `{CPU: 1, A: 1}`; worker type `a` (Ray's first choice: it fits a bundle
+/// exactly) has room for only 2 instances in the cloud, type `b` fits too. With
+/// `rayscale.gangs: atomic` the gang on `a` is released whole (all or nothing, nothing
+/// of `a` is left) and the group is placed on 3 nodes of `b`; without it (Ray's
+/// behaviour), the 2 nodes of `a` the cloud made stay and hold 2 of the bundles (the
+/// capacity error sets `a` aside, so the third goes to `b`).
+pub fn gang_whole_or_split(name: &str, cloud: &dyn GangCloud, atomic: bool) {
+    let (capped_nc, other_nc) = cloud.gang_configs();
+    let stage = Stage::new(
+        name,
+        if atomic { "ga" } else { "gs" },
+        cloud,
+        if atomic {
+            "rayscale: {gangs: atomic}\n"
+        } else {
+            ""
+        },
+        &format!(
+            "  a: {{resources: {{CPU: 1, A: 1}}, max_workers: 3, node_config: {capped_nc}}}\n  \
+             b: {{resources: {{CPU: 2, A: 1}}, max_workers: 3, node_config: {other_nc}}}\n"
+        ),
+    );
+    let (python, gcs) = (stage.python.clone(), stage.gcs.clone());
+    let (config_arg, sim) = (stage.config_arg.clone(), &stage.sim);
+    let diag = || stage.diag();
+    let head_id = stage.up_head(cloud, diag);
+    cloud.cap(2);
+    let job = Command::new(&python)
+        .arg(root().join("tests/live/workload.py"))
+        .arg(&gcs)
+        .args(["spread", "3", "A"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("workload");
+    let (ok, text) = finish(job, Duration::from_secs(240));
+    let head_log = || sim.log(&head_id);
+    assert!(
+        ok && text.contains("spread 3 distinct nodes for 3 bundles"),
+        "workload: {text}\n{}\n--- head:\n{}",
+        diag(),
+        head_log()
+    );
+    let workers_of = |t: &str| -> Vec<String> {
+        cloud
+            .instances()
+            .into_iter()
+            .filter(|i| *i != head_id && cloud.placement(i).0 == t)
+            .collect()
+    };
+    let (a, b) = (workers_of("a"), workers_of("b"));
+    if atomic {
+        assert!(
+            a.is_empty() && b.len() == 3,
+            "a {a:?}, b {b:?}\n{}",
+            head_log()
+        );
+        assert!(
+            head_log().contains("retrying whole"),
+            "the released gang is in the event log\n{}",
+            head_log()
+        );
+    } else {
+        assert!(
+            a.len() == 2 && b.len() == 1,
+            "a {a:?}, b {b:?}\n{}",
+            head_log()
+        );
+    }
+    eprintln!("{name}: atomic {atomic}: the group placed on a {a:?}, b {b:?}");
+    let (ok, out) = rayscale_with(&cloud.env(), &["down", &config_arg]);
+    assert!(ok, "{out}");
+    assert!(
+        wait_until(Duration::from_secs(30), || cloud.instances().is_empty()
+            && sim.live().is_empty()),
+        "left: {:?}, processes {:?}",
+        cloud.instances(),
+        sim.live()
+    );
+    let booted = sim.ever_booted();
+    stage.clean(&booted);
+}

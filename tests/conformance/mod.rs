@@ -44,6 +44,9 @@ pub struct Subject {
     pub head_type: Option<String>,
     /// How long a made instance may take to show in `list`.
     pub settle: Duration,
+    /// Whether its cloud has a call that makes all of a launch or none, used for an
+    /// all-or-nothing launch (`LaunchRequest::all_or_nothing`).
+    pub all_or_nothing: bool,
     /// What it can be made to do.
     pub provoke: Box<dyn Provoke>,
 }
@@ -172,6 +175,7 @@ pub async fn run_all(s: &Subject) -> Report {
     the_head_is_never_a_worker(s, &mut r).await;
     heads_only_through_the_launcher(s, &mut r).await;
     partial_fill_is_reported(s, &mut r).await;
+    all_or_nothing_launch(s, &mut r).await;
     error_kinds(s, &mut r).await;
     clean(s).await;
     r
@@ -388,6 +392,43 @@ async fn partial_fill_is_reported(s: &Subject, r: &mut Report) {
     assert_eq!(short.capacity().map(|c| c.0), Some(s.node_type.as_str()));
     assert_eq!(new_workers(s, &before, 1).await.len(), 1);
     r.pass("partial_fill_is_reported");
+}
+
+/// An all-or-nothing launch (an atomic gang) the cloud cannot fill: where the provider
+/// has an all-or-nothing call, nothing is made and the launch is the capacity error of
+/// all of it; elsewhere it is a plain launch (a partial fill, reported), which the
+/// reconciler releases whole if it does not come up.
+async fn all_or_nothing_launch(s: &Subject, r: &mut Report) {
+    if !s.provoke.limit_capacity(&s.node_type, 2).await {
+        r.skip("all_or_nothing_launch", "capacity cannot be limited");
+        return;
+    }
+    let before = workers(&list(s).await);
+    let mut req = request(s, "conf-gang", 3);
+    req.all_or_nothing = true;
+    let got = s.provider.launch(&req).await;
+    s.provoke.unlimit_capacity(&s.node_type).await;
+    let op = |count: u64| ProviderOp::Launch {
+        request_id: "conf-gang".into(),
+        node_type: s.node_type.clone(),
+        count,
+    };
+    if s.all_or_nothing {
+        let e = got.expect_err("an all-or-nothing launch the cloud cannot fill fails");
+        assert_eq!(e.op, op(3), "{e}");
+        assert_eq!(e.capacity().map(|c| c.0), Some(s.node_type.as_str()), "{e}");
+        // Nothing shows up later either.
+        tokio::time::sleep(s.settle).await;
+        let now = workers(&list(s).await);
+        let new: Vec<&String> = now.difference(&before).collect();
+        assert!(new.is_empty(), "an all-or-nothing launch made {new:?}");
+    } else {
+        let o = got.expect("a partial fill is a launch with a shortfall");
+        let short = o.shortfall.as_ref().expect("the shortfall is reported");
+        assert_eq!(short.op, op(1));
+        assert_eq!(new_workers(s, &before, 2).await.len(), 2);
+    }
+    r.pass("all_or_nothing_launch");
 }
 
 /// Each error kind the provider can be made to produce comes back with that kind, a

@@ -9,6 +9,11 @@
 //!   operation again ("the server ignores the second request", `requestId` in the
 //!   reference); a name in use answers 409 `alreadyExists`; a name that is not RFC 1035
 //!   or a missing `machineType` (without a template) answers 400 `invalid`.
+//! - `instances.bulkInsert` — `POST .../instances/bulkInsert` with a
+//!   `BulkInsertInstanceResource`: `count` instances named by `perInstanceProperties`'
+//!   keys, from `instanceProperties` (its `machineType` a name, not a URL; 400 `invalid`
+//!   otherwise) or a `sourceInstanceTemplate`; with fewer than `minCount` (default
+//!   `count`) available none is made and the operation ends with the zone's error.
 //! - `instances.list` — `GET .../instances` with `filter`, `maxResults` (at most 500) and
 //!   `pageToken`; answers an `InstanceList` with `items` and `nextPageToken` while more
 //!   remain. The `filter` grammar is the reference's: `field = value`, `field != value`,
@@ -43,7 +48,7 @@ mod filter;
 mod insert;
 use super::record::{self, Reply};
 pub use filter::{Filter, parse_filter};
-use insert::insert;
+use insert::{bulk_insert, insert};
 
 /// How long things take in the fake.
 #[derive(Debug, Clone, Copy)]
@@ -84,13 +89,16 @@ pub struct Faults {
 pub struct Calls {
     /// `instances.insert`.
     pub insert: AtomicU64,
+    /// `instances.bulkInsert`.
+    pub bulk_insert: AtomicU64,
     /// `instances.list` pages.
     pub list: AtomicU64,
     /// `zoneOperations.get`.
     pub get_operation: AtomicU64,
     /// `instances.delete`, `stop`, `start`, `setLabels`, `get`.
     pub other: AtomicU64,
-    /// Inserts by machine type (short name), replays of a `requestId` excluded.
+    /// Instances asked for by machine type (short name), by inserts and bulk inserts,
+    /// replays of a `requestId` excluded.
     by_machine: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -357,6 +365,10 @@ impl Responder {
                 s.calls.insert.fetch_add(1, Ordering::Relaxed);
                 insert(&mut w, s, req, &query)
             }
+            ("POST", ["instances", "bulkInsert"]) => {
+                s.calls.bulk_insert.fetch_add(1, Ordering::Relaxed);
+                bulk_insert(&mut w, s, req, &query)
+            }
             ("GET", ["instances"]) => {
                 s.calls.list.fetch_add(1, Ordering::Relaxed);
                 list(&w, &query)
@@ -431,7 +443,7 @@ fn new_op(
     w.next_id += 1;
     let op = Op {
         id: w.next_id,
-        name: format!("operation-{}-{kind}", w.next_id),
+        name: format!("operation-{}-{}", w.next_id, kind.to_ascii_lowercase()),
         kind,
         target: target.to_string(),
         start: Instant::now(),

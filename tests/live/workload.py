@@ -3,8 +3,9 @@
 usage: workload.py ADDRESS MODE [ARGS]
   tasks N CPUS SECONDS   N tasks of {CPU: CPUS} sleeping SECONDS; prints "done N" and the
                          number of distinct nodes they ran on
-  spread N               a STRICT_SPREAD placement group of N {CPU: 1} bundles; prints the
-                         distinct node count of its bundles
+  spread N [RESOURCE]    a STRICT_SPREAD placement group of N {CPU: 1} bundles (with
+                         {RESOURCE: 1} in each when given); prints the distinct node count
+                         of its bundles
   infeasible             submits a {GPU: 8} task and leaves it pending for 60 s
   nested N M SECONDS     N parent tasks of {CPU: 1}, each blocked in ray.get on M child
                          tasks of {CPU: 1} sleeping SECONDS (Ray lends the parent's CPU to
@@ -61,7 +62,8 @@ def main() -> int:
         from ray.util.placement_group import placement_group, placement_group_table
 
         n = int(args[0])
-        pg = placement_group([{"CPU": 1}] * n, strategy="STRICT_SPREAD")
+        bundle = {"CPU": 1, **({args[1]: 1} if len(args) > 1 else {})}
+        pg = placement_group([bundle] * n, strategy="STRICT_SPREAD")
         ray.get(pg.ready(), timeout=180)
         nodes = placement_group_table(pg)["bundles_to_node_id"]
         print(f"spread {len(set(nodes.values()))} distinct nodes for {n} bundles", flush=True)

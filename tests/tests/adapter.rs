@@ -137,6 +137,7 @@ async fn a_python_v1_provider_through_the_bridge_conforms() {
         head_id: Some("head-0".into()),
         head_type: None,
         settle: Duration::from_secs(5),
+        all_or_nothing: false,
         provoke: Box::new(V1Provoke(files.control())),
     };
     let report = run_all(&subject).await;

@@ -119,15 +119,17 @@ async fn aws_provider_conforms_on_moto() {
         head_id: Some(head),
         head_type: Some("head".into()),
         settle: Duration::from_secs(5),
+        all_or_nothing: true,
         provoke: Box::new(MotoProvoke(moto.clone())),
     };
     let report = run_all(&subject).await;
     report.print("aws");
     assert_eq!(report.skipped_names(), ["error_kind_not_found"]);
-    // The head, the suite's launches of 2, 7 and 3 (its replay finds its instances by
-    // their tag), its launcher's head (sent twice, made once), and the six errors (the
-    // throttled one tried 4 times): one RunInstances per request, never one per instance.
-    assert_eq!(moto.calls("RunInstances"), 1 + 3 + 1 + 5 + 4);
+    // The head, the suite's launches of 2, 7, 3 and the all-or-nothing 3 (its replay
+    // finds its instances by their tag), its launcher's head (sent twice, made once), and
+    // the six errors (the throttled one tried 4 times): one RunInstances per request,
+    // never one per instance.
+    assert_eq!(moto.calls("RunInstances"), 1 + 4 + 1 + 5 + 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -798,35 +800,4 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
             rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &v, &origin).await;
     }
     assert!(launched >= 6, "{launched} node types launched");
-}
-
-/// An atomic gang's launch (`all_or_nothing`, `rayscale.gangs: atomic`) is one
-/// `RunInstances` with `MinCount = MaxCount`: with EC2 short of capacity (the fault
-/// switch caps m5.large at 2), a gang of 3 makes none and fails as a capacity error,
-/// where an ordinary launch makes the 2 it can.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_all_or_nothing_launch_makes_all_or_none() {
-    let moto = Arc::new(MotoEc2::start());
-    let cfg = config("gang", ", cache_stopped_nodes: false", &worker_config());
-    let provider = AwsProvider::new(moto.client(), &cfg, None).unwrap();
-    moto.faults(r#"{"capacity": {"m5.large": 2}}"#);
-    let req = |id: &str, all_or_nothing: bool| LaunchRequest {
-        request_id: id.into(),
-        node_type: "cpu".into(),
-        count: 3,
-        launch_config_hash: String::new(),
-        avoid_zones: Vec::new(),
-        all_or_nothing,
-    };
-    let e = provider
-        .launch(&req("gang-1", true))
-        .await
-        .expect_err("no capacity for the whole gang");
-    assert!(e.capacity().is_some(), "{e}");
-    let listed = provider.list().await.unwrap();
-    assert!(listed.is_empty(), "nothing is left running: {listed:?}");
-    // The same launch, not atomic: the 2 EC2 has, and a shortfall of 1.
-    let out = provider.launch(&req("plain-1", false)).await.unwrap();
-    assert_eq!(out.instances.len(), 2);
-    assert!(out.shortfall.is_some_and(|s| s.capacity().is_some()));
 }

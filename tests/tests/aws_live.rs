@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use rayscale_tests::boot_sim::{BootSimulator, DataPlane, Ec2Plane, Notice};
 use rayscale_tests::e2e::{
-    Cloud, SpotCloud, finish, gcs_answers, preempt_and_replace, root, workload,
+    Cloud, GangCloud, SpotCloud, finish, gang_whole_or_split, gcs_answers, preempt_and_replace,
+    root, workload,
 };
 use rayscale_tests::fakes::aws::{MotoEc2, REGION};
 use rayscale_tests::ray_head::{alive_workers_at, free_ports};
@@ -541,4 +542,32 @@ impl SpotCloud for Moto {
 fn a_preempted_spot_worker_is_replaced_in_the_other_zone_before_it_dies() {
     let _turn = serial();
     preempt_and_replace("aws", &Moto(Arc::new(MotoEc2::start())));
+}
+
+impl GangCloud for Moto {
+    fn gang_configs(&self) -> (String, String) {
+        (
+            "{InstanceType: m5.large, ImageId: ami-12c6146b}".into(),
+            "{InstanceType: m5.xlarge, ImageId: ami-12c6146b}".into(),
+        )
+    }
+    fn cap(&self, n: u32) {
+        self.0
+            .faults(&format!(r#"{{"capacity": {{"m5.large": {n}}}}}"#));
+    }
+}
+
+/// A placement group of 3 on a type EC2 has 2 of: with `gangs: atomic`, RunInstances
+/// with MinCount = MaxCount makes none, and the group goes whole to the other type.
+#[test]
+fn an_atomic_gang_goes_whole_to_the_type_that_fits() {
+    let _turn = serial();
+    gang_whole_or_split("aws", &Moto(Arc::new(MotoEc2::start())), true);
+}
+
+/// The same group without the option (Ray's behaviour): the 2 nodes EC2 made stay.
+#[test]
+fn without_atomic_gangs_the_partial_gang_stays() {
+    let _turn = serial();
+    gang_whole_or_split("aws", &Moto(Arc::new(MotoEc2::start())), false);
 }

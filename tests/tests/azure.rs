@@ -168,6 +168,7 @@ async fn azure_provider_conforms_on_the_fake() {
         head_id: Some(head),
         head_type: Some("head".into()),
         settle: Duration::from_secs(5),
+        all_or_nothing: false,
         provoke: Box::new(ArmProvoke(fake.clone())),
     };
     let report = run_all(&subject).await;

@@ -52,6 +52,7 @@ async fn fake_provider_conforms() {
         head_id: Some("head".into()),
         head_type: Some("head".into()),
         settle: Duration::from_secs(1),
+        all_or_nothing: false,
         provoke: Box::new(FakeProvoke(fake.clone())),
     };
     let report = run_all(&subject).await;
@@ -113,6 +114,7 @@ available_node_types:
         head_id: None,
         head_type: None,
         settle: Duration::from_secs(5),
+        all_or_nothing: false,
         provoke: Box::new(LocalProvoke),
     };
     let report = run_all(&subject).await;

@@ -130,6 +130,7 @@ async fn gcp_provider_conforms_on_the_fake() {
         head_id: Some(head),
         head_type: Some("head".into()),
         settle: Duration::from_secs(5),
+        all_or_nothing: true,
         provoke: Box::new(GceProvoke(fake.clone())),
     };
     let report = run_all(&subject).await;

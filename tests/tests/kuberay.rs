@@ -150,6 +150,7 @@ async fn conformance(watch: bool) {
         head_id: Some("conf-head".into()),
         head_type: None,
         settle: Duration::from_secs(5),
+        all_or_nothing: false,
         provoke: Box::new(KubeProvoke(fake.clone(), "conf".into())),
     };
     let report = run_all(&subject).await;

@@ -262,19 +262,119 @@ pub fn instance_json(cfg: &GcpConfig, spec: &InsertSpec<'_>) -> Result<Value, Gc
 /// The SDK's `Instance` for `spec` ([`instance_json`] read into the client's model: a
 /// value of the wrong type is an error naming its path).
 pub fn instance_body(cfg: &GcpConfig, spec: &InsertSpec<'_>) -> Result<model::Instance, GcpError> {
-    let json = instance_json(cfg, spec)?;
+    into_model(spec.node_type, &instance_json(cfg, spec)?)
+}
+
+/// `json` read into the client's model `T`: a value of the wrong type is an error naming
+/// its path in the node type's `node_config`.
+fn into_model<T: serde::de::DeserializeOwned>(
+    node_type: &str,
+    json: &Value,
+) -> Result<T, GcpError> {
     let text = json.to_string();
     let de = &mut serde_json::Deserializer::from_str(&text);
-    serde_path_to_error::deserialize::<_, model::Instance>(de).map_err(|e| {
+    serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
         GcpError::config(
-            format!(
-                "available_node_types.{}.node_config.{}",
-                spec.node_type,
-                e.path()
-            ),
+            format!("available_node_types.{node_type}.node_config.{}", e.path()),
             one_line(&e.inner().to_string()),
         )
     })
+}
+
+/// The `Instance` fields an `instances.bulkInsert` can carry: those of its
+/// `InstanceProperties` (the names are per instance). A node config with another field
+/// (`hostname`, `params`, ...) is launched instance by instance instead.
+const BULK_FIELDS: &[&str] = &[
+    "advancedMachineFeatures",
+    "canIpForward",
+    "confidentialInstanceConfig",
+    "description",
+    "disks",
+    "guestAccelerators",
+    "keyRevocationActionType",
+    "labels",
+    "machineType",
+    "metadata",
+    "minCpuPlatform",
+    "networkInterfaces",
+    "networkPerformanceConfig",
+    "privateIpv6GoogleAccess",
+    "reservationAffinity",
+    "resourceManagerTags",
+    "resourcePolicies",
+    "scheduling",
+    "serviceAccounts",
+    "shieldedInstanceConfig",
+    "tags",
+];
+
+/// The first field of `nc` an `instances.bulkInsert` cannot carry, if any.
+pub fn bulk_blocker(nc: &NodeConfig) -> Option<&str> {
+    nc.body
+        .keys()
+        .map(String::as_str)
+        .find(|k| !BULK_FIELDS.contains(k))
+}
+
+/// The body of one `instances.bulkInsert` that makes all of `names` or none
+/// (`minCount` = `count`, "if minCount instances cannot be created, then no instances
+/// will be created", `BulkInsertInstanceResource` in the REST reference): the instance
+/// of [`instance_json`] as `instanceProperties`, whose machine, accelerator and disk
+/// types are names, not URLs (as in an instance template), one entry of
+/// `perInstanceProperties` per name (its key; the entry's own `name` is output only), and the node type's template if it has one.
+/// `spec.name` is not used. The caller checks [`bulk_blocker`] first.
+pub fn bulk_body(
+    cfg: &GcpConfig,
+    spec: &InsertSpec<'_>,
+    names: &[String],
+) -> Result<model::BulkInsertInstanceResource, GcpError> {
+    let Value::Object(mut props) = instance_json(cfg, spec)? else {
+        return Err(GcpError::config("instance", "not a mapping"));
+    };
+    props.remove("name");
+    let last = |v: &mut Value| {
+        if let Value::String(s) = v
+            && let Some(short) = s.rsplit('/').next()
+        {
+            *s = short.to_string();
+        }
+    };
+    if let Some(mt) = props.get_mut("machineType") {
+        last(mt);
+    }
+    if let Some(Value::Array(accs)) = props.get_mut("guestAccelerators") {
+        for a in accs {
+            if let Some(at) = a.get_mut("acceleratorType") {
+                last(at);
+            }
+        }
+    }
+    if let Some(Value::Array(disks)) = props.get_mut("disks") {
+        for d in disks {
+            if let Some(dt) = d
+                .get_mut("initializeParams")
+                .and_then(|p| p.get_mut("diskType"))
+            {
+                last(dt);
+            }
+        }
+    }
+    let count = names.len() as u64;
+    let per: Map<String, Value> = names.iter().map(|n| (n.clone(), json!({}))).collect();
+    let mut body = json!({
+        "count": count.to_string(),
+        "minCount": count.to_string(),
+        "instanceProperties": props,
+        "perInstanceProperties": per,
+    });
+    if let Some(t) = cfg
+        .node_types
+        .get(spec.node_type)
+        .and_then(|nc| nc.source_instance_template.clone())
+    {
+        body["sourceInstanceTemplate"] = Value::String(t);
+    }
+    into_model(spec.node_type, &body)
 }
 
 /// Node types by their label value (`ray-user-node-type`), for reading instances back.
@@ -424,6 +524,53 @@ mod tests {
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         );
         assert_eq!(label_value("Demo.Cluster_1"), "demo-cluster_1");
+    }
+
+    #[test]
+    fn a_bulk_insert_is_all_or_none_with_names_not_urls() {
+        let c = cfg(
+            "  gpu:\n    resources: {GPU: 1}\n    node_config:\n      machineType: n1-standard-8\n      \
+             guestAccelerators: [{acceleratorType: nvidia-tesla-t4, acceleratorCount: 1}]\n      \
+             disks: [{boot: true, initializeParams: {diskType: pd-ssd, diskSizeGb: 50}}]\n  \
+             odd: {resources: {CPU: 1}, node_config: {machineType: n1-standard-2, hostname: a.b}}\n",
+        );
+        let names: Vec<String> = (0..3)
+            .map(|i| instance_name("demo", NodeKind::Worker, "lr-g", i))
+            .collect();
+        let spec = InsertSpec {
+            node_type: "gpu",
+            kind: NodeKind::Worker,
+            name: &names[0],
+            request_id: Some("lr-g"),
+            boot_script: Some("#!/bin/bash\necho boot\n"),
+        };
+        let b = bulk_body(&c, &spec, &names).expect("bulk body");
+        assert_eq!((b.count, b.min_count), (Some(3), Some(3)));
+        let mut keys: Vec<&String> = b.per_instance_properties.keys().collect();
+        keys.sort();
+        let mut want: Vec<&String> = names.iter().collect();
+        want.sort();
+        assert_eq!(keys, want);
+        let p = b.instance_properties.expect("instance properties");
+        assert_eq!(p.machine_type.as_deref(), Some("n1-standard-8"));
+        assert_eq!(
+            p.guest_accelerators[0].accelerator_type.as_deref(),
+            Some("nvidia-tesla-t4")
+        );
+        assert_eq!(
+            p.disks[0]
+                .initialize_params
+                .as_ref()
+                .and_then(|i| i.disk_type.as_deref()),
+            Some("pd-ssd")
+        );
+        assert_eq!(
+            p.labels.get("ray-launch-request").map(String::as_str),
+            Some("lr-g")
+        );
+        assert!(p.metadata.is_some(), "the boot script is in the metadata");
+        assert_eq!(bulk_blocker(&c.node_types["gpu"]), None);
+        assert_eq!(bulk_blocker(&c.node_types["odd"]), Some("hostname"));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! it are counted first, each new instance's name and `requestId` derive from the request
 //! and its index, stopped workers are started before new ones are made; each insert's
 //! zone operation is awaited up to a bound, errors checked, and the unfinished ones are
-//! checked again by `poll_errors`), terminate (delete, or stop when workers are cached;
+//! checked again by `poll_errors`; an all-or-nothing gang is one `bulkInsert` with
+//! `minCount` = `count`), terminate (delete, or stop when workers are cached;
 //! gone is success).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -72,6 +73,8 @@ pub struct CallCounts {
     pub list: AtomicU64,
     /// `instances.insert`.
     pub insert: AtomicU64,
+    /// `instances.bulkInsert` (an all-or-nothing gang).
+    pub bulk_insert: AtomicU64,
     /// `zoneOperations.get` by `poll_errors` (the poller's own polls are counted by
     /// the fake in tests).
     pub get_operation: AtomicU64,
@@ -91,6 +94,7 @@ impl CallCounts {
         [
             ("instances.list", &self.list),
             ("instances.insert", &self.insert),
+            ("instances.bulkInsert", &self.bulk_insert),
             ("zoneOperations.get", &self.get_operation),
             ("instances.delete", &self.delete),
             ("instances.stop", &self.stop),

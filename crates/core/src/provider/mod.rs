@@ -163,7 +163,8 @@ pub struct LaunchRequest {
     pub avoid_zones: Vec<String>,
     /// All or nothing (an atomic gang, `rayscale.gangs: atomic`): a provider whose cloud
     /// has a call that makes all `count` instances or none uses it (EC2 `RunInstances`
-    /// with `MinCount = MaxCount`); the others launch as usual, and the reconciler
+    /// with `MinCount = MaxCount`, GCE `instances.bulkInsert` with `minCount`) and
+    /// fails the launch whole when it cannot; the others launch as usual, and the reconciler
     /// releases a gang that does not come up whole.
     pub all_or_nothing: bool,
 }

@@ -1,5 +1,5 @@
 //! Launching on Compute Engine: the inserts of new instances (each awaited up to a
-//! bound), the starts of stopped workers, and the request's outcome (split out of
+//! bound; an all-or-nothing gang's as one `bulkInsert`), the starts of stopped workers, and the request's outcome (split out of
 //! `provider.rs`, behaviour unchanged).
 
 use super::*;
@@ -39,22 +39,65 @@ impl GcpProvider {
             Err(e) => return (made, Started::Ended(None, Err(e))),
         };
         let token = idempotency_token(request_id, index);
-        let mut delay = Duration::from_millis(250);
-        let mut tries = 1;
-        loop {
-            let poller = self
-                .client
+        let send = || {
+            self.calls.insert.fetch_add(1, Ordering::Relaxed);
+            self.client
                 .insert()
                 .set_project(&cfg.project_id)
                 .set_zone(&cfg.zone)
                 .set_request_id(&token)
                 .set_or_clear_source_instance_template(nc.source_instance_template.clone())
                 .set_body(body.clone())
-                .poller();
-            self.calls.insert.fetch_add(1, Ordering::Relaxed);
-            match self.start(poller, "instances.insert", node_type).await {
-                // Throttled, or lost on the way (the same `requestId` makes a second send
-                // safe): again, with backoff.
+                .poller()
+        };
+        match self
+            .send_retrying("instances.insert", node_type, send)
+            .await
+        {
+            // The name is taken: made by this request already (a replay), or not.
+            Started::Ended(op, Err(e))
+                if crate::errors::classify(e.code(), e.status()) == Class::AlreadyExists =>
+            {
+                let ours = self.is_ours(cfg, name, request_id).await;
+                match ours {
+                    Ok(true) => (made, Started::Ended(op, Ok(true))),
+                    Ok(false) => (
+                        made,
+                        Started::Ended(
+                            op,
+                            Err(GcpError::Call {
+                                call: "instances.insert",
+                                code: e.code().map(str::to_string),
+                                status: e.status(),
+                                kind: ProviderErrorKind::Transient,
+                                message: format!(
+                                    "the name {name} is taken by an instance of another launch request"
+                                ),
+                            }),
+                        ),
+                    ),
+                    Err(e) => (made, Started::Ended(op, Err(e))),
+                }
+            }
+            other => (made, other),
+        }
+    }
+
+    /// Sends the call `send` makes (its first poll), again while throttled or lost on
+    /// the way, with backoff (the same `requestId` makes a second send safe).
+    async fn send_retrying<P>(
+        &self,
+        call: &'static str,
+        node_type: &str,
+        send: impl Fn() -> P,
+    ) -> Started<P>
+    where
+        P: google_cloud_lro::Poller<model::Operation, model::Operation>,
+    {
+        let mut delay = Duration::from_millis(250);
+        let mut tries = 1;
+        loop {
+            match self.start(send(), call, node_type).await {
                 Started::Ended(_, Err(e))
                     if matches!(
                         e.kind(),
@@ -65,32 +108,81 @@ impl GcpProvider {
                     delay *= 2;
                     tries += 1;
                 }
-                // The name is taken: made by this request already (a replay), or not.
-                Started::Ended(op, Err(e))
-                    if crate::errors::classify(e.code(), e.status()) == Class::AlreadyExists =>
-                {
-                    let ours = self.is_ours(cfg, name, request_id).await;
-                    return match ours {
-                        Ok(true) => (made, Started::Ended(op, Ok(true))),
-                        Ok(false) => (
-                            made,
-                            Started::Ended(
-                                op,
-                                Err(GcpError::Call {
-                                    call: "instances.insert",
-                                    code: e.code().map(str::to_string),
-                                    status: e.status(),
-                                    kind: ProviderErrorKind::Transient,
-                                    message: format!(
-                                        "the name {name} is taken by an instance of another launch request"
-                                    ),
-                                }),
-                            ),
-                        ),
-                        Err(e) => (made, Started::Ended(op, Err(e))),
-                    };
+                other => return other,
+            }
+        }
+    }
+
+    /// One `instances.bulkInsert` of the workers `names` for `request_id`, all or none
+    /// (sent again while throttled, with the same `requestId`), awaited until
+    /// `deadline`: the instances (pending), or why none was made. An operation still
+    /// running is left to `poll_errors` and its instances reported made (as an insert's).
+    pub(super) async fn bulk_insert(
+        &self,
+        state: &State,
+        node_type: &str,
+        names: &[String],
+        request_id: &str,
+        boot_script: Option<&str>,
+        deadline: Instant,
+    ) -> Result<Vec<CloudInstance>, GcpError> {
+        const CALL: &str = "instances.bulkInsert";
+        let cfg = &state.cfg;
+        let Some(first) = names.first() else {
+            return Ok(Vec::new());
+        };
+        let spec = InsertSpec {
+            node_type,
+            kind: NodeKind::Worker,
+            name: first,
+            request_id: Some(request_id),
+            boot_script,
+        };
+        let body = mapping::bulk_body(cfg, &spec, names)?;
+        let token = idempotency_token(&format!("{request_id}/bulk"), 0);
+        let made: Vec<CloudInstance> = names
+            .iter()
+            .map(|n| {
+                let mut c = CloudInstance::worker(n, node_type, Some(request_id));
+                c.state = CloudInstanceState::Pending;
+                c.launch_config_hash = cfg.launch_hashes.get(node_type).cloned();
+                c
+            })
+            .collect();
+        let send = || {
+            self.calls.bulk_insert.fetch_add(1, Ordering::Relaxed);
+            self.client
+                .bulk_insert()
+                .set_project(&cfg.project_id)
+                .set_zone(&cfg.zone)
+                .set_request_id(&token)
+                .set_body(body.clone())
+                .poller()
+        };
+        match self.send_retrying(CALL, node_type, send).await {
+            Started::Ended(_, Err(e)) => Err(e),
+            Started::Ended(_, Ok(_)) => Ok(made),
+            Started::Running(op, poller) => {
+                match self.finish(poller, CALL, node_type, deadline).await {
+                    Ok(true) => Ok(made),
+                    Ok(false) => {
+                        if let Some(name) = op {
+                            self.pending().push(PendingOp {
+                                name,
+                                call: CALL,
+                                op: ProviderOp::Launch {
+                                    request_id: request_id.to_string(),
+                                    node_type: node_type.to_string(),
+                                    count: names.len() as u64,
+                                },
+                                node_type: node_type.to_string(),
+                                checks: 0,
+                            });
+                        }
+                        Ok(made)
+                    }
+                    Err(e) => Err(e),
                 }
-                other => return (made, other),
             }
         }
     }
@@ -423,6 +515,34 @@ impl GcpProvider {
                 names.push((index, n));
             }
             index += 1;
+        }
+        // An all-or-nothing gang: one bulkInsert makes every name or none.
+        let bulk = req.all_or_nothing && kind == NodeKind::Worker && names.len() > 1;
+        let blocker = cfg.node_types.get(t).and_then(mapping::bulk_blocker);
+        if bulk && let Some(field) = blocker {
+            tracing::warn!(
+                "available_node_types.{t}.node_config.{field} has no bulkInsert equivalent: \
+                 the gang of {} is launched instance by instance (and released whole if it \
+                 does not come up)",
+                names.len()
+            );
+        }
+        if bulk && blocker.is_none() {
+            let names: Vec<String> = names.into_iter().map(|(_, n)| n).collect();
+            match self
+                .bulk_insert(&state, t, &names, &req.request_id, boot, deadline)
+                .await
+            {
+                Ok(new) => made.extend(new),
+                Err(e) => failures.push(e),
+            }
+            return cloud::launch_outcome(
+                req,
+                made,
+                failures,
+                GcpError::kind,
+                GcpError::into_provider,
+            );
         }
         // Every insert is sent first (32 at a time), then the operations still running
         // are awaited together, until the deadline.
