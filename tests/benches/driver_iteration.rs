@@ -14,7 +14,8 @@
 //! reconciler and scheduler, the table save (encode, gRPC), the lease, the effects.
 //!
 //! Run: `cargo bench -p rayscale-tests --bench driver_iteration` (add `-- 1000` to run
-//! only the smaller scale, `alike` to skip the distinct-node runs).
+//! only the smaller scale, `alike` to skip the distinct-node runs, `idle` to run only the
+//! cluster without demand).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -174,8 +175,9 @@ async fn run(nodes: u32, demands: i64, distinct: bool) -> Result<(), String> {
             c.node_states
                 .push(running_node(i, &id, "cpu16", &total, &free, 0));
         }
-        // 20 shapes, 10 demands per node on average, all fitting the free room.
-        let shapes = 20;
+        // 20 shapes, 10 demands per node on average, all fitting the free room (none in
+        // the idle case).
+        let shapes = if demands == 0 { 0 } else { 20 };
         for s in 0..shapes {
             let cpu = 0.25 + 0.0125 * f64::from(s);
             let mem = 268_435_456.0 * f64::from(s + 1);
@@ -185,6 +187,20 @@ async fn run(nodes: u32, demands: i64, distinct: bool) -> Result<(), String> {
             ));
         }
     });
+    // `RAYSCALE_BENCH_DUMP=DIR` writes the generated state (Ray's `ClusterResourceState`
+    // protobuf) and the config, for `scripts/bench_iteration_vs_ray.py` to run Ray's own
+    // iteration on the same cluster.
+    if let Some(dir) = std::env::var_os("RAYSCALE_BENCH_DUMP") {
+        let dir = std::path::PathBuf::from(dir);
+        let kind = if distinct { "distinct" } else { "alike" };
+        let bytes = server.with_cluster(|c| prost::Message::encode_to_vec(c));
+        std::fs::write(
+            dir.join(format!("state-{nodes}-{demands}-{kind}.pb")),
+            bytes,
+        )
+        .and_then(|()| std::fs::write(dir.join("config.yaml"), YAML))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     let config = ClusterConfig::from_yaml_str(YAML, "bench.yaml").map_err(|e| e.to_string())?;
     let chain = ExpanderChain::from_settings(&config.expander, &config.node_types, None)
         .map_err(|e| e.to_string())?;
@@ -317,13 +333,18 @@ fn main() {
             std::process::exit(1);
         }
     };
+    let only_idle = std::env::args().any(|a| a == "idle");
     for (nodes, demands, distinct) in [
         (1_000u32, 10_000i64, false),
         (1_000, 10_000, true),
         (10_000, 100_000, false),
         (10_000, 100_000, true),
+        (10_000, 0, false),
     ] {
-        if only.is_some_and(|o| o != nodes) || (only_alike && distinct) {
+        if only.is_some_and(|o| o != nodes)
+            || (only_alike && distinct)
+            || (only_idle && demands != 0)
+        {
             continue;
         }
         if let Err(e) = rt.block_on(run(nodes, demands, distinct)) {

@@ -1,7 +1,10 @@
 //! [`explain`]: the reasons of one iteration, from what the scheduler was asked and
 //! answered, the table after pacing and the availability.
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
 
 use crate::availability::Unavailable;
 use crate::config::ClusterConfig;
@@ -11,8 +14,8 @@ use crate::model::{InstanceStatus, ResourceMap, ResourceRequest};
 use crate::scheduler::{Decision, NodeFate, NodeView, SchedulingRequest};
 
 use super::{
-    DemandGroup, DemandKind, DemandReason, Explanation, Hold, MAX_EXAMPLES, MAX_GROUPS, NodeGroup,
-    NodeReason, Shape, StopHold,
+    BUSY_KEY, DemandGroup, DemandKind, DemandReason, Explanation, Hold, MAX_EXAMPLES, MAX_GROUPS,
+    NodeGroup, NodeReason, Shape, StopHold,
 };
 
 /// The launch holds of this iteration's pacing, by node type.
@@ -131,7 +134,7 @@ fn lacks(total: &ResourceMap, shape: &ResourceMap) -> Vec<(String, f64, f64)> {
 }
 
 /// The reasons of one iteration (see the module docs).
-pub fn explain(x: &Inputs<'_>) -> Explanation {
+pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
     let head = x.request.head_node_type.as_deref();
     let workers: Vec<_> = x
         .request
@@ -335,25 +338,42 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
     let mut demand = demand.finish();
     demand.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
 
-    // Nodes.
-    let mut nodes: BTreeMap<(String, String), NodeGroup> = BTreeMap::new();
-    let mut add = |node_type: &str, reason: NodeReason, id: &str| {
-        let g = nodes
-            .entry((node_type.to_string(), reason.key()))
-            .or_insert_with(|| NodeGroup {
-                node_type: node_type.to_string(),
-                reason: reason.clone(),
-                count: 0,
-                examples: Vec::new(),
-            });
-        if g.count > 0 {
-            g.reason.absorb(&reason);
-        }
+    // Nodes, grouped by (type, reason key); nothing is allocated for a node that joins
+    // a group but its example id.
+    let mut nodes: BTreeMap<(&str, Cow<'static, str>), NodeGroup> = BTreeMap::new();
+    fn group<'m, 't>(
+        nodes: &'m mut BTreeMap<(&'t str, Cow<'static, str>), NodeGroup>,
+        node_type: &'t str,
+        key: Cow<'static, str>,
+        reason: impl FnOnce() -> NodeReason,
+        id: &str,
+    ) -> (&'m mut NodeGroup, bool) {
+        let g = nodes.entry((node_type, key)).or_insert_with(|| NodeGroup {
+            node_type: node_type.to_string(),
+            reason: reason(),
+            count: 0,
+            examples: Vec::new(),
+        });
+        let first = g.count == 0;
         g.count += 1;
         if g.examples.len() < MAX_EXAMPLES {
             g.examples.push(id.to_string());
         }
+        (g, first)
+    }
+    let add = |nodes: &mut BTreeMap<(&'a str, Cow<'static, str>), NodeGroup>,
+               node_type: &'a str,
+               reason: NodeReason,
+               id: &str| {
+        let key = reason.key();
+        let (g, first) = group(nodes, node_type, key, || reason.clone(), id);
+        if !first {
+            g.reason.absorb(&reason);
+        }
     };
+    // A busy node's resources in use (its total less what is available, `node:` ones
+    // left out), summed into its group.
+    let mut in_use: Vec<(&str, f64)> = Vec::new();
     let held: HashMap<&str, (&str, &StopHold)> = x
         .held_stops
         .iter()
@@ -395,6 +415,7 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
         let t = i.node_type.as_str();
         if let Some(reason) = rejected.get(id) {
             add(
+                &mut nodes,
                 t,
                 NodeReason::DrainRejected {
                     why: reason.to_string(),
@@ -405,6 +426,7 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
         }
         if let Some((cause, hold)) = held.get(id) {
             add(
+                &mut nodes,
                 t,
                 NodeReason::StopHeld {
                     cause: cause.to_string(),
@@ -416,6 +438,7 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
         }
         if let Some(cause) = stopping.get(id) {
             add(
+                &mut nodes,
                 t,
                 NodeReason::Stopping {
                     cause: cause.to_string(),
@@ -430,6 +453,7 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
             | InstanceStatus::Allocated
             | InstanceStatus::RayInstalling => {
                 add(
+                    &mut nodes,
                     t,
                     NodeReason::Launching {
                         status: i.status.name().to_string(),
@@ -445,21 +469,38 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
                     .stop_cause
                     .clone()
                     .unwrap_or_else(|| i.status.name().to_string());
-                add(t, NodeReason::Stopping { cause }, id);
+                add(&mut nodes, t, NodeReason::Stopping { cause }, id);
             }
             InstanceStatus::RayRunning => {
                 let Some(node) = inputs.get(id).and_then(|n| n.ray_node.as_ref()) else {
                     continue;
                 };
-                let total = shape_of(&node.total);
-                let avail = shape_of(&node.available);
-                let in_use: BTreeMap<String, f64> = total
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v - avail.get(k).copied().unwrap_or(0.0)))
-                    .filter(|(_, v)| *v > 0.0)
-                    .collect();
+                in_use.clear();
+                in_use.extend(
+                    node.total
+                        .iter()
+                        .filter(|(k, _)| !k.starts_with("node:"))
+                        .map(|(k, v)| {
+                            let free = node.available.get(k).map_or(0.0, to_f64);
+                            (k, to_f64(v) - free)
+                        })
+                        .filter(|(_, v)| *v > 0.0),
+                );
                 if !in_use.is_empty() || node.idle_duration_ms <= 0 {
-                    add(t, NodeReason::Busy { in_use }, id);
+                    let busy = || NodeReason::Busy {
+                        in_use: BTreeMap::new(),
+                    };
+                    let (g, _) = group(&mut nodes, t, BUSY_KEY.into(), busy, id);
+                    if let NodeReason::Busy { in_use: sum } = &mut g.reason {
+                        for &(k, v) in &in_use {
+                            match sum.get_mut(k) {
+                                Some(s) => *s += v,
+                                None => {
+                                    sum.insert(k.to_string(), v);
+                                }
+                            }
+                        }
+                    }
                     continue;
                 }
                 let timeout = x
@@ -487,7 +528,7 @@ pub fn explain(x: &Inputs<'_>) -> Explanation {
                         }
                     }
                 };
-                add(t, reason, id);
+                add(&mut nodes, t, reason, id);
             }
             _ => {}
         }

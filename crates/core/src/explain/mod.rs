@@ -284,13 +284,16 @@ pub enum NodeReason {
     },
 }
 
+/// [`NodeReason::key`] of every busy node.
+const BUSY_KEY: &str = "busy";
+
 impl NodeReason {
     /// The part of the reason that groups nodes: what is summed or maxed is left out.
-    fn key(&self) -> String {
+    fn key(&self) -> std::borrow::Cow<'static, str> {
         match self {
-            NodeReason::Busy { .. } => "busy".into(),
-            NodeReason::Idle { timeout_s, .. } => format!("idle/{timeout_s}"),
-            other => serde_json::to_string(other).unwrap_or_default(),
+            NodeReason::Busy { .. } => BUSY_KEY.into(),
+            NodeReason::Idle { timeout_s, .. } => format!("idle/{timeout_s}").into(),
+            other => serde_json::to_string(other).unwrap_or_default().into(),
         }
     }
 
@@ -354,7 +357,7 @@ impl Explanation {
     /// (how long idle nodes have been idle, what busy ones use): what decides whether a
     /// stored one is rewritten before its refresh.
     pub fn same_reasons(&self, other: &Explanation) -> bool {
-        let nodes = |e: &Explanation| -> Vec<(String, String, u64)> {
+        let nodes = |e: &Explanation| -> Vec<(String, std::borrow::Cow<'static, str>, u64)> {
             e.nodes
                 .iter()
                 .map(|g| (g.node_type.clone(), g.reason.key(), g.count))

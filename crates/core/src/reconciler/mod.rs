@@ -355,6 +355,12 @@ pub fn reconcile<S: InstanceStorage>(
         out: Outcome::default(),
         read: std::cell::RefCell::new(None),
         holds: Holds::new(),
+        hexes: observed
+            .ray
+            .node_states
+            .iter()
+            .map(crate::model::NodeState::node_id_hex)
+            .collect(),
     };
     r.out.warnings.extend(skipped);
     r.sync(config, observed, ids)?;
@@ -545,6 +551,8 @@ struct Run<'m, S: InstanceStorage> {
     read: std::cell::RefCell<Option<(usize, Table)>>,
     /// Pacing's launch holds, by node type (for the explanation).
     holds: Holds,
+    /// Each readable Ray node's id in hex, in the GCS reply's order (computed once).
+    hexes: Rc<[String]>,
 }
 
 /// When `i` failed to launch: ALLOCATION_FAILED, or gone with a launch error before Ray

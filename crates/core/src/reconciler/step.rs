@@ -17,13 +17,12 @@ impl<S: InstanceStorage> Run<'_, S> {
         let unreadable = Unreadable::of(obs.ray);
         // 1. Ray nodes missing from the GCS: gone only on positive evidence, a reply whose
         //    rows were read and that does not name the node (an unreadable row names it).
-        let mut ray_ids: BTreeSet<String> = obs
-            .ray
-            .node_states
+        let hexes = self.hexes.clone();
+        let ray_ids: foldhash::HashSet<&str> = hexes
             .iter()
-            .map(|n| n.node_id_hex())
+            .chain(unreadable.nodes.iter())
+            .map(String::as_str)
             .collect();
-        ray_ids.extend(unreadable.nodes.iter().cloned());
         let table = self.table()?;
         let mut events = Vec::new();
         for i in table.iter() {
@@ -36,7 +35,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                         | InstanceStatus::RayStopping
                 )
                 && let Some(node) = &i.node_id
-                && !ray_ids.contains(node)
+                && !ray_ids.contains(node.as_str())
             {
                 events.push(Self::ev(
                     i,

@@ -322,14 +322,8 @@ impl<S: InstanceStorage> Run<'_, S> {
         let mut events = Vec::new();
         let mut adopted: HashSet<&str> = HashSet::new();
         let mut adopted_nodes = Vec::new();
-        // Each node's id in hex, once.
-        let hexes: Vec<String> = obs
-            .ray
-            .node_states
-            .iter()
-            .map(crate::model::NodeState::node_id_hex)
-            .collect();
-        for (ns, hex) in obs.ray.node_states.iter().zip(&hexes) {
+        let hexes = self.hexes.clone();
+        for (ns, hex) in obs.ray.node_states.iter().zip(hexes.iter()) {
             if ns.instance_id.is_empty()
                 || ns.total_resources.get(HEAD_MARKER).is_some()
                 || matches!(
@@ -391,7 +385,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             .ray
             .node_states
             .iter()
-            .zip(&hexes)
+            .zip(hexes.iter())
             .map(|(n, hex)| (hex.as_str(), n.status))
             .chain(unreadable_hexes.iter().map(|(h, s)| (h.as_str(), *s)))
             .collect();
@@ -403,7 +397,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             .ray
             .node_states
             .iter()
-            .zip(&hexes)
+            .zip(hexes.iter())
             .filter(|(n, _)| is_live(n))
         {
             let Some(i) = by_cloud.get(ns.instance_id.as_str()) else {
@@ -445,7 +439,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                 .with_details(format!("ray restarted on the instance (node {hex})")),
             );
         }
-        for (ns, hex) in obs.ray.node_states.iter().zip(&hexes) {
+        for (ns, hex) in obs.ray.node_states.iter().zip(hexes.iter()) {
             let Some(i) = by_cloud.get(ns.instance_id.as_str()) else {
                 let is_head = ns.total_resources.get(HEAD_MARKER).is_some();
                 if !is_head && ns.status != Some(NodeStatus::Dead) {
