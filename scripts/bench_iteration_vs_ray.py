@@ -13,7 +13,8 @@ that answers the dumped state, then `Reconciler.reconcile` with Ray's own
 cloud that lists one running instance per Ray node). The first iteration adopts every
 instance (ALLOCATED), the second sees them run Ray; the next ones are steady: their CPU
 time (`time.thread_time`) is the figure. A child that does not finish in `--ray-timeout`
-seconds is reported as "> X s".
+seconds is reported as "> X s", X the time the step it was in (its set-up or an
+iteration) had run, a lower bound on one iteration.
 
 usage: bench_iteration_vs_ray.py --bench BIN [--python PY] [--cases 10000-0-alike,...]
        [--ray-steady 3] [--ray-timeout 600]
@@ -28,6 +29,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 # The child: Ray's iteration on a dumped state. Reads argv: state.pb, config.yaml,
@@ -101,6 +103,7 @@ im = InstanceManager(
 )
 scheduler = ResourceDemandScheduler(None)
 gcs = Gcs()
+print(json.dumps({"ready": True}), flush=True)
 for it in range(2 + steady):
     c0, w0 = time.thread_time(), time.perf_counter()
     ray_state = get_cluster_resource_state(gcs)
@@ -157,27 +160,42 @@ def rayscale_rows(bench, nodes, demands, distinct, dump):
 
 
 def ray_side(python, state, config, steady, timeout):
-    """Ray's iterations on the dumped state: the steady ones' CPU (s), or None when it
-    did not finish within `timeout` s (with the seconds it had)."""
-    t0 = time.monotonic()
+    """Ray's iterations on the dumped state: (the steady ones' CPU in s, None), or, when
+    the child did not finish within `timeout` s, (None, a lower bound in s on the
+    iteration it was in: the time since the last line it printed, its set-up or an
+    iteration)."""
+    child = subprocess.Popen(
+        [python, "-c", RAY_CHILD, state, config, str(steady)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # One line per step (set-up done, each iteration), read as they come, with their time.
+    lines, last = [], [time.monotonic()]
+
+    def read():
+        for line in child.stdout:
+            if line.startswith("{"):
+                lines.append(json.loads(line))
+                last[0] = time.monotonic()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        out = subprocess.run(
-            [python, "-c", RAY_CHILD, state, config, str(steady)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        child.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return None, time.monotonic() - t0
-    if out.returncode != 0:
-        sys.exit(f"Ray's side failed: {out.stderr.strip()[-2000:]}")
-    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+        child.kill()
+        child.wait()
+        return None, time.monotonic() - last[0]
+    reader.join()
+    if child.returncode != 0:
+        sys.exit(f"Ray's side failed: {child.stderr.read().strip()[-2000:]}")
     its = [i for i in lines if "iteration" in i]
     statuses = next((i["statuses"] for i in lines if "statuses" in i), {})
     nodes = sum(statuses.values())
     if statuses.get("RAY_RUNNING", 0) != nodes or nodes == 0:
         sys.exit(f"Ray's instances are not all running Ray after its iterations: {statuses}")
-    return [i["cpu_s"] for i in its[2:]], time.monotonic() - t0
+    return [i["cpu_s"] for i in its[2:]], None
 
 
 def main():
@@ -185,9 +203,11 @@ def main():
     ap.add_argument("--bench", required=True)
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--cases", default="10000-0-alike,1000-10000-alike")
-    ap.add_argument("--ray-steady", type=int, default=3)
+    ap.add_argument("--ray-steady", type=int, default=3, help="at least 1")
     ap.add_argument("--ray-timeout", type=float, default=600)
     a = ap.parse_args()
+    if a.ray_steady < 1:
+        sys.exit("--ray-steady must be at least 1")
     print("| cluster | Ray 2.60 steady iteration (CPU, median) | rayscale steady (CPU, median / fastest) | ratio (median) |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as dump:
@@ -196,11 +216,13 @@ def main():
             nodes, demands, distinct = int(nodes), int(demands), kind == "distinct"
             rs = rayscale_rows(a.bench, nodes, demands, distinct, dump)
             state = os.path.join(dump, f"state-{nodes}-{demands}-{kind}.pb")
-            ray, took = ray_side(a.python, state, os.path.join(dump, "config.yaml"),
-                                 a.ray_steady, a.ray_timeout)
+            ray, stuck = ray_side(a.python, state, os.path.join(dump, "config.yaml"),
+                                  a.ray_steady, a.ray_timeout)
             label = f"{nodes:,} nodes, {demands:,} demands ({kind})"
             if ray is None:
-                ray_text, ratio = f"> {took:.0f} s (did not finish)", f"> {took * 1e3 / rs['median']:,.0f}x"
+                # One step (set-up or an iteration) ran this long without finishing.
+                ray_text = f"> {stuck:.0f} s (one step did not finish)"
+                ratio = f"> {stuck * 1e3 / rs['median']:,.0f}x"
             else:
                 med = sorted(ray)[len(ray) // 2]
                 ray_text, ratio = f"{med:.2f} s", f"{med * 1e3 / rs['median']:,.0f}x"

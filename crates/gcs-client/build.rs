@@ -23,6 +23,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .btree_map(".")
+        // Each message is decoded from one contiguous slice (src/codec.rs).
+        .codec_path("crate::codec::SliceCodec")
         .file_descriptor_set_path(&descriptors)
         .compile_protos(&files, &["proto"])?;
     let set = std::fs::read(&descriptors)?;

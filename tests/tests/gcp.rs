@@ -136,8 +136,8 @@ async fn gcp_provider_conforms_on_the_fake() {
     let report = run_all(&subject).await;
     report.print("gcp");
     assert_eq!(report.skipped_names(), ["error_kind_not_found"]);
-    // Every instance is one insert: Compute Engine has no batch insert of named
-    // instances; a replay sends none for instances its request made.
+    // Every instance of a plain launch is one insert (an all-or-nothing gang's are one
+    // bulkInsert, counted apart); a replay sends none for instances its request made.
     let inserts = fake
         .calls()
         .insert

@@ -20,26 +20,34 @@ const MAX_AMOUNT: f64 = 1e24;
 /// Checks and converts a resource map; `path` builds the map's path only on error. Refused:
 /// what cannot mean anything (NaN, infinite, absurdly large, or negative).
 fn resources(m: BTreeMap<String, f64>, path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
-    for (k, v) in &m {
-        if !v.is_finite() || *v < 0.0 || *v > MAX_AMOUNT {
-            return Err(GcsError::Invalid {
-                path: format!("{}.{k}", path()),
-                message: format!("resource amounts must be finite and non-negative, got {v}"),
-            });
-        }
-    }
-    Ok(ResourceMap::from_f64_pairs(m))
+    amounts(m, path, |v| v)
 }
 
 /// A node's available resources as Ray means them: a negative amount (a node whose tasks
 /// oversubscribe it) is read as none available, as Ray's scheduler reads it ("full"); an
 /// absent key already means 0. NaN, infinite or absurd amounts are refused.
 fn available(m: BTreeMap<String, f64>, path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
-    let m = m
-        .into_iter()
-        .map(|(k, v)| (k, if v < 0.0 && v.is_finite() { 0.0 } else { v }))
-        .collect();
-    resources(m, path)
+    amounts(m, path, |v| if v < 0.0 && v.is_finite() { 0.0 } else { v })
+}
+
+/// The amounts of `m` as read by `read`, each checked: finite, non-negative, not absurd.
+fn amounts(
+    m: BTreeMap<String, f64>,
+    path: impl Fn() -> String,
+    read: impl Fn(f64) -> f64,
+) -> Result<ResourceMap, GcsError> {
+    for (k, v) in &m {
+        let v = read(*v);
+        if !v.is_finite() || !(0.0..=MAX_AMOUNT).contains(&v) {
+            return Err(GcsError::Invalid {
+                path: format!("{}.{k}", path()),
+                message: format!("resource amounts must be finite and non-negative, got {v}"),
+            });
+        }
+    }
+    Ok(ResourceMap::from_f64_pairs(
+        m.into_iter().map(|(k, v)| (k, read(v))),
+    ))
 }
 
 fn labels(m: BTreeMap<String, String>) -> Vec<(String, String)> {
@@ -235,39 +243,68 @@ fn convert_state(
     let mut node_states = Vec::with_capacity(s.node_states.len());
     let mut unreadable_nodes = Vec::new();
     for (i, n) in std::mem::take(&mut s.node_states).into_iter().enumerate() {
-        // A row that cannot be read still names its node and instance (protobuf bytes
-        // and strings always decode): it is kept as unreadable, never dropped, so that
-        // its node is not taken for gone.
-        let who = UnreadableNode {
-            node_id: n.node_id.clone(),
-            instance_id: n.instance_id.clone(),
-            ray_node_type_name: n.ray_node_type_name.clone(),
-            status: node_status(n.status),
-            reason: String::new(),
-        };
+        let pb::NodeState {
+            node_id,
+            instance_id,
+            ray_node_type_name,
+            available_resources,
+            total_resources,
+            dynamic_labels,
+            labels: static_labels,
+            idle_duration_ms,
+            status,
+            ..
+        } = n;
+        let status = node_status(status);
         // The row's path is spelled out only for an error.
-        match node_state(n, || format!("{path}.node_states[{i}]")) {
-            Ok(n) => node_states.push(n),
-            Err(e) if who.status == Some(NodeStatus::Dead) => {
+        let p = || format!("{path}.node_states[{i}]");
+        let amounts = available(available_resources, || {
+            format!("{}.available_resources", p())
+        })
+        .and_then(|a| {
+            resources(total_resources, || format!("{}.total_resources", p())).map(|t| (a, t))
+        });
+        match amounts {
+            Ok((available_resources, total_resources)) => node_states.push(NodeState {
+                node_id,
+                instance_id,
+                ray_node_type_name,
+                available_resources,
+                total_resources,
+                dynamic_labels: labels(dynamic_labels),
+                labels: labels(static_labels),
+                idle_duration_ms,
+                status,
+            }),
+            Err(e) if status == Some(NodeStatus::Dead) => {
                 // A dead node's amounts do not matter: its death is read.
                 bad(e)?;
                 node_states.push(NodeState {
-                    node_id: who.node_id,
-                    instance_id: who.instance_id,
-                    ray_node_type_name: who.ray_node_type_name,
-                    status: who.status,
+                    node_id,
+                    instance_id,
+                    ray_node_type_name,
+                    status,
                     ..Default::default()
                 });
             }
             Err(e) => {
-                // The reason without the row's index (rows move between replies).
+                // A row that cannot be read still names its node and instance
+                // (protobuf bytes and strings always decode): it is kept as unreadable,
+                // never dropped, so that its node is not taken for gone. The reason is
+                // given without the row's index (rows move between replies).
                 let full = e.to_string();
                 let reason = full
                     .split_once("].")
                     .map_or(full.as_str(), |(_, r)| r)
                     .to_string();
                 bad(e)?;
-                unreadable_nodes.push(UnreadableNode { reason, ..who });
+                unreadable_nodes.push(UnreadableNode {
+                    node_id,
+                    instance_id,
+                    ray_node_type_name,
+                    status,
+                    reason,
+                });
             }
         }
     }
@@ -301,22 +338,6 @@ fn convert_state(
         pending_resource_requests: pending,
         pending_gang_resource_requests: gangs,
         cluster_resource_constraints: constraints,
-    })
-}
-
-fn node_state(n: pb::NodeState, p: impl Fn() -> String) -> Result<NodeState, GcsError> {
-    Ok(NodeState {
-        node_id: n.node_id,
-        instance_id: n.instance_id,
-        ray_node_type_name: n.ray_node_type_name,
-        available_resources: available(n.available_resources, || {
-            format!("{}.available_resources", p())
-        })?,
-        total_resources: resources(n.total_resources, || format!("{}.total_resources", p()))?,
-        dynamic_labels: labels(n.dynamic_labels),
-        labels: labels(n.labels),
-        idle_duration_ms: n.idle_duration_ms,
-        status: node_status(n.status),
     })
 }
 

@@ -12,6 +12,7 @@
 //! protobuf type leaking into `rayscale-core`'s API.
 
 pub mod client;
+pub mod codec;
 pub mod convert;
 pub mod driver;
 pub mod error;

@@ -320,7 +320,7 @@ pub fn bulk_blocker(nc: &NodeConfig) -> Option<&str> {
 /// (`minCount` = `count`, "if minCount instances cannot be created, then no instances
 /// will be created", `BulkInsertInstanceResource` in the REST reference): the instance
 /// of [`instance_json`] as `instanceProperties`, whose machine, accelerator and disk
-/// types are names, not URLs (as in an instance template), one entry of
+/// types and resource policies are names, not URLs (as in an instance template), one entry of
 /// `perInstanceProperties` per name (its key; the entry's own `name` is output only), and the node type's template if it has one.
 /// `spec.name` is not used. The caller checks [`bulk_blocker`] first.
 pub fn bulk_body(
@@ -358,6 +358,9 @@ pub fn bulk_body(
                 last(dt);
             }
         }
+    }
+    if let Some(Value::Array(policies)) = props.get_mut("resourcePolicies") {
+        policies.iter_mut().for_each(last);
     }
     let count = names.len() as u64;
     let per: Map<String, Value> = names.iter().map(|n| (n.clone(), json!({}))).collect();
@@ -531,7 +534,8 @@ mod tests {
         let c = cfg(
             "  gpu:\n    resources: {GPU: 1}\n    node_config:\n      machineType: n1-standard-8\n      \
              guestAccelerators: [{acceleratorType: nvidia-tesla-t4, acceleratorCount: 1}]\n      \
-             disks: [{boot: true, initializeParams: {diskType: pd-ssd, diskSizeGb: 50}}]\n  \
+             disks: [{boot: true, initializeParams: {diskType: pd-ssd, diskSizeGb: 50}}]\n      \
+             resourcePolicies: [projects/proj/regions/us-west1/resourcePolicies/compact]\n  \
              odd: {resources: {CPU: 1}, node_config: {machineType: n1-standard-2, hostname: a.b}}\n",
         );
         let names: Vec<String> = (0..3)

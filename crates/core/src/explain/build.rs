@@ -390,14 +390,11 @@ pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
         .iter()
         .map(|t| (t.instance_id.as_str(), t.cause.name()))
         .collect();
-    let views: HashMap<&str, &NodeView> = x
-        .nodes
-        .iter()
-        .filter_map(|n| {
-            let i = x.request.instances.get(n.instance?)?;
-            Some((i.instance_id.as_str(), n))
-        })
-        .collect();
+    let mut views: HashMap<&str, &NodeView> = HashMap::with_capacity(x.nodes.len());
+    views.extend(x.nodes.iter().filter_map(|n| {
+        let i = x.request.instances.get(n.instance?)?;
+        Some((i.instance_id.as_str(), n))
+    }));
     let inputs: HashMap<&str, &crate::scheduler::InstanceInput> = x
         .request
         .instances

@@ -33,7 +33,8 @@ impl ResourceMap {
     /// Builds a map from (name, float) pairs, keeping order; a repeated name keeps the last value
     /// at the position of its first occurrence.
     pub fn from_f64_pairs<I: IntoIterator<Item = (String, f64)>>(pairs: I) -> Self {
-        let mut out: Vec<(String, Fixed)> = Vec::new();
+        let pairs = pairs.into_iter();
+        let mut out: Vec<(String, Fixed)> = Vec::with_capacity(pairs.size_hint().0);
         for (k, v) in pairs {
             let f = to_fixed(v);
             if let Some(e) = out.iter_mut().find(|(n, _)| *n == k) {

@@ -5,12 +5,13 @@ use super::resources::ResourceMap;
 /// Lowercase hex of a binary id.
 fn hex(id: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = Vec::with_capacity(id.len() * 2);
-    for b in id {
-        s.extend([HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+    let mut out = vec![0u8; id.len() * 2];
+    for (o, &b) in out.chunks_exact_mut(2).zip(id) {
+        o[0] = HEX[usize::from(b >> 4)];
+        o[1] = HEX[usize::from(b & 15)];
     }
     // Only ASCII hex digits were written.
-    String::from_utf8(s).unwrap_or_default()
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// Ray node status as the GCS reports it (`NodeStatus`).

@@ -256,7 +256,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         }
         let outside = !outside_demand.is_empty();
         request.resource_requests.extend(outside_demand);
-        let (mut decision, views) = schedule_with_explained(&request, chain);
+        let (mut decision, views) = schedule_with_placements(&request, chain);
         // rayscale's own scale-downs, opted in (none set: nothing here runs).
         if config.limits.autostop_minutes.is_some() || config.limits.consolidation.is_some() {
             self.avail.clocks.observe(now);

@@ -361,11 +361,13 @@ impl<S: InstanceStorage> Run<'_, S> {
 
         // 6. Ray node states; 7. rejected drains.
         let table = self.table()?;
-        let by_cloud: HashMap<&str, &Instance> = table
-            .iter()
-            .filter(|i| live(i))
-            .filter_map(|i| i.cloud_instance_id.as_deref().map(|c| (c, &**i)))
-            .collect();
+        let mut by_cloud: HashMap<&str, &Instance> = HashMap::with_capacity(table.len());
+        by_cloud.extend(
+            table
+                .iter()
+                .filter(|i| live(i))
+                .filter_map(|i| i.cloud_instance_id.as_deref().map(|c| (c, &**i))),
+        );
         let mut events = Vec::new();
         let mut moved: HashSet<&str> = HashSet::new();
         let is_live = |ns: &crate::model::NodeState| {

@@ -147,13 +147,17 @@ pub struct Decision {
 
 /// Runs one scheduling pass.
 pub fn schedule(req: &SchedulingRequest) -> Decision {
-    engine::Engine::new(req).run().0
+    engine::Engine::new(req).with_views(Views::None).run().0
 }
 
 /// Runs one scheduling pass choosing new nodes with an expander chain (see
 /// [`crate::expander`]); with `ray` at the head of the chain this is exactly [`schedule`].
 pub fn schedule_with(req: &SchedulingRequest, chain: &mut ExpanderChain) -> Decision {
-    engine::Engine::new(req).with_chain(chain).run().0
+    engine::Engine::new(req)
+        .with_views(Views::None)
+        .with_chain(chain)
+        .run()
+        .0
 }
 
 /// Like [`schedule_with`], also returning every node of the resulting cluster.
@@ -162,6 +166,30 @@ pub fn schedule_with_explained(
     chain: &mut ExpanderChain,
 ) -> (Decision, Vec<NodeView>) {
     engine::Engine::new(req).with_chain(chain).run()
+}
+
+/// Like [`schedule_with_explained`], with only what was placed on each node: its views'
+/// `total`, `available` and `available_for_constraint` are empty (the reconciler's and
+/// the explanation's use, without three maps built per node).
+pub fn schedule_with_placements(
+    req: &SchedulingRequest,
+    chain: &mut ExpanderChain,
+) -> (Decision, Vec<NodeView>) {
+    engine::Engine::new(req)
+        .with_views(Views::Placements)
+        .with_chain(chain)
+        .run()
+}
+
+/// What a scheduling pass returns of the nodes of the resulting cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Views {
+    /// Nothing (the decision alone).
+    None,
+    /// Each node's type, fate and placements.
+    Placements,
+    /// All of [`NodeView`].
+    Full,
 }
 
 /// What happens to a node of the resulting cluster.

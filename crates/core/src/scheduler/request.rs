@@ -74,7 +74,7 @@ pub fn build_request(
     let mut joined = vec![false; instances.len()];
     // Instances by the id a node state names them with, in file order.
     let mut by_id: foldhash::HashMap<&str, std::collections::VecDeque<usize>> =
-        foldhash::HashMap::default();
+        foldhash::HashMap::with_capacity_and_hasher(instances.len(), Default::default());
     for (ii, inst) in instances.iter().enumerate() {
         let id = inst
             .cloud_instance_id
@@ -82,7 +82,7 @@ pub fn build_request(
             .unwrap_or(&inst.instance_id);
         by_id.entry(id).or_default().push_back(ii);
     }
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(state.node_states.len() + instances.len());
     for (ni, ns) in state.node_states.iter().enumerate() {
         let target = match ns.status.unwrap_or(NodeStatus::Running) {
             NodeStatus::Running | NodeStatus::Idle | NodeStatus::Unspecified => {

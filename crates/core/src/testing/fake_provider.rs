@@ -398,12 +398,9 @@ impl CloudInstanceProvider for FakeProvider {
                 "fake: list failed",
             ));
         }
-        let all: Vec<CloudInstance> = st.instances.values().cloned().collect();
-        let mut out = Vec::with_capacity(all.len());
-        for page in all.chunks(st.page_size.max(1)) {
-            out.extend_from_slice(page);
-            st.pages_served += 1;
-        }
+        // Served in pages of `page_size` (counted), handed back whole.
+        let out: Vec<CloudInstance> = st.instances.values().cloned().collect();
+        st.pages_served += out.len().div_ceil(st.page_size.max(1));
         Ok(out)
     }
 

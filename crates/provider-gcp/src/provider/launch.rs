@@ -160,6 +160,22 @@ impl GcpProvider {
                 .poller()
         };
         match self.send_retrying(CALL, node_type, send).await {
+            // A name of the gang is taken, by another request's instance (this request's
+            // own were left out): nothing was made; later, the names may be free.
+            Started::Ended(_, Err(e))
+                if crate::errors::classify(e.code(), e.status()) == Class::AlreadyExists =>
+            {
+                Err(GcpError::Call {
+                    call: CALL,
+                    code: e.code().map(str::to_string),
+                    status: e.status(),
+                    kind: ProviderErrorKind::Transient,
+                    message: format!(
+                        "a name of the gang of {} is taken by an instance of another launch request",
+                        names.len()
+                    ),
+                })
+            }
             Started::Ended(_, Err(e)) => Err(e),
             Started::Ended(_, Ok(_)) => Ok(made),
             Started::Running(op, poller) => {
@@ -453,7 +469,7 @@ impl GcpProvider {
             if mapping::is_stopped(i) {
                 // An interrupted restart of a cached node is finished; without caching,
                 // a stopped one (a preempted spot worker) is not this request's any more.
-                if cfg.cache_stopped_nodes && mapping::is_restartable(i) {
+                if cfg.cache_stopped_nodes && !req.all_or_nothing && mapping::is_restartable(i) {
                     reuse.push(i.clone());
                 }
             } else {
@@ -461,8 +477,10 @@ impl GcpProvider {
             }
         }
         let mut remaining = req.count.saturating_sub(made.len() as u64);
-        // 2. Cached nodes: stopped instances of this kind, type and launch config.
-        if cfg.cache_stopped_nodes && remaining > reuse.len() as u64 {
+        // 2. Cached nodes: stopped instances of this kind, type and launch config (not
+        //    for an all-or-nothing gang: restarts are one by one, so the gang is made
+        //    new, in one call).
+        if cfg.cache_stopped_nodes && !req.all_or_nothing && remaining > reuse.len() as u64 {
             let hash = cfg.launch_hashes.get(t).cloned().unwrap_or_default();
             let stopped = self
                 .list_raw(
@@ -517,7 +535,11 @@ impl GcpProvider {
             index += 1;
         }
         // An all-or-nothing gang: one bulkInsert makes every name or none.
-        let bulk = req.all_or_nothing && kind == NodeKind::Worker && names.len() > 1;
+        // A gang of more than one is always one bulkInsert, a replay too (the same
+        // `requestId`: a replay while the first call runs answers its operation), even
+        // when all but one of its names exist already.
+        let bulk =
+            req.all_or_nothing && kind == NodeKind::Worker && req.count > 1 && !names.is_empty();
         let blocker = cfg.node_types.get(t).and_then(mapping::bulk_blocker);
         if bulk && let Some(field) = blocker {
             tracing::warn!(

@@ -162,7 +162,7 @@ impl Engine<'_> {
                 ray_node_id: Rc::from(ray.node_id_hex.as_str()),
                 head: inst.is_head,
                 idle_ms: ray.idle_duration_ms,
-                launch_hash: Rc::from(inst.launch_config_hash.as_str()),
+                launch_hash: self.hash_rc(&inst.launch_config_hash),
                 tie: self.tie(
                     &inst.node_type,
                     config_idx.map_or(0, |i| self.req.node_types[i].priority),
@@ -188,7 +188,7 @@ impl Engine<'_> {
                 ray_node_id: Rc::from(""),
                 head: false,
                 idle_ms: 0,
-                launch_hash: Rc::from(inst.launch_config_hash.as_str()),
+                launch_hash: self.hash_rc(&inst.launch_config_hash),
                 tie: self.tie(&inst.node_type, 0),
                 total: Rc::new(Vec::new()),
                 avail: [Vec::new(), Vec::new()],
@@ -203,8 +203,21 @@ impl Engine<'_> {
         n.instance = Some(idx);
         n.head = inst.is_head;
         // Compatibility rule PENDING_LAUNCH_HASH: keep the instance's hash.
-        n.launch_hash = Rc::from(inst.launch_config_hash.as_str());
+        n.launch_hash = self.hash_rc(&inst.launch_config_hash);
         Some(n)
+    }
+
+    /// `hash` shared: the nodes of a type mostly carry one launch hash, so the last one
+    /// made is handed out again rather than one string per node.
+    fn hash_rc(&mut self, hash: &str) -> Rc<str> {
+        match &self.last_hash {
+            Some(h) if **h == *hash => h.clone(),
+            _ => {
+                let h: Rc<str> = Rc::from(hash);
+                self.last_hash = Some(h.clone());
+                h
+            }
+        }
     }
 
     /// Per config type, how many more nodes it may get (its max minus the given nodes).

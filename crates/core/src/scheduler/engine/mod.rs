@@ -206,6 +206,10 @@ pub(super) struct Engine<'a> {
     chain: Option<&'a mut ExpanderChain>,
     /// Per config type: no new node may be launched of it in this pass.
     unavailable: Vec<bool>,
+    /// What the pass returns of its nodes.
+    views: super::Views,
+    /// The launch hash last given to a node (see `hash_rc`).
+    last_hash: Option<Rc<str>>,
 }
 
 impl<'a> Engine<'a> {
@@ -231,7 +235,15 @@ impl<'a> Engine<'a> {
                 .iter()
                 .map(|t| req.unavailable_node_types.contains(&t.name))
                 .collect(),
+            views: super::Views::Full,
+            last_hash: None,
         }
+    }
+
+    /// Returns `views` of the nodes (all of them by default).
+    pub(super) fn with_views(mut self, views: super::Views) -> Self {
+        self.views = views;
+        self
     }
 
     /// The tie-breaks of a node of type `name` with `priority`.
@@ -257,6 +269,7 @@ impl<'a> Engine<'a> {
 
     pub(super) fn run(mut self) -> (Decision, Vec<NodeView>) {
         let req = self.req;
+        self.nodes.reserve(req.instances.len());
         for (i, inst) in req.instances.iter().enumerate() {
             if let Some(n) = self.node_from_instance(i, inst) {
                 self.nodes.push(n);
@@ -399,8 +412,23 @@ impl<'a> Engine<'a> {
                 .map(|(k, x)| (self.res_names[k as usize].clone(), x))
                 .collect(),
         );
-        let views = self.nodes.iter().map(|n| self.view(n)).collect();
+        let views = match self.views {
+            super::Views::None => Vec::new(),
+            _ => self.nodes.iter().map(|n| self.view(n)).collect(),
+        };
         (decision, views)
+    }
+
+    /// `f()` when the pass returns full views, else an empty map.
+    fn full_views(
+        &self,
+        f: impl FnOnce() -> crate::model::ResourceMap,
+    ) -> crate::model::ResourceMap {
+        if self.views == super::Views::Full {
+            f()
+        } else {
+            crate::model::ResourceMap::default()
+        }
     }
 
     fn view(&self, n: &SNode) -> NodeView {
@@ -425,9 +453,9 @@ impl<'a> Engine<'a> {
                 NodeStatus::ToTerminate => NodeFate::Terminate,
             },
             instance: n.instance,
-            total: map(&n.total),
-            available: map(&n.avail[DEMAND]),
-            available_for_constraint: map(&n.avail[CONSTRAINT]),
+            total: self.full_views(|| map(&n.total)),
+            available: self.full_views(|| map(&n.avail[DEMAND])),
+            available_for_constraint: self.full_views(|| map(&n.avail[CONSTRAINT])),
             placed: placed(DEMAND),
             placed_constraint: placed(CONSTRAINT),
             gang: (n.gang != NO_GANG).then_some(n.gang as usize),
