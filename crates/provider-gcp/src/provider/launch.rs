@@ -139,7 +139,12 @@ impl GcpProvider {
             boot_script,
         };
         let body = mapping::bulk_body(cfg, &spec, names)?;
-        let token = idempotency_token(&format!("{request_id}/bulk"), 0);
+        // The same names again (a replay while the first call runs, or after it) is the
+        // same call; other names (a member gone since) are a call of their own, so the
+        // answer of an earlier call never stands for instances it did not make.
+        let mut sorted: Vec<&str> = names.iter().map(String::as_str).collect();
+        sorted.sort_unstable();
+        let token = idempotency_token(&format!("{request_id}/bulk/{}", sorted.join(",")), 0);
         let made: Vec<CloudInstance> = names
             .iter()
             .map(|n| {
@@ -159,24 +164,26 @@ impl GcpProvider {
                 .set_body(body.clone())
                 .poller()
         };
-        match self.send_retrying(CALL, node_type, send).await {
-            // A name of the gang is taken, by another request's instance (this request's
-            // own were left out): nothing was made; later, the names may be free.
-            Started::Ended(_, Err(e))
-                if crate::errors::classify(e.code(), e.status()) == Class::AlreadyExists =>
-            {
-                Err(GcpError::Call {
-                    call: CALL,
-                    code: e.code().map(str::to_string),
-                    status: e.status(),
-                    kind: ProviderErrorKind::Transient,
-                    message: format!(
-                        "a name of the gang of {} is taken by an instance of another launch request",
-                        names.len()
-                    ),
-                })
+        // A name of the gang taken, by another request's instance (this request's own
+        // were left out), whether said at once or when the operation ends: nothing was
+        // made; later, the names may be free.
+        let taken = |e: GcpError| {
+            if crate::errors::classify(e.code(), e.status()) != Class::AlreadyExists {
+                return e;
             }
-            Started::Ended(_, Err(e)) => Err(e),
+            GcpError::Call {
+                call: CALL,
+                code: e.code().map(str::to_string),
+                status: e.status(),
+                kind: ProviderErrorKind::Transient,
+                message: format!(
+                    "a name of the gang of {} is taken by an instance of another launch request",
+                    names.len()
+                ),
+            }
+        };
+        match self.send_retrying(CALL, node_type, send).await {
+            Started::Ended(_, Err(e)) => Err(taken(e)),
             Started::Ended(_, Ok(_)) => Ok(made),
             Started::Running(op, poller) => {
                 match self.finish(poller, CALL, node_type, deadline).await {
@@ -197,7 +204,7 @@ impl GcpProvider {
                         }
                         Ok(made)
                     }
-                    Err(e) => Err(e),
+                    Err(e) => Err(taken(e)),
                 }
             }
         }
