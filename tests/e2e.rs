@@ -22,17 +22,23 @@ pub fn finish(mut child: std::process::Child, timeout: Duration) -> (bool, Strin
     )
 }
 
-/// Runs the test workload (4 tasks of 2 CPUs for 4 s) against `gcs`: ok and its output.
-pub fn workload(python: &Path, gcs: &str) -> (bool, String) {
-    let w = Command::new(python)
+/// `tests/live/workload.py` with `args` against the cluster at `gcs`, started with
+/// `python` (its output piped, for [`finish`]).
+pub fn start_workload(python: &Path, gcs: &str, args: &[&str]) -> std::process::Child {
+    Command::new(python)
         .arg(root().join("tests/live/workload.py"))
         .arg(gcs)
-        .args(["tasks", "4", "2", "4"])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("workload");
+        .expect("workload starts")
+}
+
+/// Runs the test workload (4 tasks of 2 CPUs for 4 s) against `gcs`: ok and its output.
+pub fn workload(python: &Path, gcs: &str) -> (bool, String) {
+    let w = start_workload(python, gcs, &["tasks", "4", "2", "4"]);
     let (ok, text) = finish(w, Duration::from_secs(240));
     (ok && text.contains("done 4"), text)
 }
@@ -447,15 +453,7 @@ pub fn preempt_and_replace(name: &str, cloud: &dyn SpotCloud) {
 
     let head_id = stage.up_head(cloud, || diag(&[]));
     // One task of 2 CPUs for 60 s (retried when its node dies, Ray's default).
-    let job = Command::new(&python)
-        .arg(root().join("tests/live/workload.py"))
-        .arg(&gcs)
-        .args(["tasks", "1", "2", "60"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("workload");
+    let job = start_workload(&python, &gcs, &["tasks", "1", "2", "60"]);
     let busy = || {
         crate::ray_head::workers_at(&gcs)
             .into_iter()
@@ -647,15 +645,7 @@ pub fn gang_whole_or_split(name: &str, cloud: &dyn GangCloud, atomic: bool) {
     let diag = || stage.diag();
     let head_id = stage.up_head(cloud, diag);
     cloud.cap(2);
-    let job = Command::new(&python)
-        .arg(root().join("tests/live/workload.py"))
-        .arg(&gcs)
-        .args(["spread", "3", "A"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("workload");
+    let job = start_workload(&python, &gcs, &["spread", "3", "A"]);
     let (ok, text) = finish(job, Duration::from_secs(240));
     let head_log = || sim.log(&head_id);
     assert!(

@@ -17,13 +17,6 @@ use rayscale_tests::ray_head::{RayHead, RayHeadOptions};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
 fn rayscale_bin() -> PathBuf {
     rayscale_tests::workspace_bin("rayscale")
 }
@@ -133,15 +126,7 @@ fn python() -> PathBuf {
 }
 
 fn workload(head: &RayHead, args: &[&str]) -> Child {
-    Command::new(python())
-        .arg(root().join("tests/live/workload.py"))
-        .arg(head.addr())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("workload starts")
+    rayscale_tests::e2e::start_workload(&python(), &head.addr(), args)
 }
 
 fn finish(child: Child, timeout: Duration) -> (bool, String) {

@@ -25,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rayscale_tests::e2e::finish;
+use rayscale_tests::e2e::{finish, start_workload};
 use rayscale_tests::ray_head::{
     FAKE_HEAD, RayHead, RayHeadOptions, fake_cluster_env, free_ports, ray_from_env,
 };
@@ -120,15 +120,12 @@ fn get(url: &str) -> (u64, String) {
 /// The workload's `console` mode: 8 one-CPU tasks of 3 s, then a 64-CPU task left pending
 /// for `wait_s`; the job's console (Ray prints the autoscaler's events there).
 fn console_job(head: &RayHead, wait_s: u32) -> (bool, String) {
-    let w = Command::new(head.python())
-        .arg(root().join("tests/live/workload.py"))
-        .arg(head.addr())
-        .args(["console", "8", "1", "3", &wait_s.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let wait = wait_s.to_string();
+    let w = start_workload(
+        head.python(),
+        &head.addr(),
+        &["console", "8", "1", "3", &wait],
+    );
     finish(w, Duration::from_secs(240))
 }
 
@@ -469,15 +466,7 @@ fn consolidation_drains_one_of_two_half_empty_nodes_and_every_retriable_task_fin
     // Two workers, one 30 s task of {CPU: 1} on each: both half empty. One is drained
     // (its task's load fits on the other), terminated at the deadline, and its task is
     // retried on the other node.
-    let job = Command::new(head.python())
-        .arg(root().join("tests/live/workload.py"))
-        .arg(head.addr())
-        .args(["consolidate", "30"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let job = start_workload(head.python(), &head.addr(), &["consolidate", "30"]);
     let (ok, out) = rayscale_tests::e2e::finish(job, Duration::from_secs(300));
     let log = lp.log();
     assert!(ok && out.contains("placed on 2 nodes"), "{out}\n{log}");

@@ -1,6 +1,6 @@
 //! Launching on Compute Engine: the inserts of new instances (each awaited up to a
-//! bound; an all-or-nothing gang's as one `bulkInsert`), the starts of stopped workers, and the request's outcome (split out of
-//! `provider.rs`, behaviour unchanged).
+//! bound; an all-or-nothing gang's as one `bulkInsert`), the starts of stopped workers,
+//! and the request's outcome (split out of `provider.rs`).
 
 use super::*;
 
@@ -29,10 +29,7 @@ impl GcpProvider {
             boot_script,
         };
         let cfg = &state.cfg;
-        let mut made = CloudInstance::worker(name, node_type, Some(request_id));
-        made.kind = kind;
-        made.state = CloudInstanceState::Pending;
-        made.launch_config_hash = cfg.launch_hashes.get(node_type).cloned();
+        let made = pending_instance(cfg, name, node_type, kind, request_id);
         let nc = &cfg.node_types[node_type];
         let body = match mapping::instance_body(cfg, &spec) {
             Ok(b) => b,
@@ -65,15 +62,11 @@ impl GcpProvider {
                         made,
                         Started::Ended(
                             op,
-                            Err(GcpError::Call {
-                                call: "instances.insert",
-                                code: e.code().map(str::to_string),
-                                status: e.status(),
-                                kind: ProviderErrorKind::Transient,
-                                message: format!(
-                                    "the name {name} is taken by an instance of another launch request"
-                                ),
-                            }),
+                            Err(name_taken(
+                                "instances.insert",
+                                &e,
+                                &format!("the name {name}"),
+                            )),
                         ),
                     ),
                     Err(e) => (made, Started::Ended(op, Err(e))),
@@ -147,12 +140,7 @@ impl GcpProvider {
         let token = idempotency_token(&format!("{request_id}/bulk/{}", sorted.join(",")), 0);
         let made: Vec<CloudInstance> = names
             .iter()
-            .map(|n| {
-                let mut c = CloudInstance::worker(n, node_type, Some(request_id));
-                c.state = CloudInstanceState::Pending;
-                c.launch_config_hash = cfg.launch_hashes.get(node_type).cloned();
-                c
-            })
+            .map(|n| pending_instance(cfg, n, node_type, NodeKind::Worker, request_id))
             .collect();
         let send = || {
             self.calls.bulk_insert.fetch_add(1, Ordering::Relaxed);
@@ -171,16 +159,7 @@ impl GcpProvider {
             if crate::errors::classify(e.code(), e.status()) != Class::AlreadyExists {
                 return e;
             }
-            GcpError::Call {
-                call: CALL,
-                code: e.code().map(str::to_string),
-                status: e.status(),
-                kind: ProviderErrorKind::Transient,
-                message: format!(
-                    "a name of the gang of {} is taken by an instance of another launch request",
-                    names.len()
-                ),
-            }
+            name_taken(CALL, &e, &format!("a name of the gang of {}", names.len()))
         };
         match self.send_retrying(CALL, node_type, send).await {
             Started::Ended(_, Err(e)) => Err(taken(e)),
@@ -189,24 +168,37 @@ impl GcpProvider {
                 match self.finish(poller, CALL, node_type, deadline).await {
                     Ok(true) => Ok(made),
                     Ok(false) => {
-                        if let Some(name) = op {
-                            self.pending().push(PendingOp {
-                                name,
-                                call: CALL,
-                                op: ProviderOp::Launch {
-                                    request_id: request_id.to_string(),
-                                    node_type: node_type.to_string(),
-                                    count: names.len() as u64,
-                                },
-                                node_type: node_type.to_string(),
-                                checks: 0,
-                            });
-                        }
+                        self.leave_launch_op(op, CALL, request_id, node_type, names.len());
                         Ok(made)
                     }
                     Err(e) => Err(taken(e)),
                 }
             }
+        }
+    }
+
+    /// Leaves the launch operation `op` (of `count` instances), still running, to
+    /// `poll_errors`, which reports how it ended.
+    fn leave_launch_op(
+        &self,
+        op: Option<String>,
+        call: &'static str,
+        request_id: &str,
+        node_type: &str,
+        count: usize,
+    ) {
+        if let Some(name) = op {
+            self.pending().push(PendingOp {
+                name,
+                call,
+                op: ProviderOp::Launch {
+                    request_id: request_id.to_string(),
+                    node_type: node_type.to_string(),
+                    count: count as u64,
+                },
+                node_type: node_type.to_string(),
+                checks: 0,
+            });
         }
     }
 
@@ -248,19 +240,8 @@ impl GcpProvider {
         {
             Ok(true) => Made::Ok(made),
             Ok(false) => {
-                if let Some(name) = op {
-                    self.pending().push(PendingOp {
-                        name,
-                        call: "instances.insert",
-                        op: ProviderOp::Launch {
-                            request_id: made.request_id.clone().unwrap_or_default(),
-                            node_type: made.node_type.clone(),
-                            count: 1,
-                        },
-                        node_type: made.node_type.clone(),
-                        checks: 0,
-                    });
-                }
+                let request_id = made.request_id.as_deref().unwrap_or_default();
+                self.leave_launch_op(op, "instances.insert", request_id, &made.node_type, 1);
                 Made::Ok(made)
             }
             Err(e) => Made::Failed(e),
@@ -323,19 +304,9 @@ impl GcpProvider {
         {
             (_, Err(e)) => Made::Failed(e),
             (op, Ok(done)) => {
-                if !done && let Some(op) = op {
+                if !done {
                     // A start that fails late (a stockout) is reported by poll_errors.
-                    self.pending().push(PendingOp {
-                        name: op,
-                        call: "instances.start",
-                        op: ProviderOp::Launch {
-                            request_id: request_id.to_string(),
-                            node_type: node_type.to_string(),
-                            count: 1,
-                        },
-                        node_type: node_type.to_string(),
-                        checks: 0,
-                    });
+                    self.leave_launch_op(op, "instances.start", request_id, node_type, 1);
                 }
                 let mut c = mapping::cloud_instance(inst, &state.types)
                     .unwrap_or_else(|| CloudInstance::worker(&name, node_type, None));
@@ -606,5 +577,33 @@ impl GcpProvider {
             }
         }
         cloud::launch_outcome(req, made, failures, GcpError::kind, GcpError::into_provider)
+    }
+}
+
+/// The instance `name` as a launch reports it before the cloud lists it: pending, with
+/// its request and launch hash.
+fn pending_instance(
+    cfg: &GcpConfig,
+    name: &str,
+    node_type: &str,
+    kind: NodeKind,
+    request_id: &str,
+) -> CloudInstance {
+    let mut c = CloudInstance::worker(name, node_type, Some(request_id));
+    c.kind = kind;
+    c.state = CloudInstanceState::Pending;
+    c.launch_config_hash = cfg.launch_hashes.get(node_type).cloned();
+    c
+}
+
+/// `what` (a name, or a gang's) is taken by another launch request's instance (the
+/// cloud's `alreadyExists`, `e`): nothing was made, and later the name may be free.
+fn name_taken(call: &'static str, e: &GcpError, what: &str) -> GcpError {
+    GcpError::Call {
+        call,
+        code: e.code().map(str::to_string),
+        status: e.status(),
+        kind: ProviderErrorKind::Transient,
+        message: format!("{what} is taken by an instance of another launch request"),
     }
 }
