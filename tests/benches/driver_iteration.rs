@@ -14,8 +14,8 @@
 //! reconciler and scheduler, the table save (encode, gRPC), the lease, the effects.
 //!
 //! Run: `cargo bench -p rayscale-tests --bench driver_iteration` (add `-- 1000` to run
-//! only the smaller scale, `alike` to skip the distinct-node runs, `idle` to run only the
-//! cluster without demand).
+//! only the smaller scale, `alike` to skip the distinct-node runs, `distinct` to run only
+//! them, `idle` to run only the cluster without demand).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -216,11 +216,17 @@ async fn run(nodes: u32, demands: i64, distinct: bool) -> Result<(), String> {
             // Reconcile on every step, changed or not.
             interval: Duration::ZERO,
             holder: "bench".into(),
+            // Long enough for a step under valgrind (the renewals are as frequent).
+            lease: rayscale_core::driver::LeaseSettings {
+                duration: Duration::from_secs(600),
+                renew_every: Duration::from_secs(2),
+                renew_deadline: Duration::from_secs(300),
+            },
             ..Default::default()
         },
     );
     // Wait for the lease.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let r = driver.step().await;
         if r.reconciled {
@@ -323,6 +329,7 @@ fn main() {
         .find(|a| !a.starts_with('-'))
         .and_then(|a| a.parse().ok());
     let only_alike = std::env::args().any(|a| a == "alike");
+    let only_distinct = std::env::args().any(|a| a == "distinct");
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -343,6 +350,7 @@ fn main() {
     ] {
         if only.is_some_and(|o| o != nodes)
             || (only_alike && distinct)
+            || (only_distinct && !distinct)
             || (only_idle && demands != 0)
         {
             continue;

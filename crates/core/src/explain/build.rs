@@ -268,6 +268,9 @@ pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
             m
         });
     let mut waiting: BTreeMap<&str, Vec<&NodeView>> = BTreeMap::new();
+    // Demand placed on running nodes, summed by shape first (a busy cluster places the
+    // same few shapes on thousands of nodes; the groups do not depend on the order).
+    let mut on_running: HashMap<&ResourceMap, u64> = HashMap::new();
     for n in x.nodes.iter().filter(|n| !n.placed.is_empty()) {
         let status = n
             .instance
@@ -277,16 +280,15 @@ pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
             (NodeFate::Terminate, _) => {}
             (_, Some(InstanceStatus::RayRunning)) => {
                 for (r, k) in &n.placed {
-                    demand.add(
-                        DemandKind::Task,
-                        DemandReason::FitsRunningNodes,
-                        &r.resources,
-                        *k,
-                    );
+                    let e = on_running.entry(&r.resources).or_default();
+                    *e = e.saturating_add(*k);
                 }
             }
             _ => waiting.entry(n.node_type.as_str()).or_default().push(n),
         }
+    }
+    for (r, k) in on_running {
+        demand.add(DemandKind::Task, DemandReason::FitsRunningNodes, r, k);
     }
     for (t, mut list) in waiting {
         // New nodes past those the cost cap let through were not launched.

@@ -4,6 +4,7 @@ use super::*;
 
 impl Engine<'_> {
     /// Can `avail` hold one `shape` (resources only)?
+    #[inline]
     pub(super) fn fits(&self, avail: &[(ResId, Fixed)], shape: &Shape) -> bool {
         shape.pos.iter().all(|&(k, v)| {
             let have = get(avail, k).unwrap_or(if self.implicit[k as usize] { ONE } else { 0 });
@@ -16,7 +17,15 @@ impl Engine<'_> {
         let mut best = u64::MAX;
         for &(k, v) in &shape.pos {
             let have = get(avail, k).unwrap_or(if self.implicit[k as usize] { ONE } else { 0 });
-            let n = if have <= 0 { 0 } else { (have / v) as u64 };
+            let n = if have <= 0 {
+                0
+            } else {
+                // A 64-bit division when both fit (the same quotient, no library call).
+                match (i64::try_from(have), i64::try_from(v)) {
+                    (Ok(h), Ok(d)) => (h / d) as u64,
+                    _ => (have / v) as u64,
+                }
+            };
             best = best.min(n);
         }
         best
@@ -68,8 +77,12 @@ impl Engine<'_> {
 
     /// Could `node` take one request of shape `sid` (label selectors, anti-affinity,
     /// resources)? Does not change the node.
+    #[inline]
     pub(super) fn can_take(&self, node: &SNode, sid: ShapeId, src: usize) -> bool {
         let shape = &self.shapes[sid as usize];
+        if shape.selectors.is_empty() && shape.anti.is_empty() {
+            return self.fits(&node.avail[src], shape);
+        }
         if !shape.selectors.is_empty() && Self::selector_rank(&node.labels, &shape.selectors) == 0 {
             return false;
         }
@@ -92,7 +105,8 @@ impl Engine<'_> {
     pub(super) fn trial(&mut self, node: &SNode, runs: &[Run], src: usize) -> Option<Trial> {
         let first = self.first_fit(node, runs, src)?;
         let mut n = node.clone();
-        let taken = self.fill(&mut n, runs, src, first);
+        let mut taken = Vec::new();
+        self.fill(&mut n, runs, src, first, &mut taken);
         if taken.is_empty() {
             return None;
         }
@@ -106,11 +120,13 @@ impl Engine<'_> {
 
     /// What [`trial`](Self::trial) would take and score, without a copy of the node: the
     /// work is done on a scratch node whose buffers are reused from trial to trial.
+    /// `taken` is a buffer to reuse (a discarded trial's).
     pub(super) fn light_trial(
         &mut self,
         node: &SNode,
         runs: &[Run],
         src: usize,
+        mut taken: Vec<(usize, u64, u64)>,
     ) -> Option<LightTrial> {
         let first = self.first_fit(node, runs, src)?;
         let mut n = match self.scratch.take() {
@@ -125,7 +141,8 @@ impl Engine<'_> {
             }
             None => node.clone(),
         };
-        let taken = self.fill(&mut n, runs, src, first);
+        taken.clear();
+        self.fill(&mut n, runs, src, first, &mut taken);
         let score = (!taken.is_empty()).then(|| self.score(&n, src));
         self.scratch = Some(n);
         Some(LightTrial {
@@ -163,15 +180,16 @@ impl Engine<'_> {
     }
 
     /// Places on `n` what it can take of `runs`, from run `first` on, as Ray's
-    /// `try_schedule` does; returns (run index, taken, run count) of each run taken from.
+    /// `try_schedule` does; pushes (run index, taken, run count) of each run taken from
+    /// onto `taken`.
     fn fill(
         &mut self,
         n: &mut SNode,
         runs: &[Run],
         src: usize,
         first: usize,
-    ) -> Vec<(usize, u64, u64)> {
-        let mut taken = Vec::new();
+        taken: &mut Vec<(usize, u64, u64)>,
+    ) {
         for (ri, run) in runs.iter().enumerate().skip(first) {
             if run.count == 0 || self.failed[run.shape as usize] == self.stamp {
                 continue;
@@ -207,7 +225,6 @@ impl Engine<'_> {
             Self::push_sched(n, src, run.shape, k);
             taken.push((ri, k, run.count));
         }
-        taken
     }
 
     /// Ray's `_compute_score`.
@@ -221,20 +238,19 @@ impl Engine<'_> {
                 break;
             }
         }
-        let mut types: Vec<ResId> = Vec::new();
-        let mut any_gpu = false;
-        for (sid, _) in sched {
-            let s = &self.shapes[*sid as usize];
-            any_gpu |= s.has_gpu_key;
-            for (k, _) in &s.pos {
-                if !types.contains(k) {
-                    types.push(*k);
-                }
-            }
-        }
-        let matching = types
+        let any_gpu = sched
             .iter()
-            .filter(|k| get(&n.total, **k).is_some())
+            .any(|(sid, _)| self.shapes[*sid as usize].has_gpu_key);
+        // The requested resource types the node has: its own (distinct) types that some
+        // placed shape asks for.
+        let matching = n
+            .total
+            .iter()
+            .filter(|(k, _)| {
+                sched
+                    .iter()
+                    .any(|(sid, _)| get(&self.shapes[*sid as usize].pos, *k).is_some())
+            })
             .count() as i64;
         let avail = &n.avail[src];
         let mut min_util = f64::INFINITY;
@@ -431,11 +447,20 @@ impl Engine<'_> {
         let classes = members.len();
         let rep =
             |members: &[std::collections::BTreeSet<usize>], c: usize| members[c].first().copied();
-        let ranked = |tr: &LightTrial, pos: usize| Ranked {
-            score: tr.score,
-            tie: tr.tie,
-            pos,
+        // The best-first set: a heap whose entries are dropped lazily. An entry holds while
+        // its class's `entry` counter is the one it was pushed with.
+        let mut best: std::collections::BinaryHeap<Ranked> = std::collections::BinaryHeap::new();
+        let mut entry: Vec<u32> = vec![0; classes];
+        let push = |best: &mut std::collections::BinaryHeap<Ranked>,
+                    entry: &mut [u32],
+                    tr: &LightTrial,
+                    c: usize,
+                    pos: usize| {
+            entry[c] = entry[c].wrapping_add(1);
+            best.push(Ranked::new(tr, c, entry[c], pos));
         };
+        // Spare takings buffers (of trials dropped), reused by the next trials.
+        let mut spare: Vec<Vec<(usize, u64, u64)>> = Vec::new();
         let mut trials: Vec<Option<Option<LightTrial>>> = vec![None; classes];
         // Generation of each class's current trial, to recognise stale watchers.
         let mut generation: Vec<u32> = vec![0; classes];
@@ -443,7 +468,6 @@ impl Engine<'_> {
         // trial no longer holds (see `Trial::valid`): the top is the first to break.
         let mut watchers: Vec<std::collections::BinaryHeap<(u64, usize, u32)>> =
             vec![std::collections::BinaryHeap::new(); runs.len()];
-        let mut best_set: std::collections::BTreeSet<Ranked> = std::collections::BTreeSet::new();
         let mut queued = vec![true; classes];
         let mut dirty: Vec<usize> = (0..classes).collect();
         let mut picked = Vec::new();
@@ -453,23 +477,33 @@ impl Engine<'_> {
                 let Some(i) = rep(&members, c) else {
                     continue;
                 };
-                let t = self.light_trial(existing[i], runs, src);
+                let buf = spare.pop().unwrap_or_default();
+                let t = self.light_trial(existing[i], runs, src, buf);
                 generation[c] = generation[c].wrapping_add(1);
                 if let Some(tr) = &t {
                     for &(r, k, cnt) in &tr.taken {
                         let threshold = if k < cnt { k } else { cnt };
                         watchers[r].push((threshold, c, generation[c]));
                     }
-                    best_set.insert(ranked(tr, i));
+                    push(&mut best, &mut entry, tr, c, i);
                 }
-                trials[c] = Some(t);
+                if let Some(Some(old)) = trials[c].replace(t) {
+                    spare.push(old.taken);
+                }
             }
-            let Some(top) = best_set.iter().next().cloned() else {
+            let top = loop {
+                match best.pop() {
+                    Some(top) if top.entry != entry[top.class as usize] => continue,
+                    top => break top,
+                }
+            };
+            let Some(top) = top else {
                 break;
             };
-            best_set.remove(&top);
             let i = top.pos;
             let c = class_of[i];
+            // Its entry is spent.
+            entry[c] = entry[c].wrapping_add(1);
             let Some(Some(tr)) = trials[c].take() else {
                 break;
             };
@@ -494,9 +528,10 @@ impl Engine<'_> {
             if let Some(j) = rep(&members, c)
                 && tr.valid(runs)
             {
-                best_set.insert(ranked(&tr, j));
-                trials[c] = Some(Some(tr.clone()));
+                push(&mut best, &mut entry, &tr, c, j);
+                trials[c] = Some(Some(tr));
             } else {
+                spare.push(tr.taken);
                 generation[c] = generation[c].wrapping_add(1);
                 if !members[c].is_empty() && !queued[c] {
                     queued[c] = true;
@@ -520,10 +555,7 @@ impl Engine<'_> {
                         match &trials[cj] {
                             // The class's trial now belongs to its new earliest node.
                             Some(Some(tj)) if before.is_some_and(|b| j < b) => {
-                                if let Some(b) = before {
-                                    best_set.remove(&ranked(tj, b));
-                                }
-                                best_set.insert(ranked(tj, j));
+                                push(&mut best, &mut entry, tj, cj, j);
                             }
                             Some(_) if before.is_some() => {}
                             _ => {
@@ -547,11 +579,12 @@ impl Engine<'_> {
                     if generation[cj] != g {
                         continue;
                     }
-                    if let Some(Some(tj)) = &trials[cj] {
-                        if let Some(b) = rep(&members, cj) {
-                            best_set.remove(&ranked(tj, b));
-                        }
-                        trials[cj] = None;
+                    if matches!(trials[cj], Some(Some(_)))
+                        && let Some(Some(tj)) = trials[cj].take()
+                    {
+                        // Its entry no longer holds.
+                        entry[cj] = entry[cj].wrapping_add(1);
+                        spare.push(tj.taken);
                         generation[cj] = generation[cj].wrapping_add(1);
                         if !queued[cj] {
                             queued[cj] = true;
@@ -647,13 +680,51 @@ pub(super) fn class_key(n: &SNode, src: usize) -> ClassKey {
     }
 }
 
-/// A candidate in the best-first set: greatest score, then Ray's tie-breaks, then earliest
-/// node.
+/// A candidate of the best-first heap: the greatest is the greatest score, then Ray's
+/// tie-breaks, then the earliest node. The score and tie-breaks are packed into words that
+/// compare as they do ([`Score::cmp`], [`TieBreak::cmp`]), so the heap compares integers.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ranked {
-    score: Score,
-    tie: TieBreak,
+    key: [u64; 8],
     pos: usize,
+    /// The class and the class's entry counter when pushed (see `place_on_existing`).
+    class: u32,
+    entry: u32,
+}
+
+impl Ranked {
+    fn new(tr: &LightTrial, class: usize, entry: u32, pos: usize) -> Ranked {
+        let s = &tr.score;
+        let t = &tr.tie;
+        Ranked {
+            key: [
+                int_key(s.labels),
+                u64::from(s.gpu_ok),
+                int_key(s.matching),
+                float_key(s.min_util),
+                float_key(s.mean_util),
+                float_key(t.recoverable),
+                int_key(t.priority),
+                float_key(t.availability),
+            ],
+            pos,
+            class: class as u32,
+            entry,
+        }
+    }
+}
+
+/// `i64` order as `u64` order.
+fn int_key(x: i64) -> u64 {
+    (x as u64) ^ (1 << 63)
+}
+
+/// `f64` order (as [`fcmp`](super::fcmp): -0 equals 0) as `u64` order. Scores and
+/// tie-breaks are finite; a NaN (which `fcmp` holds equal to anything) ranks as 0.
+fn float_key(x: f64) -> u64 {
+    let x = if x == 0.0 || x.is_nan() { 0.0 } else { x };
+    let b = x.to_bits();
+    if b >> 63 == 1 { !b } else { b | (1 << 63) }
 }
 
 impl PartialEq for Ranked {
@@ -669,10 +740,7 @@ impl PartialOrd for Ranked {
 }
 impl Ord for Ranked {
     fn cmp(&self, o: &Self) -> Ordering {
-        o.score
-            .cmp(&self.score)
-            .then(o.tie.cmp(&self.tie))
-            .then(self.pos.cmp(&o.pos))
+        self.key.cmp(&o.key).then(o.pos.cmp(&self.pos))
     }
 }
 
