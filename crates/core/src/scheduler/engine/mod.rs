@@ -465,6 +465,7 @@ impl<'a> Engine<'a> {
 
 mod build;
 mod enforce;
+mod existing;
 mod expand;
 mod pack;
 
