@@ -233,6 +233,12 @@ pub fn schedule_explained(req: &SchedulingRequest) -> (Decision, Vec<NodeView>) 
     engine::Engine::new(req).run()
 }
 
+/// [`schedule_explained`] with every trial on the nodes' own maps.
+#[cfg(test)]
+fn schedule_explained_sparse(req: &SchedulingRequest) -> (Decision, Vec<NodeView>) {
+    engine::Engine::new(req).without_dense().run()
+}
+
 /// Total order on f64 as Python compares them (no NaN can occur here).
 pub(crate) fn fcmp(a: f64, b: f64) -> Ordering {
     a.partial_cmp(&b).unwrap_or(Ordering::Equal)

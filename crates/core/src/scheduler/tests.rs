@@ -451,6 +451,75 @@ mod props {
         )
     }
 
+    /// Running nodes each with their own availability (CPU in quarters, memory, some GPU,
+    /// some an implicit resource, used-up ones left out of the map), and demand of a few shapes, fractional ones among them.
+    fn arb_distinct() -> impl Strategy<Value = SchedulingRequest> {
+        let nodes = prop::collection::vec((0u8..17, 0u32..64, 0u8..2, 0u8..3), 1..40);
+        let demand = prop::collection::vec((1u8..9, 0u32..9, 0u8..2, 0u8..2, 1u64..40), 1..6);
+        (nodes, demand).prop_map(|(nodes, demand)| {
+            let imp = "node:__internal_implicit_resource_x";
+            let mut r = base(vec![
+                ntype("c", &[("CPU", 4.0), ("memory", 64.0)], 0, Some(100)),
+                ntype(
+                    "g",
+                    &[("CPU", 4.0), ("memory", 64.0), ("GPU", 1.0)],
+                    0,
+                    Some(100),
+                ),
+            ]);
+            for (k, (cpu, mem, gpu, implicit)) in nodes.iter().enumerate() {
+                let t = if *gpu == 1 { "g" } else { "c" };
+                let mut total = vec![("CPU", 4.0), ("memory", 64.0)];
+                // The GCS leaves a used-up resource out of the available map.
+                let mut avail = vec![("CPU", f64::from(*cpu) * 0.25)];
+                if *mem > 0 {
+                    avail.push(("memory", f64::from(*mem)));
+                }
+                if *gpu == 1 {
+                    total.push(("GPU", 1.0));
+                    avail.push(("GPU", 1.0));
+                }
+                // 1: listed and free; 2: listed and used up (left out of the map).
+                if *implicit > 0 {
+                    total.push((imp, 1.0));
+                }
+                if *implicit == 1 {
+                    avail.push((imp, 1.0));
+                }
+                r.instances
+                    .push(running(&format!("n{k}"), t, &total, &avail, 0));
+            }
+            r.resource_requests = demand
+                .iter()
+                .map(|(cpu, mem, gpu, implicit, n)| {
+                    let mut shape = vec![
+                        ("CPU", f64::from(*cpu) * 0.125),
+                        ("memory", f64::from(*mem)),
+                    ];
+                    if *gpu == 1 {
+                        shape.push(("GPU", 0.5));
+                    }
+                    if *implicit == 1 {
+                        shape.push((imp, 0.5));
+                    }
+                    task(&shape, *n)
+                })
+                .collect();
+            r
+        })
+    }
+
+    proptest! {
+        /// Trials on dense availability decide and place exactly as trials on the nodes'
+        /// own maps (in debug builds each dense trial is also checked against its node's).
+        #[test]
+        fn dense_trials_decide_as_sparse_ones(r in arb_distinct()) {
+            let dense = schedule_explained(&r);
+            let sparse = schedule_explained_sparse(&r);
+            prop_assert_eq!(dense, sparse);
+        }
+    }
+
     fn sum(maps: &[(ResourceRequest, u64)], name: &str) -> i128 {
         maps.iter()
             .map(|(r, c)| r.resources.get(name).unwrap_or(0) * i128::from(*c))

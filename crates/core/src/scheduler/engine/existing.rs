@@ -1,6 +1,7 @@
 //! The existing-node half of a placement pass: the best-first choice among nodes that
 //! already exist, with trials shared by alike nodes and kept while the runs allow them.
 
+use super::dense::Dense;
 use super::pack::Slot;
 use super::*;
 
@@ -56,27 +57,25 @@ impl Engine<'_> {
         let classes = members.len();
         let rep =
             |members: &[std::collections::BTreeSet<usize>], c: usize| members[c].first().copied();
-        // The best-first set: a heap whose entries are dropped lazily. An entry holds while
-        // its class's `entry` counter is the one it was pushed with.
-        let mut best: std::collections::BinaryHeap<Ranked> = std::collections::BinaryHeap::new();
-        let mut entry: Vec<u32> = vec![0; classes];
-        let push = |best: &mut std::collections::BinaryHeap<Ranked>,
-                    entry: &mut [u32],
-                    tr: &LightTrial,
-                    c: usize,
-                    pos: usize| {
-            entry[c] = entry[c].wrapping_add(1);
-            best.push(Ranked::new(tr, c, entry[c], pos));
+        // Each class's candidate (its trial, for its earliest eligible node), and the best.
+        let mut best = Tournament::new(classes);
+        // Trials on dense availability when the runs allow it (see `Dense`).
+        let mut dense = if self.dense {
+            Dense::new(self, runs, &existing, src)
+        } else {
+            None
         };
         // Spare takings buffers (of trials dropped), reused by the next trials.
         let mut spare: Vec<Vec<(usize, u64, u64)>> = Vec::new();
         let mut trials: Vec<Option<Option<LightTrial>>> = vec![None; classes];
         // Generation of each class's current trial, to recognise stale watchers.
         let mut generation: Vec<u32> = vec![0; classes];
-        // Per run, the trials that took from it, keyed by the run count below which the
-        // trial no longer holds (see `Trial::valid`): the top is the first to break.
-        let mut watchers: Vec<std::collections::BinaryHeap<(u64, usize, u32)>> =
-            vec![std::collections::BinaryHeap::new(); runs.len()];
+        // Per run, the trials that took from it (class, generation), by the run count
+        // below which they no longer hold (see `Trial::valid`): the last are the first to
+        // break. Few distinct counts, many trials each; emptied lists are reused.
+        let mut watchers: Vec<std::collections::BTreeMap<u64, Vec<(usize, u32)>>> =
+            vec![std::collections::BTreeMap::new(); runs.len()];
+        let mut lists: Vec<Vec<(usize, u32)>> = Vec::new();
         let mut queued = vec![true; classes];
         let mut dirty: Vec<usize> = (0..classes).collect();
         let mut picked = Vec::new();
@@ -87,32 +86,42 @@ impl Engine<'_> {
                     continue;
                 };
                 let buf = spare.pop().unwrap_or_default();
-                let t = self.light_trial(existing[i], runs, src, buf);
+                let t = match dense.as_mut() {
+                    Some(d) => {
+                        let t = self.dense_trial(d, i, existing[i], runs, buf);
+                        #[cfg(debug_assertions)]
+                        {
+                            let l = self.light_trial(existing[i], runs, src, Vec::new());
+                            debug_assert_eq!(
+                                t.as_ref().map(|t| (&t.taken, t.score)),
+                                l.as_ref().map(|l| (&l.taken, l.score)),
+                                "a dense trial differs from the node's own"
+                            );
+                        }
+                        t
+                    }
+                    None => self.light_trial(existing[i], runs, src, buf),
+                };
                 generation[c] = generation[c].wrapping_add(1);
                 if let Some(tr) = &t {
                     for &(r, k, cnt) in &tr.taken {
                         let threshold = if k < cnt { k } else { cnt };
-                        watchers[r].push((threshold, c, generation[c]));
+                        watchers[r]
+                            .entry(threshold)
+                            .or_insert_with(|| lists.pop().unwrap_or_default())
+                            .push((c, generation[c]));
                     }
-                    push(&mut best, &mut entry, tr, c, i);
+                    best.set(c, Some(Ranked::new(tr, i)));
                 }
                 if let Some(Some(old)) = trials[c].replace(t) {
                     spare.push(old.taken);
                 }
             }
-            let top = loop {
-                match best.pop() {
-                    Some(top) if top.entry != entry[top.class as usize] => continue,
-                    top => break top,
-                }
-            };
-            let Some(top) = top else {
+            let Some(i) = best.top() else {
                 break;
             };
-            let i = top.pos;
             let c = class_of[i];
-            // Its entry is spent.
-            entry[c] = entry[c].wrapping_add(1);
+            best.set(c, None);
             let Some(Some(tr)) = trials[c].take() else {
                 break;
             };
@@ -137,7 +146,7 @@ impl Engine<'_> {
             if let Some(j) = rep(&members, c)
                 && tr.valid(runs)
             {
-                push(&mut best, &mut entry, &tr, c, j);
+                best.set(c, Some(Ranked::new(&tr, j)));
                 trials[c] = Some(Some(tr));
             } else {
                 spare.push(tr.taken);
@@ -164,7 +173,7 @@ impl Engine<'_> {
                         match &trials[cj] {
                             // The class's trial now belongs to its new earliest node.
                             Some(Some(tj)) if before.is_some_and(|b| j < b) => {
-                                push(&mut best, &mut entry, tj, cj, j);
+                                best.set(cj, Some(Ranked::new(tj, j)));
                             }
                             Some(_) if before.is_some() => {}
                             _ => {
@@ -180,26 +189,29 @@ impl Engine<'_> {
             // Trials that took from a changed run and no longer hold are redone.
             for &(r, _, _) in &done.taken {
                 let now = runs[r].count;
-                while let Some(&(threshold, cj, g)) = watchers[r].peek() {
-                    if threshold <= now {
+                while let Some(last) = watchers[r].last_entry() {
+                    if *last.key() <= now {
                         break;
                     }
-                    watchers[r].pop();
-                    if generation[cj] != g {
-                        continue;
-                    }
-                    if matches!(trials[cj], Some(Some(_)))
-                        && let Some(Some(tj)) = trials[cj].take()
-                    {
-                        // Its entry no longer holds.
-                        entry[cj] = entry[cj].wrapping_add(1);
-                        spare.push(tj.taken);
-                        generation[cj] = generation[cj].wrapping_add(1);
-                        if !queued[cj] {
-                            queued[cj] = true;
-                            dirty.push(cj);
+                    let mut list = last.remove();
+                    for &(cj, g) in &list {
+                        if generation[cj] != g {
+                            continue;
+                        }
+                        if matches!(trials[cj], Some(Some(_)))
+                            && let Some(Some(tj)) = trials[cj].take()
+                        {
+                            best.set(cj, None);
+                            spare.push(tj.taken);
+                            generation[cj] = generation[cj].wrapping_add(1);
+                            if !queued[cj] {
+                                queued[cj] = true;
+                                dirty.push(cj);
+                            }
                         }
                     }
+                    list.clear();
+                    lists.push(list);
                 }
             }
             picked.push(Slot::New(done.node));
@@ -270,20 +282,17 @@ pub(super) fn class_key(n: &SNode, src: usize) -> ClassKey {
     }
 }
 
-/// A candidate of the best-first heap: the greatest is the greatest score, then Ray's
-/// tie-breaks, then the earliest node. The score and tie-breaks are packed into words that
-/// compare as they do ([`Score::cmp`], [`TieBreak::cmp`]), so the heap compares integers.
+/// A candidate: the greatest is the greatest score, then Ray's tie-breaks, then the
+/// earliest node. The score and tie-breaks are packed into words that compare as they do
+/// ([`Score::cmp`], [`TieBreak::cmp`]), so candidates compare as integers.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ranked {
     key: [u64; 8],
     pos: usize,
-    /// The class and the class's entry counter when pushed (see `place_on_existing`).
-    class: u32,
-    entry: u32,
 }
 
 impl Ranked {
-    fn new(tr: &LightTrial, class: usize, entry: u32, pos: usize) -> Ranked {
+    fn new(tr: &LightTrial, pos: usize) -> Ranked {
         let s = &tr.score;
         let t = &tr.tie;
         Ranked {
@@ -298,9 +307,94 @@ impl Ranked {
                 float_key(t.availability),
             ],
             pos,
-            class: class as u32,
-            entry,
         }
+    }
+}
+
+/// No class (a tournament node nobody wins).
+const NOBODY: u32 = u32::MAX;
+
+/// One candidate per class and the best of them: a tournament tree over the classes,
+/// whose changed leaves are replayed up to the root when the best is asked for (the whole
+/// tree at once when many changed, as after a run runs out and most trials are redone).
+struct Tournament {
+    slot: Vec<Option<Ranked>>,
+    /// Winner of each tree node (the root is 1, leaf `c` is `width + c`).
+    win: Vec<u32>,
+    width: usize,
+    changed: Vec<u32>,
+    is_changed: Vec<bool>,
+}
+
+impl Tournament {
+    fn new(classes: usize) -> Tournament {
+        let width = classes.next_power_of_two().max(1);
+        Tournament {
+            slot: vec![None; classes],
+            win: vec![NOBODY; 2 * width],
+            width,
+            changed: Vec::new(),
+            is_changed: vec![false; classes],
+        }
+    }
+
+    fn set(&mut self, c: usize, r: Option<Ranked>) {
+        self.slot[c] = r;
+        if !self.is_changed[c] {
+            self.is_changed[c] = true;
+            self.changed.push(c as u32);
+        }
+    }
+
+    fn pick(&self, a: u32, b: u32) -> u32 {
+        match (a, b) {
+            (NOBODY, x) | (x, NOBODY) => x,
+            _ => {
+                if self.slot[b as usize] > self.slot[a as usize] {
+                    b
+                } else {
+                    a
+                }
+            }
+        }
+    }
+
+    /// The node of the best candidate.
+    fn top(&mut self) -> Option<usize> {
+        let leaf = |t: &Tournament, c: u32| {
+            if t.slot[c as usize].is_some() {
+                c
+            } else {
+                NOBODY
+            }
+        };
+        if self.changed.len() * 8 > self.width {
+            for &c in &self.changed {
+                self.win[self.width + c as usize] = leaf(self, c);
+            }
+            for n in (1..self.width).rev() {
+                self.win[n] = self.pick(self.win[2 * n], self.win[2 * n + 1]);
+            }
+        } else {
+            for k in 0..self.changed.len() {
+                let c = self.changed[k];
+                let mut n = self.width + c as usize;
+                self.win[n] = leaf(self, c);
+                n /= 2;
+                while n >= 1 {
+                    self.win[n] = self.pick(self.win[2 * n], self.win[2 * n + 1]);
+                    n /= 2;
+                }
+            }
+        }
+        for &c in &self.changed {
+            self.is_changed[c as usize] = false;
+        }
+        self.changed.clear();
+        let w = self.win[1];
+        (w != NOBODY)
+            .then(|| self.slot[w as usize].map(|r| r.pos))
+            .flatten()
     }
 }
 

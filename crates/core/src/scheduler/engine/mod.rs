@@ -210,6 +210,9 @@ pub(super) struct Engine<'a> {
     views: super::Views,
     /// The launch hash last given to a node (see `hash_rc`).
     last_hash: Option<Rc<str>>,
+    /// Trials of existing nodes may run on dense availability (off only to test that it
+    /// decides the same).
+    dense: bool,
 }
 
 impl<'a> Engine<'a> {
@@ -237,7 +240,15 @@ impl<'a> Engine<'a> {
                 .collect(),
             views: super::Views::Full,
             last_hash: None,
+            dense: true,
         }
+    }
+
+    /// Every trial on the nodes' own maps (tests compare the dense trials with it).
+    #[cfg(test)]
+    pub(super) fn without_dense(mut self) -> Self {
+        self.dense = false;
+        self
     }
 
     /// Returns `views` of the nodes (all of them by default).
@@ -464,6 +475,7 @@ impl<'a> Engine<'a> {
 }
 
 mod build;
+mod dense;
 mod enforce;
 mod existing;
 mod expand;

@@ -229,18 +229,31 @@ impl Engine<'_> {
 
     /// Ray's `_compute_score`.
     pub(super) fn score(&self, n: &SNode, src: usize) -> Score {
-        let sched = &n.sched[src];
+        let avail = &n.avail[src];
+        self.score_of(n, n.sched[src].iter().map(|(sid, _)| *sid), |k| {
+            get(avail, k)
+        })
+    }
+
+    /// Ray's `_compute_score` of `n` (its total and labels) with the shapes `sched` placed
+    /// (in order) and `avail` as its availability.
+    pub(super) fn score_of(
+        &self,
+        n: &SNode,
+        sched: impl Iterator<Item = ShapeId> + Clone,
+        avail: impl Fn(ResId) -> Option<Fixed>,
+    ) -> Score {
         let mut labels = 0;
-        for (sid, _) in sched {
-            let r = Self::selector_rank(&n.labels, &self.shapes[*sid as usize].selectors);
+        for sid in sched.clone() {
+            let r = Self::selector_rank(&n.labels, &self.shapes[sid as usize].selectors);
             if r != 0 {
                 labels = r;
                 break;
             }
         }
         let any_gpu = sched
-            .iter()
-            .any(|(sid, _)| self.shapes[*sid as usize].has_gpu_key);
+            .clone()
+            .any(|sid| self.shapes[sid as usize].has_gpu_key);
         // The requested resource types the node has: its own (distinct) types that some
         // placed shape asks for.
         let matching = n
@@ -248,11 +261,10 @@ impl Engine<'_> {
             .iter()
             .filter(|(k, _)| {
                 sched
-                    .iter()
-                    .any(|(sid, _)| get(&self.shapes[*sid as usize].pos, *k).is_some())
+                    .clone()
+                    .any(|sid| get(&self.shapes[sid as usize].pos, *k).is_some())
             })
             .count() as i64;
-        let avail = &n.avail[src];
         let mut min_util = f64::INFINITY;
         let mut sum = 0.0f64;
         let mut cnt = 0usize;
@@ -260,7 +272,7 @@ impl Engine<'_> {
             if t == 0 {
                 continue;
             }
-            if let Some(a) = get(avail, k) {
+            if let Some(a) = avail(k) {
                 let tf = to_f64(t);
                 let util = (tf - to_f64(a)) / tf;
                 let u = tf * util.powf(3.0);
