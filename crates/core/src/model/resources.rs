@@ -18,14 +18,8 @@ pub fn to_fixed(v: f64) -> Fixed {
 }
 
 /// Converts fixed-point units back into a floating quantity.
-#[inline]
 pub fn to_f64(v: Fixed) -> f64 {
-    // Converting the same integer from i64 rounds as from i128, and costs an instruction
-    // instead of a library call.
-    match i64::try_from(v) {
-        Ok(x) => x as f64 / SCALE as f64,
-        Err(_) => v as f64 / SCALE as f64,
-    }
+    v as f64 / SCALE as f64
 }
 
 /// An ordered resource map (name -> quantity), keeping insertion order.
