@@ -269,7 +269,8 @@ pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
         });
     let mut waiting: BTreeMap<&str, Vec<&NodeView>> = BTreeMap::new();
     // Demand placed on running nodes, summed by shape first (a busy cluster places the
-    // same few shapes on thousands of nodes; the groups do not depend on the order).
+    // same few shapes on thousands of nodes). Exact: groups and shapes are keyed maps
+    // whose counts are saturating sums, so neither the order nor the summing shows.
     let mut on_running: HashMap<&ResourceMap, u64> = HashMap::new();
     for n in x.nodes.iter().filter(|n| !n.placed.is_empty()) {
         let status = n

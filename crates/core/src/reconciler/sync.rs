@@ -24,11 +24,14 @@ impl<S: InstanceStorage> Run<'_, S> {
         //    is never a worker's instance.
         // (`table()` reads the table again only when events were applied since.)
         let table = self.table()?;
-        let mut held: HashSet<&str> = table
-            .iter()
-            .filter(|i| live(i))
-            .filter_map(|i| i.cloud_instance_id.as_deref())
-            .collect();
+        // Sized for the table (a filtered `collect` would grow them a dozen times).
+        let mut held: HashSet<&str> = HashSet::with_capacity(table.len());
+        held.extend(
+            table
+                .iter()
+                .filter(|i| live(i))
+                .filter_map(|i| i.cloud_instance_id.as_deref()),
+        );
         let mut events = Vec::new();
         let mut allocated: HashSet<&str> = HashSet::new();
         // Unclaimed workers, in list order: by (request id, type), and by type for those
@@ -307,12 +310,15 @@ impl<S: InstanceStorage> Run<'_, S> {
         //     only of a type the config knows (a node started by hand under another type
         //     is not rayscale's to stop).
         let table = self.table()?;
-        let held: HashSet<&str> = table
-            .iter()
-            .filter(|i| live(i))
-            .filter_map(|i| i.cloud_instance_id.as_deref())
-            .collect();
-        let ran: HashSet<&str> = table.iter().filter_map(|i| i.node_id.as_deref()).collect();
+        let mut held: HashSet<&str> = HashSet::with_capacity(table.len());
+        held.extend(
+            table
+                .iter()
+                .filter(|i| live(i))
+                .filter_map(|i| i.cloud_instance_id.as_deref()),
+        );
+        let mut ran: HashSet<&str> = HashSet::with_capacity(table.len());
+        ran.extend(table.iter().filter_map(|i| i.node_id.as_deref()));
         let stopping: HashSet<&str> = obs
             .cloud
             .iter()

@@ -239,7 +239,8 @@ fn schedule_explained_sparse(req: &SchedulingRequest) -> (Decision, Vec<NodeView
     engine::Engine::new(req).without_dense().run()
 }
 
-/// Total order on f64 as Python compares them (no NaN can occur here).
+/// Order on f64 as Python compares them. Scores and tie-breaks are finite (a NaN would
+/// compare equal to anything here, and rank as 0 in the existing-node pass's keys).
 pub(crate) fn fcmp(a: f64, b: f64) -> Ordering {
     a.partial_cmp(&b).unwrap_or(Ordering::Equal)
 }

@@ -456,7 +456,8 @@ mod props {
     fn arb_distinct() -> impl Strategy<Value = SchedulingRequest> {
         let nodes = prop::collection::vec((0u8..17, 0u32..64, 0u8..2, 0u8..3), 1..40);
         let demand = prop::collection::vec((1u8..9, 0u32..9, 0u8..2, 0u8..2, 1u64..40), 1..6);
-        (nodes, demand).prop_map(|(nodes, demand)| {
+        let gang_first = prop::option::of((1u8..5, 0u8..2));
+        (nodes, demand, gang_first).prop_map(|(nodes, demand, gang_first)| {
             let imp = "node:__internal_implicit_resource_x";
             let mut r = base(vec![
                 ntype("c", &[("CPU", 4.0), ("memory", 64.0)], 0, Some(100)),
@@ -486,8 +487,30 @@ mod props {
                 if *implicit == 1 {
                     avail.push((imp, 1.0));
                 }
-                r.instances
-                    .push(running(&format!("n{k}"), t, &total, &avail, 0));
+                // A resource only the gang asks for, on every third node.
+                if k % 3 == 0 {
+                    total.push(("accel", 2.0));
+                    avail.push(("accel", 2.0));
+                }
+                let mut node = running(&format!("n{k}"), t, &total, &avail, 0);
+                if let Some(ray) = node.ray_node.as_mut() {
+                    let zone = if k % 2 == 0 { "a" } else { "b" };
+                    ray.labels = vec![("zone".into(), zone.into())];
+                }
+                r.instances.push(node);
+            }
+            // A gang placed first (its bundles select a zone, some ask for `accel`), so the
+            // demand's trials meet nodes with earlier placements the dense pass must read.
+            if let Some((bundles, accel)) = gang_first {
+                let mut shape = vec![("CPU", 0.25), ("memory", 1.0)];
+                if accel == 1 {
+                    shape.push(("accel", 1.0));
+                }
+                let mut g = gang(&vec![shape.as_slice(); usize::from(bundles)], None);
+                for b in &mut g.requests {
+                    b.label_selectors = vec![selector("zone", LabelOperator::In, &["a"])];
+                }
+                r.gang_requests = vec![g];
             }
             r.resource_requests = demand
                 .iter()
@@ -510,8 +533,9 @@ mod props {
     }
 
     proptest! {
-        /// Trials on dense availability decide and place exactly as trials on the nodes'
-        /// own maps (in debug builds each dense trial is also checked against its node's).
+        /// Trials on dense availability decide and place exactly as trials on the
+        /// nodes' own maps (in tests each dense trial is also checked against its
+        /// node's).
         #[test]
         fn dense_trials_decide_as_sparse_ones(r in arb_distinct()) {
             let dense = schedule_explained(&r);

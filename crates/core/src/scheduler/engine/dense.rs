@@ -5,8 +5,10 @@
 //! reads, beyond that, what the pass never changes (the node's total, labels and earlier
 //! placements). Both are laid out once per pass, per node, in flat arrays, so each of the
 //! many trials of a big cluster is a short loop over small numbers. The result is the
-//! sparse trial's exactly: tests compare the two, and debug builds check every trial.
+//! sparse trial's exactly: the crate's tests (release ones too) and debug builds check every
+//! dense trial against it, and a property test compares whole passes.
 
+use super::pack::{quotient, util_term};
 use super::*;
 
 /// Most dimensions a dense pass has (shapes asking for many distinct resources, such as
@@ -26,7 +28,7 @@ enum Term {
 /// What a node's score reads that its trials do not change.
 #[derive(Debug, Clone, Copy)]
 struct NodeConst {
-    /// Rank of the first selector of its earlier placements that the node satisfies.
+    /// The selector rank of the first of its earlier placements whose selectors it meets.
     labels: i64,
     /// Its earlier placements name `GPU`.
     any_gpu: bool,
@@ -59,12 +61,6 @@ pub(super) struct Dense {
     terms: Vec<Term>,
     /// Scratch: one trial's availability.
     scratch: Vec<Fixed>,
-}
-
-/// `total * util^3` of one resource, as `score_of` computes it.
-fn util_term(tf: f64, a: Fixed) -> f64 {
-    let util = (tf - to_f64(a)) / tf;
-    tf * util.powf(3.0)
 }
 
 impl Dense {
@@ -136,7 +132,9 @@ impl Dense {
             let mut placed_dims = 0u16;
             let mut placed_other = 0i64;
             let first = terms.len();
-            for &(k, t) in node.total.iter() {
+            for (i, &(k, t)) in node.total.iter().enumerate() {
+                // Each type counts once toward `matching` (as `score_of` counts).
+                let seen = node.total[..i].iter().any(|(x, _)| *x == k);
                 match dim(k) {
                     Some(j) => {
                         total_dims |= 1 << j;
@@ -144,7 +142,7 @@ impl Dense {
                             placed_dims |= 1 << j;
                         }
                     }
-                    None => placed_other += i64::from(asks(k)),
+                    None => placed_other += i64::from(!seen && asks(k)),
                 }
                 if t == 0 {
                     continue;
@@ -220,14 +218,7 @@ impl Engine<'_> {
             let mut fit = u64::MAX;
             for (&v, &h) in req.iter().zip(have.iter()) {
                 if v > 0 {
-                    let m = if h < v {
-                        0
-                    } else {
-                        match (i64::try_from(h), i64::try_from(v)) {
-                            (Ok(h), Ok(v)) => (h / v) as u64,
-                            _ => (h / v) as u64,
-                        }
-                    };
+                    let m = if h < v { 0 } else { quotient(h, v) };
                     fit = fit.min(m);
                     if fit == 0 {
                         break;

@@ -89,10 +89,12 @@ impl Engine<'_> {
                 let t = match dense.as_mut() {
                     Some(d) => {
                         let t = self.dense_trial(d, i, existing[i], runs, buf);
-                        #[cfg(debug_assertions)]
+                        // Checked against the sparse trial in this crate's tests (release
+                        // ones too) and in debug builds.
+                        #[cfg(any(test, debug_assertions))]
                         {
                             let l = self.light_trial(existing[i], runs, src, Vec::new());
-                            debug_assert_eq!(
+                            assert_eq!(
                                 t.as_ref().map(|t| (&t.taken, t.score)),
                                 l.as_ref().map(|l| (&l.taken, l.score)),
                                 "a dense trial differs from the node's own"
@@ -406,6 +408,7 @@ fn int_key(x: i64) -> u64 {
 /// `f64` order (as [`fcmp`](super::fcmp): -0 equals 0) as `u64` order. Scores and
 /// tie-breaks are finite; a NaN (which `fcmp` holds equal to anything) ranks as 0.
 fn float_key(x: f64) -> u64 {
+    debug_assert!(!x.is_nan(), "a NaN score or tie-break");
     let x = if x == 0.0 || x.is_nan() { 0.0 } else { x };
     let b = x.to_bits();
     if b >> 63 == 1 { !b } else { b | (1 << 63) }

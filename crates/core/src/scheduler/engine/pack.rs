@@ -17,15 +17,7 @@ impl Engine<'_> {
         let mut best = u64::MAX;
         for &(k, v) in &shape.pos {
             let have = get(avail, k).unwrap_or(if self.implicit[k as usize] { ONE } else { 0 });
-            let n = if have <= 0 {
-                0
-            } else {
-                // A 64-bit division when both fit (the same quotient, no library call).
-                match (i64::try_from(have), i64::try_from(v)) {
-                    (Ok(h), Ok(d)) => (h / d) as u64,
-                    _ => (have / v) as u64,
-                }
-            };
+            let n = if have <= 0 { 0 } else { quotient(have, v) };
             best = best.min(n);
         }
         best
@@ -254,15 +246,17 @@ impl Engine<'_> {
         let any_gpu = sched
             .clone()
             .any(|sid| self.shapes[sid as usize].has_gpu_key);
-        // The requested resource types the node has: its own (distinct) types that some
-        // placed shape asks for.
+        // The requested resource types the node has: the types of its total (each once)
+        // that some placed shape asks for.
         let matching = n
             .total
             .iter()
-            .filter(|(k, _)| {
-                sched
-                    .clone()
-                    .any(|sid| get(&self.shapes[sid as usize].pos, *k).is_some())
+            .enumerate()
+            .filter(|&(i, &(k, _))| {
+                !n.total[..i].iter().any(|(x, _)| *x == k)
+                    && sched
+                        .clone()
+                        .any(|sid| get(&self.shapes[sid as usize].pos, k).is_some())
             })
             .count() as i64;
         let mut min_util = f64::INFINITY;
@@ -273,9 +267,7 @@ impl Engine<'_> {
                 continue;
             }
             if let Some(a) = avail(k) {
-                let tf = to_f64(t);
-                let util = (tf - to_f64(a)) / tf;
-                let u = tf * util.powf(3.0);
+                let u = util_term(to_f64(t), a);
                 min_util = min_util.min(u);
                 sum += u;
                 cnt += 1;
@@ -406,6 +398,22 @@ impl Engine<'_> {
             }
         }
         (target, runs)
+    }
+}
+
+/// `total * util^3` of one resource of `tf` in all and `a` available (Ray's utilisation
+/// term).
+pub(super) fn util_term(tf: f64, a: Fixed) -> f64 {
+    let util = (tf - to_f64(a)) / tf;
+    tf * util.powf(3.0)
+}
+
+/// How many `v` fit in `have` (both positive), saturating: a 64-bit division when both
+/// fit (the same quotient, no library call).
+pub(super) fn quotient(have: Fixed, v: Fixed) -> u64 {
+    match (i64::try_from(have), i64::try_from(v)) {
+        (Ok(h), Ok(d)) => (h / d) as u64,
+        _ => u64::try_from(have / v).unwrap_or(u64::MAX),
     }
 }
 
