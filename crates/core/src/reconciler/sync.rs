@@ -24,14 +24,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         //    is never a worker's instance.
         // (`table()` reads the table again only when events were applied since.)
         let table = self.table()?;
-        // Sized for the table (a filtered `collect` would grow them a dozen times).
-        let mut held: HashSet<&str> = HashSet::with_capacity(table.len());
-        held.extend(
-            table
-                .iter()
-                .filter(|i| live(i))
-                .filter_map(|i| i.cloud_instance_id.as_deref()),
-        );
+        let mut held = held_ids(&table);
         let mut events = Vec::new();
         let mut allocated: HashSet<&str> = HashSet::new();
         // Unclaimed workers, in list order: by (request id, type), and by type for those
@@ -310,13 +303,8 @@ impl<S: InstanceStorage> Run<'_, S> {
         //     only of a type the config knows (a node started by hand under another type
         //     is not rayscale's to stop).
         let table = self.table()?;
-        let mut held: HashSet<&str> = HashSet::with_capacity(table.len());
-        held.extend(
-            table
-                .iter()
-                .filter(|i| live(i))
-                .filter_map(|i| i.cloud_instance_id.as_deref()),
-        );
+        let held = held_ids(&table);
+        // Sized for the table (a filtered `collect` would grow it a dozen times).
         let mut ran: HashSet<&str> = HashSet::with_capacity(table.len());
         ran.extend(table.iter().filter_map(|i| i.node_id.as_deref()));
         let stopping: HashSet<&str> = obs
@@ -517,4 +505,17 @@ impl<S: InstanceStorage> Run<'_, S> {
         }
         self.apply(events)
     }
+}
+
+/// The cloud ids the table's live records hold, in a set sized for the table (a filtered
+/// `collect` would grow it a dozen times).
+fn held_ids(table: &[Arc<Instance>]) -> HashSet<&str> {
+    let mut held = HashSet::with_capacity(table.len());
+    held.extend(
+        table
+            .iter()
+            .filter(|i| live(i))
+            .filter_map(|i| i.cloud_instance_id.as_deref()),
+    );
+    held
 }

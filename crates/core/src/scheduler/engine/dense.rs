@@ -8,7 +8,7 @@
 //! sparse trial's exactly: the crate's tests (release ones too) and debug builds check every
 //! dense trial against it, and a property test compares whole passes.
 
-use super::pack::{quotient, util_term};
+use super::pack::{Utilisation, quotient, util_term};
 use super::*;
 
 /// Most dimensions a dense pass has (shapes asking for many distinct resources, such as
@@ -243,9 +243,7 @@ impl Engine<'_> {
         if taken.is_empty() {
             return None;
         }
-        let mut min_util = f64::INFINITY;
-        let mut sum = 0.0f64;
-        let mut cnt = 0usize;
+        let mut util = Utilisation::new();
         for term in &d.terms[c.first..c.first + c.len] {
             let u = match *term {
                 Term::Dim(j, tf) => {
@@ -256,15 +254,9 @@ impl Engine<'_> {
                 }
                 Term::Fixed(u) => u,
             };
-            min_util = min_util.min(u);
-            sum += u;
-            cnt += 1;
+            util.add(u);
         }
-        let (min_util, mean_util) = if cnt == 0 {
-            (0.0, 0.0)
-        } else {
-            (min_util, sum / cnt as f64)
-        };
+        let (min_util, mean_util) = util.min_and_mean();
         let score = Score {
             labels: c.labels,
             gpu_ok: !c.gpu_node || gpu,

@@ -259,25 +259,16 @@ impl Engine<'_> {
                         .any(|sid| get(&self.shapes[sid as usize].pos, k).is_some())
             })
             .count() as i64;
-        let mut min_util = f64::INFINITY;
-        let mut sum = 0.0f64;
-        let mut cnt = 0usize;
+        let mut util = Utilisation::new();
         for &(k, t) in n.total.iter() {
             if t == 0 {
                 continue;
             }
             if let Some(a) = avail(k) {
-                let u = util_term(to_f64(t), a);
-                min_util = min_util.min(u);
-                sum += u;
-                cnt += 1;
+                util.add(util_term(to_f64(t), a));
             }
         }
-        let (min_util, mean_util) = if cnt == 0 {
-            (0.0, 0.0)
-        } else {
-            (min_util, sum / cnt as f64)
-        };
+        let (min_util, mean_util) = util.min_and_mean();
         let is_gpu_node = self
             .gpu
             .and_then(|g| get(&n.total, g))
@@ -406,6 +397,38 @@ impl Engine<'_> {
 pub(super) fn util_term(tf: f64, a: Fixed) -> f64 {
     let util = (tf - to_f64(a)) / tf;
     tf * util.powf(3.0)
+}
+
+/// Ray's utilisation terms of a node summed in order: their minimum and mean (0 and 0
+/// for none).
+pub(super) struct Utilisation {
+    min: f64,
+    sum: f64,
+    count: usize,
+}
+
+impl Utilisation {
+    pub(super) fn new() -> Self {
+        Utilisation {
+            min: f64::INFINITY,
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    pub(super) fn add(&mut self, u: f64) {
+        self.min = self.min.min(u);
+        self.sum += u;
+        self.count += 1;
+    }
+
+    pub(super) fn min_and_mean(&self) -> (f64, f64) {
+        if self.count == 0 {
+            (0.0, 0.0)
+        } else {
+            (self.min, self.sum / self.count as f64)
+        }
+    }
 }
 
 /// How many `v` fit in `have` (both positive), saturating: a 64-bit division when both
