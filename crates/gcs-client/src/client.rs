@@ -239,12 +239,16 @@ impl EmbeddedStatus for pb::RequestClusterResourceConstraintReply {}
 impl EmbeddedStatus for pb::GetClusterStatusReply {}
 impl EmbeddedStatus for pb::DrainNodeReply {}
 impl EmbeddedStatus for pb::ResizeRayletResourceInstancesReply {}
+// A reply read off its frame (`GetClusterResourceStateReply` has no status).
+impl EmbeddedStatus for prost::bytes::Bytes {}
 
 #[derive(Clone)]
 struct Stubs {
     autoscaler: AutoscalerStateServiceClient<Channel>,
     kv: InternalKvGcsServiceClient<Channel>,
     node: NodeInfoGcsServiceClient<Channel>,
+    /// Calls whose reply is read off its frame (`crate::wire`).
+    frames: tonic::client::Grpc<Channel>,
 }
 
 /// The largest gRPC message sent or accepted: Ray's own `max_grpc_message_size` (500 MiB
@@ -334,7 +338,10 @@ impl GcsClient {
                 kv: InternalKvGcsServiceClient::new(channel.clone())
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
-                node: NodeInfoGcsServiceClient::new(channel)
+                node: NodeInfoGcsServiceClient::new(channel.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                frames: tonic::client::Grpc::new(channel)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
             },
@@ -483,6 +490,30 @@ impl GcsClient {
                 path: "GetClusterResourceStateReply.cluster_resource_state".into(),
                 message: format!("missing in the reply of the GCS at {}", self.addr),
             })
+    }
+
+    /// `GetClusterResourceState`'s reply as its frame's bytes, for
+    /// [`convert::cluster_resource_state_frame`](crate::convert::cluster_resource_state_frame)
+    /// to read without building prost's message first (the driver's path: a 10,000-node
+    /// state is read several times faster). Deadlines and retries as for every call.
+    pub async fn get_cluster_resource_state_frame(
+        &self,
+        last_seen_version: i64,
+    ) -> Result<prost::bytes::Bytes, GcsError> {
+        const PATH: &str = "/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState";
+        let req = pb::GetClusterResourceStateRequest {
+            last_seen_cluster_resource_state_version: last_seen_version,
+        };
+        self.call("GetClusterResourceState", req, &[], |s, r| async move {
+            let mut grpc = s.frames;
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+            let path = tonic::codegen::http::uri::PathAndQuery::from_static(PATH);
+            grpc.unary(r, path, crate::codec::FrameCodec::default())
+                .await
+        })
+        .await
     }
 
     /// [`get_cluster_resource_state`](Self::get_cluster_resource_state) converted to

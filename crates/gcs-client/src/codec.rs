@@ -8,7 +8,7 @@
 use std::marker::PhantomData;
 
 use prost::Message;
-use prost::bytes::Buf;
+use prost::bytes::{Buf, Bytes};
 use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic_prost::{ProstCodec, ProstEncoder};
@@ -56,5 +56,44 @@ impl<U: Message + Default> Decoder for SliceDecoder<U> {
         U::decode(frame.as_ref())
             .map(Some)
             .map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+/// A codec whose reply is the frame itself (its bytes, taken without a copy), for a reply
+/// read straight off the wire (`crate::wire`); requests are encoded by prost.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameCodec<T>(PhantomData<T>);
+
+impl<T> Default for FrameCodec<T> {
+    fn default() -> Self {
+        FrameCodec(PhantomData)
+    }
+}
+
+impl<T: Message + Send + 'static> Codec for FrameCodec<T> {
+    type Encode = T;
+    type Decode = Bytes;
+    type Encoder = ProstEncoder<T>;
+    type Decoder = FrameDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstCodec::<T, ()>::default().encoder()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        FrameDecoder
+    }
+}
+
+/// Takes the whole frame as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameDecoder;
+
+impl Decoder for FrameDecoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(buf.copy_to_bytes(buf.remaining())))
     }
 }

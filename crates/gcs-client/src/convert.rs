@@ -1,7 +1,6 @@
 //! Pure conversions between Ray's wire types and `rayscale-core`'s model.
 
-use std::collections::BTreeMap;
-
+use rayscale_core::model::resources::to_fixed;
 use rayscale_core::model::{
     ClusterConstraint, ClusterResourceState, GangRequest, LabelConstraint, LabelOperator,
     LabelSelector, NodeState, NodeStatus, PlacementConstraint, ResourceMap, ResourceRequest,
@@ -11,47 +10,52 @@ use rayscale_core::model::{
 use crate::GcsError;
 use crate::proto::ray::rpc as pb_common;
 use crate::proto::ray::rpc::autoscaler as pb;
+use crate::wire::{NodeRow, ReplyError, borrowed_amounts, read_reply, wire_error};
 
 /// The largest amount rayscale reads (10^24 units, far past any real cluster: a node's
 /// memory in bytes is ~10^12): past it the fixed-point sums of a large cluster could
 /// overflow, so such an amount means nothing.
 const MAX_AMOUNT: f64 = 1e24;
 
-/// Checks and converts a resource map; `path` builds the map's path only on error. Refused:
-/// what cannot mean anything (NaN, infinite, absurdly large, or negative).
-fn resources(m: BTreeMap<String, f64>, path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
+/// Checks and converts a resource map (entries in key order, one per key); `path` builds
+/// the map's path only on error. Refused: what cannot mean anything (NaN, infinite,
+/// absurdly large, or negative).
+fn resources(m: &[(&str, f64)], path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
     amounts(m, path, |v| v)
 }
 
 /// A node's available resources as Ray means them: a negative amount (a node whose tasks
 /// oversubscribe it) is read as none available, as Ray's scheduler reads it ("full"); an
 /// absent key already means 0. NaN, infinite or absurd amounts are refused.
-fn available(m: BTreeMap<String, f64>, path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
+fn available(m: &[(&str, f64)], path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
     amounts(m, path, |v| if v < 0.0 && v.is_finite() { 0.0 } else { v })
 }
 
 /// The amounts of `m` as read by `read`, each checked: finite, non-negative, not absurd.
 fn amounts(
-    m: BTreeMap<String, f64>,
+    m: &[(&str, f64)],
     path: impl Fn() -> String,
     read: impl Fn(f64) -> f64,
 ) -> Result<ResourceMap, GcsError> {
-    for (k, v) in &m {
-        let v = read(*v);
+    let mut out = Vec::with_capacity(m.len());
+    for &(k, v) in m {
+        let v = read(v);
         if !v.is_finite() || !(0.0..=MAX_AMOUNT).contains(&v) {
             return Err(GcsError::Invalid {
                 path: format!("{}.{k}", path()),
                 message: format!("resource amounts must be finite and non-negative, got {v}"),
             });
         }
+        // One entry per key already (a map's), so no merging.
+        out.push((k.to_string(), to_fixed(v)));
     }
-    Ok(ResourceMap::from_f64_pairs(
-        m.into_iter().map(|(k, v)| (k, read(v))),
-    ))
+    Ok(ResourceMap(out))
 }
 
-fn labels(m: BTreeMap<String, String>) -> Vec<(String, String)> {
-    m.into_iter().collect()
+fn labels(m: &[(&str, &str)]) -> Vec<(String, String)> {
+    m.iter()
+        .map(|&(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn selector(s: &pb_common::LabelSelector) -> LabelSelector {
@@ -77,7 +81,7 @@ fn selector(s: &pb_common::LabelSelector) -> LabelSelector {
 /// Converts one `ResourceRequest`.
 pub fn resource_request(r: &pb::ResourceRequest, path: &str) -> Result<ResourceRequest, GcsError> {
     Ok(ResourceRequest {
-        resources: resources(r.resources_bundle.clone(), || {
+        resources: resources(&borrowed_amounts(&r.resources_bundle), || {
             format!("{path}.resources_bundle")
         })?,
         placement_constraints: r
@@ -233,81 +237,106 @@ pub fn cluster_resource_state_lenient(
     }
 }
 
-/// Converts row by row; a row's error goes to `bad`, which fails the whole (strict) or
-/// leaves the row out (lenient).
+/// A row's error goes to `bad`, which fails the whole (strict) or leaves the row out
+/// (lenient).
+type Bad<'b> = &'b mut dyn FnMut(GcsError) -> Result<(), GcsError>;
+
+/// The node rows converted so far.
+#[derive(Default)]
+struct Nodes {
+    node_states: Vec<NodeState>,
+    unreadable_nodes: Vec<UnreadableNode>,
+}
+
+/// Converts the rows of a prost-decoded state, then the rest of it.
 fn convert_state(
-    mut s: pb::ClusterResourceState,
+    s: pb::ClusterResourceState,
     path: &str,
-    bad: &mut dyn FnMut(GcsError) -> Result<(), GcsError>,
+    bad: Bad<'_>,
 ) -> Result<ClusterResourceState, GcsError> {
-    let mut node_states = Vec::with_capacity(s.node_states.len());
-    let mut unreadable_nodes = Vec::new();
-    for (i, n) in std::mem::take(&mut s.node_states).into_iter().enumerate() {
-        let pb::NodeState {
+    let mut nodes = Nodes {
+        node_states: Vec::with_capacity(s.node_states.len()),
+        unreadable_nodes: Vec::new(),
+    };
+    for (i, n) in s.node_states.iter().enumerate() {
+        convert_node(&NodeRow::from_pb(n), i, path, &mut nodes, bad)?;
+    }
+    convert_rest(&s, nodes, path, bad)
+}
+
+/// Converts node `i`'s row into `nodes`.
+fn convert_node(
+    row: &NodeRow<'_>,
+    i: usize,
+    path: &str,
+    nodes: &mut Nodes,
+    bad: Bad<'_>,
+) -> Result<(), GcsError> {
+    let status = node_status(row.status);
+    let node_id = row.node_id.to_vec();
+    let instance_id = row.instance_id.to_string();
+    let ray_node_type_name = row.ray_node_type_name.to_string();
+    // The row's path is spelled out only for an error.
+    let p = || format!("{path}.node_states[{i}]");
+    let amounts = available(&row.available_resources, || {
+        format!("{}.available_resources", p())
+    })
+    .and_then(|a| {
+        resources(&row.total_resources, || format!("{}.total_resources", p())).map(|t| (a, t))
+    });
+    match amounts {
+        Ok((available_resources, total_resources)) => nodes.node_states.push(NodeState {
             node_id,
             instance_id,
             ray_node_type_name,
             available_resources,
             total_resources,
-            dynamic_labels,
-            labels: static_labels,
-            idle_duration_ms,
+            dynamic_labels: labels(&row.dynamic_labels),
+            labels: labels(&row.labels),
+            idle_duration_ms: row.idle_duration_ms,
             status,
-            ..
-        } = n;
-        let status = node_status(status);
-        // The row's path is spelled out only for an error.
-        let p = || format!("{path}.node_states[{i}]");
-        let amounts = available(available_resources, || {
-            format!("{}.available_resources", p())
-        })
-        .and_then(|a| {
-            resources(total_resources, || format!("{}.total_resources", p())).map(|t| (a, t))
-        });
-        match amounts {
-            Ok((available_resources, total_resources)) => node_states.push(NodeState {
+        }),
+        Err(e) if status == Some(NodeStatus::Dead) => {
+            // A dead node's amounts do not matter: its death is read.
+            bad(e)?;
+            nodes.node_states.push(NodeState {
                 node_id,
                 instance_id,
                 ray_node_type_name,
-                available_resources,
-                total_resources,
-                dynamic_labels: labels(dynamic_labels),
-                labels: labels(static_labels),
-                idle_duration_ms,
                 status,
-            }),
-            Err(e) if status == Some(NodeStatus::Dead) => {
-                // A dead node's amounts do not matter: its death is read.
-                bad(e)?;
-                node_states.push(NodeState {
-                    node_id,
-                    instance_id,
-                    ray_node_type_name,
-                    status,
-                    ..Default::default()
-                });
-            }
-            Err(e) => {
-                // A row that cannot be read still names its node and instance
-                // (protobuf bytes and strings always decode): it is kept as unreadable,
-                // never dropped, so that its node is not taken for gone. The reason is
-                // given without the row's index (rows move between replies).
-                let full = e.to_string();
-                let reason = full
-                    .split_once("].")
-                    .map_or(full.as_str(), |(_, r)| r)
-                    .to_string();
-                bad(e)?;
-                unreadable_nodes.push(UnreadableNode {
-                    node_id,
-                    instance_id,
-                    ray_node_type_name,
-                    status,
-                    reason,
-                });
-            }
+                ..Default::default()
+            });
+        }
+        Err(e) => {
+            // A row that cannot be read still names its node and instance
+            // (protobuf bytes and strings always decode): it is kept as unreadable,
+            // never dropped, so that its node is not taken for gone. The reason is
+            // given without the row's index (rows move between replies).
+            let full = e.to_string();
+            let reason = full
+                .split_once("].")
+                .map_or(full.as_str(), |(_, r)| r)
+                .to_string();
+            bad(e)?;
+            nodes.unreadable_nodes.push(UnreadableNode {
+                node_id,
+                instance_id,
+                ray_node_type_name,
+                status,
+                reason,
+            });
         }
     }
+    Ok(())
+}
+
+/// Converts what is not a node's row (demand, gangs, constraints), row by row.
+fn convert_rest(
+    s: &pb::ClusterResourceState,
+    nodes: Nodes,
+    path: &str,
+    bad: Bad<'_>,
+) -> Result<ClusterResourceState, GcsError> {
     let mut pending = Vec::with_capacity(s.pending_resource_requests.len());
     for (i, rc) in s.pending_resource_requests.iter().enumerate() {
         match by_count_one(rc, &format!("{path}.pending_resource_requests[{i}]")) {
@@ -333,12 +362,45 @@ fn convert_state(
         }
     }
     Ok(ClusterResourceState {
-        node_states,
-        unreadable_nodes,
+        node_states: nodes.node_states,
+        unreadable_nodes: nodes.unreadable_nodes,
         pending_resource_requests: pending,
         pending_gang_resource_requests: gangs,
         cluster_resource_constraints: constraints,
     })
+}
+
+/// [`cluster_resource_state_lenient`] of a `GetClusterResourceStateReply` frame, read
+/// straight off its bytes (`crate::wire`: each node's row converted as it is read), with
+/// the state's version. A frame that does not decode, or a reply without a state, is an
+/// error naming the field (nothing of it is acted on).
+pub fn cluster_resource_state_frame(
+    frame: &[u8],
+    path: &str,
+) -> Result<(i64, ClusterResourceState, Vec<GcsError>), GcsError> {
+    let mut skipped = Vec::new();
+    let mut bad = |e: GcsError| -> Result<(), GcsError> {
+        skipped.push(e);
+        Ok(())
+    };
+    let mut nodes = Nodes::default();
+    let rest = read_reply(frame, |i, row| {
+        convert_node(row, i, path, &mut nodes, &mut bad)
+    });
+    let rest = match rest {
+        Ok(Some(rest)) => rest,
+        Ok(None) => {
+            return Err(GcsError::Invalid {
+                path: "GetClusterResourceStateReply.cluster_resource_state".into(),
+                message: "missing in the reply of the GCS".into(),
+            });
+        }
+        Err(ReplyError::Wire { node, error }) => return Err(wire_error(node, &error)),
+        // The lenient handler keeps every row's error and goes on.
+        Err(ReplyError::Row(e)) => return Err(e),
+    };
+    let state = convert_rest(&rest, nodes, path, &mut bad)?;
+    Ok((rest.cluster_resource_state_version, state, skipped))
 }
 
 fn gang(g: &pb::GangResourceRequest, p: &str) -> Result<GangRequest, GcsError> {

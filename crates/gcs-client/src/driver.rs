@@ -8,9 +8,7 @@ use rayscale_core::reconciler::AutoscalingReport;
 
 use crate::GcsError;
 use crate::client::GcsClient;
-use crate::convert::{
-    autoscaling_state_to_proto, cluster_resource_state_lenient, node_id_from_hex,
-};
+use crate::convert::{autoscaling_state_to_proto, cluster_resource_state_frame, node_id_from_hex};
 use crate::proto::ray::rpc::autoscaler as pb;
 
 fn err(call: &str, e: GcsError) -> CoreError {
@@ -24,15 +22,17 @@ fn utf8(call: &str, key: Vec<u8>) -> Result<String, CoreError> {
 #[async_trait]
 impl Gcs for GcsClient {
     async fn cluster_resource_state(&self) -> Result<GcsState, CoreError> {
-        let s = self
-            .get_cluster_resource_state(0)
+        const CALL: &str = "GetClusterResourceState";
+        let frame = self
+            .get_cluster_resource_state_frame(0)
             .await
-            .map_err(|e| err("GetClusterResourceState", e))?;
+            .map_err(|e| err(CALL, e))?;
         // A demand row that does not convert is left out (as Ray's scheduler skips it); a
         // node row that does not is kept as unreadable (its instance is left as it was);
-        // the rest of the state is acted on.
-        let version = s.cluster_resource_state_version;
-        let (state, skipped) = cluster_resource_state_lenient(s, "cluster_resource_state");
+        // the rest of the state is acted on. A frame that does not decode is an error.
+        let (version, state, skipped) =
+            cluster_resource_state_frame(&frame, "cluster_resource_state")
+                .map_err(|e| err(CALL, e))?;
         Ok(GcsState {
             version,
             state,

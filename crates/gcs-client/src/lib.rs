@@ -2,7 +2,10 @@
 //! prost/tonic, plus the conversions between those wire types and `rayscale-core`'s model.
 //!
 //! What lives here: the generated protobuf/gRPC types (`proto`), their proto3 JSON
-//! (pbjson), pure conversions (`convert`), and the tonic clients: the GCS client
+//! (pbjson), pure conversions (`convert`), a hand reader of the one large reply
+//! (`wire`: `GetClusterResourceStateReply`'s node rows read off the frame's bytes, borrowed,
+//! instead of through prost's maps; checked against prost by property tests), and the tonic
+//! clients: the GCS client
 //! (`client`: Ray's `AutoscalerStateService` and internal KV, with deadlines and retries),
 //! the GCS as the driver sees it (`driver`: `rayscale_core::driver::Gcs` over the
 //! client, which keeps the instance table and the lease in the GCS KV), and the gRPC expander
@@ -17,6 +20,9 @@ pub mod convert;
 pub mod driver;
 pub mod error;
 pub mod expander;
+mod wire;
+#[cfg(test)]
+mod wire_tests;
 
 pub use error::GcsError;
 
