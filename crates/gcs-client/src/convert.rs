@@ -10,7 +10,7 @@ use rayscale_core::model::{
 use crate::GcsError;
 use crate::proto::ray::rpc as pb_common;
 use crate::proto::ray::rpc::autoscaler as pb;
-use crate::wire::{NodeRow, ReplyError, borrowed_amounts, read_reply, wire_error};
+use crate::wire::{NodeRow, ReplyError, borrowed_amounts, count_nodes, read_reply, wire_error};
 
 /// The largest amount rayscale reads (10^24 units, far past any real cluster: a node's
 /// memory in bytes is ~10^12): past it the fixed-point sums of a large cluster could
@@ -242,7 +242,6 @@ pub fn cluster_resource_state_lenient(
 type Bad<'b> = &'b mut dyn FnMut(GcsError) -> Result<(), GcsError>;
 
 /// The node rows converted so far.
-#[derive(Default)]
 struct Nodes {
     node_states: Vec<NodeState>,
     unreadable_nodes: Vec<UnreadableNode>,
@@ -383,7 +382,10 @@ pub fn cluster_resource_state_frame(
         skipped.push(e);
         Ok(())
     };
-    let mut nodes = Nodes::default();
+    let mut nodes = Nodes {
+        node_states: Vec::with_capacity(count_nodes(frame)),
+        unreadable_nodes: Vec::new(),
+    };
     let rest = read_reply(frame, |i, row| {
         convert_node(row, i, path, &mut nodes, &mut bad)
     });

@@ -377,6 +377,29 @@ pub(crate) enum ReplyError<E> {
     Row(E),
 }
 
+/// How many node rows `frame` holds, as far as it can be scanned (a hint for sizing the
+/// list of nodes, nothing more: a damaged frame gives a smaller count, and
+/// [`read_reply`] says what is wrong with it).
+pub(crate) fn count_nodes(frame: &[u8]) -> usize {
+    fn scan(buf: &[u8], field: u32, mut each: impl FnMut(&[u8])) -> Option<()> {
+        let mut r = Reader::new(buf);
+        while !r.is_empty() {
+            let (tag, wt) = r.key("").ok()?;
+            if tag == field && wt == LEN {
+                each(r.delimited("").ok()?);
+            } else {
+                r.skip(wt, tag, 0).ok()?;
+            }
+        }
+        Some(())
+    }
+    let mut n = 0usize;
+    let _ = scan(frame, 1, |state| {
+        let _ = scan(state, 3, |_| n += 1);
+    });
+    n
+}
+
 /// Reads a `GetClusterResourceStateReply` frame: each node's row goes to `on_node` (with
 /// its index) as soon as it is read; the rest of the state (`node_states` empty) comes
 /// back, or `None` when the reply has no `cluster_resource_state`.

@@ -219,6 +219,10 @@ proptest! {
         let expected = by_prost(&bytes);
         prop_assert!(expected.is_ok(), "{expected:?}");
         prop_assert_eq!(by_wire(&bytes), expected);
+        // The sizing hint counts every row (rows a split state spreads over two parts too).
+        let rows = pb::GetClusterResourceStateReply::decode(bytes.as_slice())
+            .map(|r| r.cluster_resource_state.map_or(0, |s| s.node_states.len()));
+        prop_assert_eq!(Ok(crate::wire::count_nodes(&bytes)), rows.map_err(|e| e.to_string()));
     }
 
     /// A damaged frame (a byte changed, cut short, or bytes inserted) is refused exactly

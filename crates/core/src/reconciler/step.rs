@@ -119,13 +119,9 @@ impl<S: InstanceStorage> Run<'_, S> {
         // terminated (drained first when Ray runs on them).
         let unknown_type = |i: &Instance| config.node_type(&i.node_type).is_none();
         let mut events = Vec::new();
-        let idle_nodes: BTreeSet<String> = obs
-            .ray
-            .node_states
-            .iter()
-            .filter(|n| n.is_idle())
-            .map(|n| n.node_id_hex())
-            .collect();
+        // The idle Ray nodes, by hex id: read only for an adopted record of an unknown type
+        // (rare), so made only then.
+        let mut idle_nodes: Option<foldhash::HashSet<&str>> = None;
         for i in table
             .iter()
             .filter(|i| live(i) && unknown_type(i) && !unreadable.holds(i))
@@ -145,7 +141,16 @@ impl<S: InstanceStorage> Run<'_, S> {
                 // autoscaler's decision: Ray is drained off it as off an idle node, once
                 // the GCS says the node is idle, never while it is busy.
                 InstanceStatus::RayRunning if adopted => {
-                    if !i.node_id.as_deref().is_some_and(|n| idle_nodes.contains(n)) {
+                    let idle = idle_nodes.get_or_insert_with(|| {
+                        obs.ray
+                            .node_states
+                            .iter()
+                            .zip(hexes.iter())
+                            .filter(|(n, _)| n.is_idle())
+                            .map(|(_, h)| h.as_str())
+                            .collect()
+                    });
+                    if !i.node_id.as_deref().is_some_and(|n| idle.contains(n)) {
                         continue;
                     }
                     Self::ev(i, InstanceStatus::RayStopRequested, why)

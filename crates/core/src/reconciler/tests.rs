@@ -739,3 +739,34 @@ fn busy_nodes_over_a_lowered_max_workers_are_stopped_not_idle_drained() {
         .expect("a stopped instance");
     assert_eq!(stopped.stop_cause.as_deref(), Some("MAX_NUM_NODE_PER_TYPE"));
 }
+
+#[test]
+fn an_adopted_node_of_a_type_the_config_lost_is_drained_only_once_idle() {
+    let mut w = World::new(CONFIG);
+    w.cloud.push(CloudInstance::worker("stray", "gone", None));
+    // Busy: one of its two CPUs in use.
+    w.ray
+        .node_states
+        .push(node(9, "stray", "gone", &[("CPU", 2.0)], &[("CPU", 1.0)]));
+    for _ in 0..3 {
+        w.tick();
+    }
+    let i = w.instance("i1");
+    assert_eq!(i.node_type, "gone");
+    assert_eq!(i.status, InstanceStatus::RayRunning);
+    // Idle, by the GCS's word: drained as an idle node.
+    let n = w.ray.node_states.last_mut().expect("the stray node");
+    n.available_resources = n.total_resources.clone();
+    n.status = Some(NodeStatus::Idle);
+    n.idle_duration_ms = 1_000;
+    let out = w.tick();
+    let i = w.instance("i1");
+    assert_eq!(i.status, InstanceStatus::RayStopRequested);
+    assert!(
+        out.warnings
+            .iter()
+            .any(|m| m.contains("terminating i1: node type \"gone\" is not in the config")),
+        "{:?}",
+        out.warnings
+    );
+}

@@ -126,7 +126,6 @@ impl Engine<'_> {
             status,
             im_status: None,
             instance: None,
-            ray_node_id: Rc::from(""),
             head: false,
             idle_ms: 0,
             launch_hash: Rc::from(""),
@@ -137,6 +136,21 @@ impl Engine<'_> {
             labels: Rc::new(t.labels.clone()),
             term: None,
             gang: NO_GANG,
+        }
+    }
+
+    /// The Ray node id (hex) of `n`: its instance's Ray node when that instance runs Ray,
+    /// else empty (a node to launch, or an instance not running Ray yet). Read from the
+    /// request, not copied into every node.
+    pub(super) fn ray_node_id(&self, n: &SNode) -> &str {
+        let req = self.req;
+        match (n.im_status, n.instance) {
+            (Some(InstanceStatus::RayRunning), Some(i)) => req
+                .instances
+                .get(i)
+                .and_then(|inst| inst.ray_node.as_ref())
+                .map_or("", |r| r.node_id_hex.as_str()),
+            _ => "",
         }
     }
 
@@ -159,7 +173,6 @@ impl Engine<'_> {
                 status: NodeStatus::Schedulable,
                 im_status: Some(inst.status),
                 instance: Some(idx),
-                ray_node_id: Rc::from(ray.node_id_hex.as_str()),
                 head: inst.is_head,
                 idle_ms: ray.idle_duration_ms,
                 launch_hash: self.hash_rc(&inst.launch_config_hash),
@@ -185,7 +198,6 @@ impl Engine<'_> {
                 status: NodeStatus::ToTerminate,
                 im_status: Some(inst.status),
                 instance: Some(idx),
-                ray_node_id: Rc::from(""),
                 head: false,
                 idle_ms: 0,
                 launch_hash: self.hash_rc(&inst.launch_config_hash),

@@ -80,7 +80,7 @@ impl Engine<'_> {
             cnt += 1;
         }
         let avg = if cnt > 0 { sum / cnt as f64 } else { 0.0 };
-        (!n.ray_node_id.is_empty(), -n.idle_ms, avg)
+        (!self.ray_node_id(n).is_empty(), -n.idle_ms, avg)
     }
 
     pub(super) fn sort_for_termination(&self, nodes: &mut [SNode]) {

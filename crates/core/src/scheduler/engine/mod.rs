@@ -100,7 +100,6 @@ struct SNode {
     im_status: Option<InstanceStatus>,
     /// Index into the request's instances, for existing nodes.
     instance: Option<usize>,
-    ray_node_id: Rc<str>,
     head: bool,
     idle_ms: i64,
     launch_hash: Rc<str>,
@@ -389,7 +388,7 @@ impl<'a> Engine<'a> {
                 let inst = &req.instances[i];
                 decision.terminate.push(Termination {
                     instance_id: inst.instance_id.clone(),
-                    ray_node_id: n.ray_node_id.to_string(),
+                    ray_node_id: self.ray_node_id(n).to_string(),
                     node_type: self.type_names[n.type_idx].clone(),
                     instance_status: inst.status,
                     cause,
