@@ -3,7 +3,7 @@
 use rayscale_core::model::resources::to_fixed;
 use rayscale_core::model::{
     ClusterConstraint, ClusterResourceState, GangRequest, LabelConstraint, LabelOperator,
-    LabelSelector, NodeState, NodeStatus, PlacementConstraint, ResourceMap, ResourceRequest,
+    LabelSelector, Name, NodeState, NodeStatus, PlacementConstraint, ResourceMap, ResourceRequest,
     ResourceRequestByCount, UnreadableNode,
 };
 
@@ -17,23 +17,50 @@ use crate::wire::{NodeRow, ReplyError, borrowed_amounts, count_nodes, read_reply
 /// overflow, so such an amount means nothing.
 const MAX_AMOUNT: f64 = 1e24;
 
+/// One [`Name`] per distinct resource name of a reply: the maps of its 10,000 nodes share
+/// the few names they hold (and every copy of those maps then copies no text).
+#[derive(Default)]
+struct Names(foldhash::HashSet<Name>);
+
+impl Names {
+    fn get(&mut self, k: &str) -> Name {
+        if let Some(n) = self.0.get(k) {
+            return n.clone();
+        }
+        let n = Name::from(k);
+        self.0.insert(n.clone());
+        n
+    }
+}
+
 /// Checks and converts a resource map (entries in key order, one per key); `path` builds
 /// the map's path only on error. Refused: what cannot mean anything (NaN, infinite,
 /// absurdly large, or negative).
-fn resources(m: &[(&str, f64)], path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
-    amounts(m, path, |v| v)
+fn resources(
+    m: &[(&str, f64)],
+    names: &mut Names,
+    path: impl Fn() -> String,
+) -> Result<ResourceMap, GcsError> {
+    amounts(m, names, path, |v| v)
 }
 
 /// A node's available resources as Ray means them: a negative amount (a node whose tasks
 /// oversubscribe it) is read as none available, as Ray's scheduler reads it ("full"); an
 /// absent key already means 0. NaN, infinite or absurd amounts are refused.
-fn available(m: &[(&str, f64)], path: impl Fn() -> String) -> Result<ResourceMap, GcsError> {
-    amounts(m, path, |v| if v < 0.0 && v.is_finite() { 0.0 } else { v })
+fn available(
+    m: &[(&str, f64)],
+    names: &mut Names,
+    path: impl Fn() -> String,
+) -> Result<ResourceMap, GcsError> {
+    amounts(m, names, path, |v| {
+        if v < 0.0 && v.is_finite() { 0.0 } else { v }
+    })
 }
 
 /// The amounts of `m` as read by `read`, each checked: finite, non-negative, not absurd.
 fn amounts(
     m: &[(&str, f64)],
+    names: &mut Names,
     path: impl Fn() -> String,
     read: impl Fn(f64) -> f64,
 ) -> Result<ResourceMap, GcsError> {
@@ -47,7 +74,7 @@ fn amounts(
             });
         }
         // One entry per key already (a map's), so no merging.
-        out.push((k.to_string(), to_fixed(v)));
+        out.push((names.get(k), to_fixed(v)));
     }
     Ok(ResourceMap(out))
 }
@@ -81,9 +108,11 @@ fn selector(s: &pb_common::LabelSelector) -> LabelSelector {
 /// Converts one `ResourceRequest`.
 pub fn resource_request(r: &pb::ResourceRequest, path: &str) -> Result<ResourceRequest, GcsError> {
     Ok(ResourceRequest {
-        resources: resources(&borrowed_amounts(&r.resources_bundle), || {
-            format!("{path}.resources_bundle")
-        })?,
+        resources: resources(
+            &borrowed_amounts(&r.resources_bundle),
+            &mut Names::default(),
+            || format!("{path}.resources_bundle"),
+        )?,
         placement_constraints: r
             .placement_constraints
             .iter()
@@ -245,6 +274,7 @@ type Bad<'b> = &'b mut dyn FnMut(GcsError) -> Result<(), GcsError>;
 struct Nodes {
     node_states: Vec<NodeState>,
     unreadable_nodes: Vec<UnreadableNode>,
+    names: Names,
 }
 
 /// Converts the rows of a prost-decoded state, then the rest of it.
@@ -256,6 +286,7 @@ fn convert_state(
     let mut nodes = Nodes {
         node_states: Vec::with_capacity(s.node_states.len()),
         unreadable_nodes: Vec::new(),
+        names: Names::default(),
     };
     for (i, n) in s.node_states.iter().enumerate() {
         convert_node(&NodeRow::from_pb(n), i, path, &mut nodes, bad)?;
@@ -277,11 +308,15 @@ fn convert_node(
     let ray_node_type_name = row.ray_node_type_name.to_string();
     // The row's path is spelled out only for an error.
     let p = || format!("{path}.node_states[{i}]");
-    let amounts = available(&row.available_resources, || {
+    let names = &mut nodes.names;
+    let amounts = available(&row.available_resources, names, || {
         format!("{}.available_resources", p())
     })
     .and_then(|a| {
-        resources(&row.total_resources, || format!("{}.total_resources", p())).map(|t| (a, t))
+        resources(&row.total_resources, names, || {
+            format!("{}.total_resources", p())
+        })
+        .map(|t| (a, t))
     });
     match amounts {
         Ok((available_resources, total_resources)) => nodes.node_states.push(NodeState {
@@ -385,6 +420,7 @@ pub fn cluster_resource_state_frame(
     let mut nodes = Nodes {
         node_states: Vec::with_capacity(count_nodes(frame)),
         unreadable_nodes: Vec::new(),
+        names: Names::default(),
     };
     let rest = read_reply(frame, |i, row| {
         convert_node(row, i, path, &mut nodes, &mut bad)

@@ -279,6 +279,45 @@ fn a_malformed_frame_is_one_error_naming_the_node_and_field() {
     assert!(e.contains("missing"), "{e}");
 }
 
+#[test]
+fn the_nodes_of_a_reply_share_each_resource_name() {
+    let node = |id: u8| pb::NodeState {
+        node_id: vec![id],
+        total_resources: [("CPU".to_string(), 4.0), (format!("node:10.0.0.{id}"), 1.0)]
+            .into_iter()
+            .collect(),
+        available_resources: [("CPU".to_string(), 2.0)].into_iter().collect(),
+        ..Default::default()
+    };
+    let bytes = frame(
+        &pb::ClusterResourceState::default(),
+        &[node(1).encode_to_vec(), node(2).encode_to_vec()],
+        false,
+    );
+    let (_, state, _) = cluster_resource_state_frame(&bytes, "crs").expect("reads");
+    let cpu = |m: &rayscale_core::model::ResourceMap| {
+        m.0.iter()
+            .find(|(k, _)| k == "CPU")
+            .map(|(k, _)| k.clone())
+            .expect("CPU")
+    };
+    let [a, b] = &state.node_states[..] else {
+        panic!("two nodes")
+    };
+    let first = cpu(&a.total_resources);
+    for m in [
+        &a.available_resources,
+        &b.total_resources,
+        &b.available_resources,
+    ] {
+        assert!(
+            first.shares_text_with(&cpu(m)),
+            "one CPU name for the reply"
+        );
+    }
+    assert_eq!(a.total_resources.get("node:10.0.0.1"), Some(10_000));
+}
+
 /// A field of every number a message has (and one past) with every wire type.
 fn every_key(tags: std::ops::RangeInclusive<u32>) -> Vec<Vec<u8>> {
     let mut out = Vec::new();

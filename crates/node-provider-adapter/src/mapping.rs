@@ -97,7 +97,7 @@ pub fn resources_of(t: &NodeTypeConfig) -> BTreeMap<String, f64> {
     t.resources
         .0
         .iter()
-        .map(|(k, v)| (k.clone(), to_f64(*v)))
+        .map(|(k, v)| (k.to_string(), to_f64(*v)))
         .collect()
 }
 

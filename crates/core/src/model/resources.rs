@@ -4,6 +4,8 @@
 //! (`FixedPoint`, 1/10000 units). rayscale does the same, so that `0.1 * 10` fits in `1`
 //! exactly and repeated subtraction never drifts.
 
+use super::Name;
+
 /// Number of fixed-point units in one resource unit.
 pub const SCALE: i128 = 10_000;
 
@@ -27,15 +29,16 @@ pub fn to_f64(v: Fixed) -> f64 {
 /// Order matters: Ray iterates resource dicts in insertion order when it sums utilisation,
 /// and several tie-breaks depend on floating sums in that order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct ResourceMap(pub Vec<(String, Fixed)>);
+pub struct ResourceMap(pub Vec<(Name, Fixed)>);
 
 impl ResourceMap {
     /// Builds a map from (name, float) pairs, keeping order; a repeated name keeps the last value
     /// at the position of its first occurrence.
-    pub fn from_f64_pairs<I: IntoIterator<Item = (String, f64)>>(pairs: I) -> Self {
+    pub fn from_f64_pairs<K: Into<Name>, I: IntoIterator<Item = (K, f64)>>(pairs: I) -> Self {
         let pairs = pairs.into_iter();
-        let mut out: Vec<(String, Fixed)> = Vec::with_capacity(pairs.size_hint().0);
+        let mut out: Vec<(Name, Fixed)> = Vec::with_capacity(pairs.size_hint().0);
         for (k, v) in pairs {
+            let k: Name = k.into();
             let f = to_fixed(v);
             if let Some(e) = out.iter_mut().find(|(n, _)| *n == k) {
                 e.1 = f;

@@ -34,12 +34,13 @@ pub(crate) fn drained_outside_since(i: &Instance) -> Option<i64> {
 pub(crate) fn in_use(n: &crate::model::NodeState) -> ResourceMap {
     ResourceMap(
         n.total_resources
+            .0
             .iter()
             .filter(|(k, _)| !k.starts_with("node:"))
             .filter_map(|(k, total)| {
                 let free = n.available_resources.get(k).unwrap_or(0).max(0);
                 let used = total.saturating_sub(free);
-                (used > 0).then(|| (k.to_string(), used))
+                (used > 0).then(|| (k.clone(), used))
             })
             .collect(),
     )

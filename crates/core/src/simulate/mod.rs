@@ -250,7 +250,7 @@ fn type_shape(config: &ClusterConfig, node_type: &str) -> Shape {
             t.resources
                 .0
                 .iter()
-                .map(|(k, v)| (k.clone(), crate::model::resources::to_f64(*v)))
+                .map(|(k, v)| (k.to_string(), crate::model::resources::to_f64(*v)))
                 .collect()
         })
         .unwrap_or_default()

@@ -112,7 +112,7 @@ pub fn resource_totals(
     let add = |to: &mut BTreeMap<String, f64>, node_type: &str| {
         if let Some(t) = config.node_types.iter().find(|t| t.name == node_type) {
             for (k, v) in &t.resources.0 {
-                *to.entry(k.clone()).or_default() += crate::model::resources::to_f64(*v);
+                *to.entry(k.to_string()).or_default() += crate::model::resources::to_f64(*v);
             }
         }
     };

@@ -8,7 +8,7 @@ impl Engine<'_> {
             return *id;
         }
         let id = self.res_names.len() as ResId;
-        self.res_names.push(name.to_string());
+        self.res_names.push(name.into());
         self.res_ids.insert(name.to_string(), id);
         self.implicit.push(name.starts_with(IMPLICIT_PREFIX));
         if name == "GPU" {
@@ -30,7 +30,7 @@ impl Engine<'_> {
     }
 
     pub(super) fn intern(&mut self, r: &ResourceRequest) -> ShapeId {
-        let mut items: Vec<(String, Fixed)> = r.resources.0.clone();
+        let mut items: Vec<(crate::model::Name, Fixed)> = r.resources.0.clone();
         items.sort();
         let key = (
             items,

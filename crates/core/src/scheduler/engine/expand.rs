@@ -142,9 +142,9 @@ impl Engine<'_> {
                 demand_count += held;
             }
         }
-        let mut total: Vec<(String, Fixed)> = Vec::new();
-        let mut unused: Vec<(String, Fixed)> = Vec::new();
-        let add = |acc: &mut Vec<(String, Fixed)>, items: &[(ResId, Fixed)], m: u64| {
+        let mut total: Vec<(crate::model::Name, Fixed)> = Vec::new();
+        let mut unused: Vec<(crate::model::Name, Fixed)> = Vec::new();
+        let add = |acc: &mut Vec<(crate::model::Name, Fixed)>, items: &[(ResId, Fixed)], m: u64| {
             for &(k, v) in items {
                 let name = &self.res_names[k as usize];
                 let v = v * m as i128;

@@ -25,7 +25,7 @@ type ResId = u32;
 type ShapeId = u32;
 /// Identity of a request: sorted resources, placement constraints, label selectors.
 type ShapeKey = (
-    Vec<(String, Fixed)>,
+    Vec<(crate::model::Name, Fixed)>,
     Vec<PlacementConstraint>,
     Vec<LabelSelector>,
 );
@@ -77,7 +77,7 @@ struct Shape {
     request: ResourceRequest,
     /// Ray's sort key: (#placement constraints, #constraints of the first selector,
     /// #resources, sum of amounts, sorted items).
-    sort_key: (usize, usize, usize, i128, Vec<(String, Fixed)>),
+    sort_key: (usize, usize, usize, i128, Vec<(crate::model::Name, Fixed)>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,7 +186,7 @@ fn holds(taken: &[(usize, u64, u64)], runs: &[Run]) -> bool {
 
 pub(super) struct Engine<'a> {
     req: &'a SchedulingRequest,
-    res_names: Vec<String>,
+    res_names: Vec<crate::model::Name>,
     res_ids: HashMap<String, ResId>,
     implicit: Vec<bool>,
     gpu: Option<ResId>,
