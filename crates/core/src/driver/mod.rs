@@ -218,13 +218,11 @@ struct Fingerprint {
 
 impl Fingerprint {
     fn of(version: i64, cloud: &[CloudInstance]) -> Self {
-        use std::hash::{Hash, Hasher};
+        use std::hash::BuildHasher;
+        // A fixed seed: the same in every process.
+        let hasher = foldhash::fast::FixedState::with_seed(0x5ca1e);
         let cloud_hash = cloud.iter().fold(0u64, |sum, c| {
-            // SipHash with fixed keys: the same in every process.
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            c.cloud_instance_id.hash(&mut h);
-            c.state.hash(&mut h);
-            sum.wrapping_add(h.finish())
+            sum.wrapping_add(hasher.hash_one((c.cloud_instance_id.as_str(), c.state)))
         });
         Fingerprint {
             version,

@@ -241,13 +241,11 @@ impl<S: InstanceStorage> Run<'_, S> {
                 gangs::without_given_up(fixed.as_ref().unwrap_or(ray), &table, &self.avail.gangs)
             })
             .flatten();
-        let mut request = build_request(
-            config,
-            released.as_ref().or(fixed.as_ref()).unwrap_or(ray),
-            &records,
-            "gcs",
-            "instance table",
-        )?;
+        let state = released.as_ref().or(fixed.as_ref()).unwrap_or(ray);
+        // The nodes' hex ids were made once for this reconcile, of the state as read.
+        let read = std::ptr::eq(state, obs.ray).then_some(&hexes[..]);
+        let mut request =
+            build_request_with_hexes(config, state, &records, read, "gcs", "instance table")?;
         inputs.apply(&mut request);
         // Atomic gangs set aside after their last attempt: not launched for, reported.
         if !set_aside.is_empty() {

@@ -48,6 +48,20 @@ pub fn build_request(
     state_path: &str,
     instances_path: &str,
 ) -> Result<SchedulingRequest, CoreError> {
+    build_request_with_hexes(config, state, instances, None, state_path, instances_path)
+}
+
+/// [`build_request`], given the hex ids of `state`'s nodes when they are already made
+/// (one per node, in order; anything else is ignored and the ids are made here).
+pub(crate) fn build_request_with_hexes(
+    config: &ClusterConfig,
+    state: &ClusterResourceState,
+    instances: &[InstanceRecord],
+    hexes: Option<&[String]>,
+    state_path: &str,
+    instances_path: &str,
+) -> Result<SchedulingRequest, CoreError> {
+    let hexes = hexes.filter(|h| h.len() == state.node_states.len());
     if state.cluster_resource_constraints.len() > 1 {
         return Err(CoreError::invalid(
             join(state_path, "cluster_resource_constraints"),
@@ -94,7 +108,9 @@ pub fn build_request(
         let found = by_id
             .get_mut(ns.instance_id.as_str())
             .and_then(|q| q.pop_front());
-        let hex = ns.node_id_hex();
+        let hex = hexes
+            .and_then(|h| h.get(ni))
+            .map_or_else(|| ns.node_id_hex(), String::clone);
         let (instance_id, node_type, status, hash) = match found {
             Some(ii) => {
                 joined[ii] = true;
@@ -202,5 +218,55 @@ impl AvailabilityInputs {
         req.cloud_resource_availabilities = self.cloud_resource_availabilities;
         req.recoverable_resource_availabilities = self.recoverable_resource_availabilities;
         req.unavailable_node_types = self.unavailable_node_types;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{NodeState, ResourceMap};
+
+    #[test]
+    fn hex_ids_given_are_the_ones_made_and_others_are_not_taken() {
+        let config =
+            ClusterConfig::from_yaml_str(crate::reconciler::tests::CONFIG, "c.yaml").expect("ok");
+        let node = |id: u8, instance: &str| NodeState {
+            node_id: vec![id; 28],
+            instance_id: instance.into(),
+            ray_node_type_name: "w".into(),
+            total_resources: ResourceMap::from_f64_pairs([("CPU", 2.0)]),
+            available_resources: ResourceMap::from_f64_pairs([("CPU", 2.0)]),
+            ..Default::default()
+        };
+        let state = ClusterResourceState {
+            node_states: vec![node(1, "a"), node(2, "")],
+            ..Default::default()
+        };
+        let records = [InstanceRecord {
+            instance_id: "i1".into(),
+            cloud_instance_id: Some("a".into()),
+            node_type: "w".into(),
+            status: InstanceStatus::RayRunning,
+            launch_config_hash: None,
+        }];
+        let build = |h: Option<&[String]>| {
+            build_request_with_hexes(&config, &state, &records, h, "s", "r").expect("builds")
+        };
+        let made = build(None);
+        let hexes: Vec<String> = state.node_states.iter().map(|n| n.node_id_hex()).collect();
+        assert_eq!(build(Some(&hexes)), made);
+        let ids = |r: &SchedulingRequest| -> Vec<String> {
+            r.instances
+                .iter()
+                .filter_map(|i| i.ray_node.as_ref().map(|n| n.node_id_hex.clone()))
+                .collect()
+        };
+        assert_eq!(ids(&made), hexes);
+        // A node with no instance id is named by its hex id.
+        assert_eq!(made.instances[1].instance_id, hexes[1]);
+        // Given ids are used as given; a list that is not one per node is not.
+        let given = vec!["x".to_string(), "y".to_string()];
+        assert_eq!(ids(&build(Some(&given))), given);
+        assert_eq!(build(Some(&given[..1])), made);
     }
 }
