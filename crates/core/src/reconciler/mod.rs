@@ -65,7 +65,7 @@ use crate::preemption::{DrainedOutside, Notice};
 use crate::provider::{
     CloudInstance, CloudInstanceState, LaunchRequest, ProviderError, ProviderOp,
 };
-use crate::scheduler::request::{HEAD_MARKER, InstanceRecord, build_request_with_hexes};
+use crate::scheduler::request::{HEAD_MARKER, RecordRef, build_request_with_hexes};
 use crate::scheduler::{Decision, NodeFate, TerminationCause, schedule_with_placements};
 
 pub use autostop::{AUTOSTOP_WARNING_S, AutostopSaid, AutostopView};

@@ -218,15 +218,15 @@ impl<S: InstanceStorage> Run<'_, S> {
             self.apply(canceled)?;
             self.table()?
         };
-        let records: Vec<InstanceRecord> = table
+        let records: Vec<RecordRef<'_>> = table
             .iter()
             .filter(|i| live(i) && !unknown_type(i) && !gangs::given_up(i, &self.avail.gangs))
-            .map(|i| InstanceRecord {
-                instance_id: i.instance_id.clone(),
-                cloud_instance_id: i.cloud_instance_id.clone(),
-                node_type: i.node_type.clone(),
+            .map(|i| RecordRef {
+                instance_id: &i.instance_id,
+                cloud_instance_id: i.cloud_instance_id.as_deref(),
+                node_type: &i.node_type,
                 status: i.status,
-                launch_config_hash: Some(i.launch_config_hash.clone()),
+                launch_config_hash: Some(&i.launch_config_hash),
             })
             .collect();
         let placed = with_unreadable(config, obs.ray, &table);

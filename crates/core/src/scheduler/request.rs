@@ -28,6 +28,29 @@ pub struct InstanceRecord {
     pub launch_config_hash: Option<String>,
 }
 
+impl InstanceRecord {
+    fn borrowed(&self) -> RecordRef<'_> {
+        RecordRef {
+            instance_id: &self.instance_id,
+            cloud_instance_id: self.cloud_instance_id.as_deref(),
+            node_type: &self.node_type,
+            status: self.status,
+            launch_config_hash: self.launch_config_hash.as_deref(),
+        }
+    }
+}
+
+/// An [`InstanceRecord`] borrowed from where it is kept (the reconciler's table), so that
+/// joining 10,000 records copies none of their strings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordRef<'a> {
+    pub(crate) instance_id: &'a str,
+    pub(crate) cloud_instance_id: Option<&'a str>,
+    pub(crate) node_type: &'a str,
+    pub(crate) status: InstanceStatus,
+    pub(crate) launch_config_hash: Option<&'a str>,
+}
+
 fn merged_labels(a: &[(String, String)], b: &[(String, String)]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = a.to_vec();
     for (k, v) in b {
@@ -48,7 +71,8 @@ pub fn build_request(
     state_path: &str,
     instances_path: &str,
 ) -> Result<SchedulingRequest, CoreError> {
-    build_request_with_hexes(config, state, instances, None, state_path, instances_path)
+    let records: Vec<RecordRef<'_>> = instances.iter().map(InstanceRecord::borrowed).collect();
+    build_request_with_hexes(config, state, &records, None, state_path, instances_path)
 }
 
 /// [`build_request`], given the hex ids of `state`'s nodes when they are already made
@@ -56,7 +80,7 @@ pub fn build_request(
 pub(crate) fn build_request_with_hexes(
     config: &ClusterConfig,
     state: &ClusterResourceState,
-    instances: &[InstanceRecord],
+    instances: &[RecordRef<'_>],
     hexes: Option<&[String]>,
     state_path: &str,
     instances_path: &str,
@@ -86,15 +110,16 @@ pub(crate) fn build_request_with_hexes(
         });
 
     let mut joined = vec![false; instances.len()];
-    // Instances by the id a node state names them with, in file order.
-    let mut by_id: foldhash::HashMap<&str, std::collections::VecDeque<usize>> =
+    // Instances by the id a node state names them with, in file order: the first one not
+    // yet joined per id, each linked to the next of its id (one allocation, not a queue
+    // per id).
+    const NONE: usize = usize::MAX;
+    let mut by_id: foldhash::HashMap<&str, usize> =
         foldhash::HashMap::with_capacity_and_hasher(instances.len(), Default::default());
-    for (ii, inst) in instances.iter().enumerate() {
-        let id = inst
-            .cloud_instance_id
-            .as_deref()
-            .unwrap_or(&inst.instance_id);
-        by_id.entry(id).or_default().push_back(ii);
+    let mut next_of_id = vec![NONE; instances.len()];
+    for (ii, inst) in instances.iter().enumerate().rev() {
+        let id = inst.cloud_instance_id.unwrap_or(inst.instance_id);
+        next_of_id[ii] = by_id.insert(id, ii).unwrap_or(NONE);
     }
     let mut out = Vec::with_capacity(state.node_states.len() + instances.len());
     for (ni, ns) in state.node_states.iter().enumerate() {
@@ -107,7 +132,12 @@ pub(crate) fn build_request_with_hexes(
         };
         let found = by_id
             .get_mut(ns.instance_id.as_str())
-            .and_then(|q| q.pop_front());
+            .filter(|first| **first != NONE)
+            .map(|first| {
+                let ii = *first;
+                *first = next_of_id[ii];
+                ii
+            });
         let hex = hexes
             .and_then(|h| h.get(ni))
             .map_or_else(|| ns.node_id_hex(), String::clone);
@@ -116,17 +146,17 @@ pub(crate) fn build_request_with_hexes(
                 joined[ii] = true;
                 let inst = &instances[ii];
                 let status = inst.status.advanced_to(target);
-                if status.can_reach_ray_running() && !known(&inst.node_type) {
+                if status.can_reach_ray_running() && !known(inst.node_type) {
                     return Err(CoreError::invalid(
                         format!("{instances_path}[{ii}].node_type"),
                         format!("unknown node type {:?}", inst.node_type),
                     ));
                 }
                 (
-                    inst.instance_id.clone(),
-                    inst.node_type.clone(),
+                    inst.instance_id.to_string(),
+                    inst.node_type.to_string(),
                     status,
-                    inst.launch_config_hash.clone().unwrap_or_default(),
+                    inst.launch_config_hash.unwrap_or_default().to_string(),
                 )
             }
             None => {
@@ -171,18 +201,18 @@ pub(crate) fn build_request_with_hexes(
         if joined[ii] {
             continue;
         }
-        if inst.status.can_reach_ray_running() && !known(&inst.node_type) {
+        if inst.status.can_reach_ray_running() && !known(inst.node_type) {
             return Err(CoreError::invalid(
                 format!("{instances_path}[{ii}].node_type"),
                 format!("unknown node type {:?}", inst.node_type),
             ));
         }
         out.push(InstanceInput {
-            instance_id: inst.instance_id.clone(),
-            node_type: inst.node_type.clone(),
+            instance_id: inst.instance_id.to_string(),
+            node_type: inst.node_type.to_string(),
             status: inst.status,
             is_head: false,
-            launch_config_hash: inst.launch_config_hash.clone().unwrap_or_default(),
+            launch_config_hash: inst.launch_config_hash.unwrap_or_default().to_string(),
             ray_node: None,
         });
     }
@@ -250,6 +280,8 @@ mod tests {
             launch_config_hash: None,
         }];
         let build = |h: Option<&[String]>| {
+            let records: Vec<RecordRef<'_>> =
+                records.iter().map(InstanceRecord::borrowed).collect();
             build_request_with_hexes(&config, &state, &records, h, "s", "r").expect("builds")
         };
         let made = build(None);
@@ -268,5 +300,40 @@ mod tests {
         let given = vec!["x".to_string(), "y".to_string()];
         assert_eq!(ids(&build(Some(&given))), given);
         assert_eq!(build(Some(&given[..1])), made);
+    }
+
+    #[test]
+    fn nodes_naming_one_cloud_instance_join_its_records_in_file_order() {
+        let config =
+            ClusterConfig::from_yaml_str(crate::reconciler::tests::CONFIG, "c.yaml").expect("ok");
+        let node = |id: u8| NodeState {
+            node_id: vec![id; 4],
+            instance_id: "a".into(),
+            ray_node_type_name: "w".into(),
+            ..Default::default()
+        };
+        let state = ClusterResourceState {
+            node_states: vec![node(1), node(2), node(3)],
+            ..Default::default()
+        };
+        let record = |id: &str, cloud: &str| InstanceRecord {
+            instance_id: id.into(),
+            cloud_instance_id: Some(cloud.into()),
+            node_type: "w".into(),
+            status: InstanceStatus::RayRunning,
+            launch_config_hash: None,
+        };
+        let records = [record("i1", "a"), record("i2", "b"), record("i3", "a")];
+        let r = build_request(&config, &state, &records, "s", "r").expect("builds");
+        let joined: Vec<(&str, bool)> = r
+            .instances
+            .iter()
+            .map(|i| (i.instance_id.as_str(), i.ray_node.is_some()))
+            .collect();
+        // The third node names "a" too, with no record left: it stands for itself.
+        assert_eq!(
+            joined,
+            [("i1", true), ("i3", true), ("a", true), ("i2", false)]
+        );
     }
 }
