@@ -207,8 +207,8 @@ pub enum NodeFate {
 /// explanations).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeView {
-    /// Node type.
-    pub node_type: String,
+    /// Node type (shared by the views of its type's nodes).
+    pub node_type: crate::model::Name,
     /// Its fate.
     pub fate: NodeFate,
     /// Index into the request's instances, for existing instances.

@@ -25,7 +25,7 @@ impl Engine<'_> {
         if let Some(i) = self.type_names.iter().position(|t| t == name) {
             return i;
         }
-        self.type_names.push(name.to_string());
+        self.type_names.push(name.into());
         self.type_names.len() - 1
     }
 

@@ -193,7 +193,7 @@ pub(super) struct Engine<'a> {
     shapes: Vec<Shape>,
     shape_ids: HashMap<ShapeKey, ShapeId>,
     /// Node type names: config types first, then unknown ones met in instances.
-    type_names: Vec<String>,
+    type_names: Vec<crate::model::Name>,
     n_config_types: usize,
     nodes: Vec<SNode>,
     /// Scratch: generation stamps of the unschedulable-shape cache.
@@ -216,7 +216,11 @@ pub(super) struct Engine<'a> {
 
 impl<'a> Engine<'a> {
     pub(super) fn new(req: &'a SchedulingRequest) -> Self {
-        let type_names: Vec<String> = req.node_types.iter().map(|t| t.name.clone()).collect();
+        let type_names: Vec<crate::model::Name> = req
+            .node_types
+            .iter()
+            .map(|t| t.name.as_str().into())
+            .collect();
         Engine {
             req,
             res_names: Vec::new(),
@@ -378,7 +382,7 @@ impl<'a> Engine<'a> {
                 let name = &self.type_names[n.type_idx];
                 match launch.iter_mut().find(|(t, _)| t == name) {
                     Some(e) => e.1 += 1,
-                    None => launch.push((name.clone(), 1)),
+                    None => launch.push((name.to_string(), 1)),
                 }
             }
         }
@@ -389,7 +393,7 @@ impl<'a> Engine<'a> {
                 decision.terminate.push(Termination {
                     instance_id: inst.instance_id.clone(),
                     ray_node_id: self.ray_node_id(n).to_string(),
-                    node_type: self.type_names[n.type_idx].clone(),
+                    node_type: self.type_names[n.type_idx].to_string(),
                     instance_status: inst.status,
                     cause,
                     idle_duration_ms: n.idle_ms,
