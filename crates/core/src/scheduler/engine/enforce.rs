@@ -124,19 +124,29 @@ impl Engine<'_> {
 
     pub(super) fn enforce_max_per_type(&mut self) {
         let all = std::mem::take(&mut self.nodes);
-        let mut terminating = Vec::new();
-        let mut groups: Vec<(usize, Vec<SNode>)> = Vec::new();
+        // The groups are sized first (in the order their types first appear), so that
+        // no vector of nodes grows by copying itself.
+        let mut sizes: Vec<(usize, usize)> = Vec::new();
+        for n in all.iter().filter(|n| n.status != NodeStatus::ToTerminate) {
+            match sizes.iter_mut().find(|(t, _)| *t == n.type_idx) {
+                Some((_, c)) => *c += 1,
+                None => sizes.push((n.type_idx, 1)),
+            }
+        }
+        let live: usize = sizes.iter().map(|(_, c)| c).sum();
+        let mut terminating = Vec::with_capacity(all.len());
+        let mut groups: Vec<(usize, Vec<SNode>)> = sizes
+            .iter()
+            .map(|&(t, c)| (t, Vec::with_capacity(c)))
+            .collect();
         for n in all {
             if n.status == NodeStatus::ToTerminate {
                 terminating.push(n);
-            } else {
-                match groups.iter_mut().find(|(t, _)| *t == n.type_idx) {
-                    Some((_, g)) => g.push(n),
-                    None => groups.push((n.type_idx, vec![n])),
-                }
+            } else if let Some((_, g)) = groups.iter_mut().find(|(t, _)| *t == n.type_idx) {
+                g.push(n);
             }
         }
-        let mut kept = Vec::new();
+        let mut kept = Vec::with_capacity(live);
         for (ti, g) in groups {
             let max = self.max_workers(ti);
             let extra = g.len() as i64 - max;

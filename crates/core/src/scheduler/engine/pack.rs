@@ -314,7 +314,7 @@ impl Engine<'_> {
                 })
         };
         let mut exhausted = Vec::new();
-        let mut existing = Vec::new();
+        let mut existing = Vec::with_capacity(nodes.len());
         for (i, n) in nodes.iter().enumerate() {
             if n.im_status == Some(InstanceStatus::RayRunning) && !can_fit_any(&n.avail[src]) {
                 exhausted.push(Slot::Orig(i));
