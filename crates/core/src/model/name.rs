@@ -40,12 +40,6 @@ impl Deref for Name {
     }
 }
 
-impl AsRef<str> for Name {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
 impl Borrow<str> for Name {
     fn borrow(&self) -> &str {
         &self.0
@@ -64,18 +58,6 @@ impl From<String> for Name {
     }
 }
 
-impl From<&String> for Name {
-    fn from(s: &String) -> Self {
-        Name(Arc::from(s.as_str()))
-    }
-}
-
-impl From<Name> for String {
-    fn from(n: Name) -> Self {
-        n.0.to_string()
-    }
-}
-
 impl PartialEq<str> for Name {
     fn eq(&self, o: &str) -> bool {
         &*self.0 == o
@@ -91,24 +73,6 @@ impl PartialEq<&str> for Name {
 impl PartialEq<String> for Name {
     fn eq(&self, o: &String) -> bool {
         &*self.0 == o.as_str()
-    }
-}
-
-impl PartialEq<Name> for str {
-    fn eq(&self, o: &Name) -> bool {
-        self == &*o.0
-    }
-}
-
-impl PartialEq<Name> for &str {
-    fn eq(&self, o: &Name) -> bool {
-        *self == &*o.0
-    }
-}
-
-impl PartialEq<Name> for String {
-    fn eq(&self, o: &Name) -> bool {
-        self.as_str() == &*o.0
     }
 }
 

@@ -380,7 +380,7 @@ impl<'a> Engine<'a> {
         for n in &self.nodes {
             if n.status == NodeStatus::ToLaunch {
                 let name = &self.type_names[n.type_idx];
-                match launch.iter_mut().find(|(t, _)| t == name) {
+                match launch.iter_mut().find(|(t, _)| t == name.as_str()) {
                     Some(e) => e.1 += 1,
                     None => launch.push((name.to_string(), 1)),
                 }
