@@ -478,6 +478,7 @@ impl<'a> Engine<'a> {
 }
 
 mod build;
+mod cube;
 mod dense;
 mod enforce;
 mod existing;

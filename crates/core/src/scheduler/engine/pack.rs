@@ -396,7 +396,7 @@ impl Engine<'_> {
 /// term).
 pub(super) fn util_term(tf: f64, a: Fixed) -> f64 {
     let util = (tf - to_f64(a)) / tf;
-    tf * util.powf(3.0)
+    tf * super::cube::cube(util)
 }
 
 /// Ray's utilisation terms of a node summed in order: their minimum and mean (0 and 0
