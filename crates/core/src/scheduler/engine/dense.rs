@@ -8,7 +8,7 @@
 //! sparse trial's exactly: the crate's tests (release ones too) and debug builds check every
 //! dense trial against it, and a property test compares whole passes.
 
-use super::pack::{Utilisation, quotient, util_term};
+use super::pack::{Utilisation, util_term};
 use super::*;
 
 /// Most dimensions a dense pass has (shapes asking for many distinct resources, such as
@@ -49,18 +49,20 @@ struct NodeConst {
 /// The runs and nodes of one existing-node pass, laid out for dense trials.
 pub(super) struct Dense {
     dims: Vec<ResId>,
-    /// Per run, its shape's amount of each dimension (`runs × dims`, row by row).
-    req: Vec<Fixed>,
+    /// Per run, its shape's amount of each dimension (`runs × dims`, row by row), in
+    /// fixed-point units as `i64` (a pass with a larger amount keeps the sparse trial).
+    req: Vec<i64>,
     /// Per run, the dimensions its shape asks for, and whether it names `GPU`.
     run_dims: Vec<u16>,
     run_gpu: Vec<bool>,
     /// Per node (as indexed in the pass), its availability of each dimension
-    /// (`nodes × dims`; a missing implicit resource counts 1, another missing one 0).
-    avail: Vec<Fixed>,
+    /// (`nodes × dims`; a missing implicit resource counts 1, another missing one 0), as
+    /// `i64` like `req`.
+    avail: Vec<i64>,
     nodes: Vec<NodeConst>,
     terms: Vec<Term>,
     /// Scratch: one trial's availability.
-    scratch: Vec<Fixed>,
+    scratch: Vec<i64>,
 }
 
 impl Dense {
@@ -92,7 +94,7 @@ impl Dense {
             let mut mask = 0u16;
             for &(k, v) in &shape.pos {
                 if let Some(j) = dim(k) {
-                    req[ri * n + j] = v;
+                    req[ri * n + j] = i64::try_from(v).ok()?;
                     mask |= 1 << j;
                 }
             }
@@ -106,13 +108,15 @@ impl Dense {
             let own = &node.avail[src];
             let mut present = 0u16;
             for (j, &k) in dims.iter().enumerate() {
-                match get(own, k) {
+                let v = match get(own, k) {
                     Some(v) => {
-                        avail.push(v);
                         present |= 1 << j;
+                        v
                     }
-                    None => avail.push(if e.implicit[k as usize] { ONE } else { 0 }),
-                }
+                    None if e.implicit[k as usize] => ONE,
+                    None => 0,
+                };
+                avail.push(i64::try_from(v).ok()?);
             }
             let placed = &node.sched[src];
             let mut labels = 0;
@@ -218,7 +222,8 @@ impl Engine<'_> {
             let mut fit = u64::MAX;
             for (&v, &h) in req.iter().zip(have.iter()) {
                 if v > 0 {
-                    let m = if h < v { 0 } else { quotient(h, v) };
+                    // h / v fits u64 (both positive); Ray's floor of a ratio.
+                    let m = if h < v { 0 } else { (h / v) as u64 };
                     fit = fit.min(m);
                     if fit == 0 {
                         break;
@@ -231,7 +236,8 @@ impl Engine<'_> {
             let k = fit.min(run.count);
             for (&v, h) in req.iter().zip(have.iter_mut()) {
                 if v > 0 {
-                    *h -= v.saturating_mul(i128::from(k));
+                    // k <= h / v for this h, so v·k <= h: nothing overflows.
+                    *h -= v.saturating_mul(i64::try_from(k).unwrap_or(i64::MAX));
                 }
             }
             // A missing (implicit) resource taken from is in the map from now on.
@@ -250,7 +256,7 @@ impl Engine<'_> {
                     if present & (1 << j) == 0 {
                         continue;
                     }
-                    util_term(tf, have[j])
+                    util_term(tf, Fixed::from(have[j]))
                 }
                 Term::Fixed(u) => u,
             };
