@@ -544,6 +544,39 @@ mod props {
         }
     }
 
+    /// Amounts beyond `i64` in fixed point (memory of petabytes) leave the pass to the
+    /// sparse trial, which decides as it always did (a dense trial that cut them to `i64`
+    /// would place differently).
+    #[test]
+    fn amounts_beyond_i64_decide_as_sparse_trials() {
+        let huge = 1.2e15; // bytes: 1.2e19 in fixed point, beyond i64
+        let mut r = base(vec![ntype(
+            "c",
+            &[("CPU", 4.0), ("memory", huge)],
+            0,
+            Some(100),
+        )]);
+        for (k, (cpu, mem)) in [(4.0, huge), (2.0, huge * 0.5), (3.0, 1e12), (1.0, huge)]
+            .into_iter()
+            .enumerate()
+        {
+            r.instances.push(running(
+                &format!("n{k}"),
+                "c",
+                &[("CPU", 4.0), ("memory", huge)],
+                &[("CPU", cpu), ("memory", mem)],
+                0,
+            ));
+        }
+        r.resource_requests = vec![
+            task(&[("CPU", 1.0), ("memory", 2.5e14)], 6),
+            task(&[("CPU", 0.5), ("memory", 1e11)], 5),
+        ];
+        let dense = schedule_explained(&r);
+        let sparse = schedule_explained_sparse(&r);
+        assert_eq!(dense, sparse);
+    }
+
     fn sum(maps: &[(ResourceRequest, u64)], name: &str) -> i128 {
         maps.iter()
             .map(|(r, c)| r.resources.get(name).unwrap_or(0) * i128::from(*c))
