@@ -19,16 +19,39 @@ const MAX_AMOUNT: f64 = 1e24;
 
 /// One [`Name`] per distinct resource name of a reply: the maps of its 10,000 nodes share
 /// the few names they hold (and every copy of those maps then copies no text).
+///
+/// The frame reader hands out a reply's repeated key as one slice of the frame, so the
+/// first few names are found by that slice's address before any hashing of text.
 #[derive(Default)]
-struct Names(foldhash::HashSet<Name>);
+struct Names<'a> {
+    all: foldhash::HashSet<Name>,
+    /// The first texts met, by address and length, with their names.
+    first: Vec<(&'a str, Name)>,
+}
 
-impl Names {
-    fn get(&mut self, k: &str) -> Name {
-        if let Some(n) = self.0.get(k) {
+/// How many names [`Names`] finds by address.
+const FIRST_NAMES: usize = 8;
+
+impl<'a> Names<'a> {
+    fn get(&mut self, k: &'a str) -> Name {
+        if let Some((_, n)) = self
+            .first
+            .iter()
+            .find(|(t, _)| std::ptr::eq(t.as_ptr(), k.as_ptr()) && t.len() == k.len())
+        {
             return n.clone();
         }
-        let n = Name::from(k);
-        self.0.insert(n.clone());
+        let n = match self.all.get(k) {
+            Some(n) => n.clone(),
+            None => {
+                let n = Name::from(k);
+                self.all.insert(n.clone());
+                n
+            }
+        };
+        if self.first.len() < FIRST_NAMES {
+            self.first.push((k, n.clone()));
+        }
         n
     }
 }
@@ -36,9 +59,9 @@ impl Names {
 /// Checks and converts a resource map (entries in key order, one per key); `path` builds
 /// the map's path only on error. Refused: what cannot mean anything (NaN, infinite,
 /// absurdly large, or negative).
-fn resources(
-    m: &[(&str, f64)],
-    names: &mut Names,
+fn resources<'a>(
+    m: &[(&'a str, f64)],
+    names: &mut Names<'a>,
     path: impl Fn() -> String,
 ) -> Result<ResourceMap, GcsError> {
     amounts(m, names, path, |v| v)
@@ -47,9 +70,9 @@ fn resources(
 /// A node's available resources as Ray means them: a negative amount (a node whose tasks
 /// oversubscribe it) is read as none available, as Ray's scheduler reads it ("full"); an
 /// absent key already means 0. NaN, infinite or absurd amounts are refused.
-fn available(
-    m: &[(&str, f64)],
-    names: &mut Names,
+fn available<'a>(
+    m: &[(&'a str, f64)],
+    names: &mut Names<'a>,
     path: impl Fn() -> String,
 ) -> Result<ResourceMap, GcsError> {
     amounts(m, names, path, |v| {
@@ -58,9 +81,9 @@ fn available(
 }
 
 /// The amounts of `m` as read by `read`, each checked: finite, non-negative, not absurd.
-fn amounts(
-    m: &[(&str, f64)],
-    names: &mut Names,
+fn amounts<'a>(
+    m: &[(&'a str, f64)],
+    names: &mut Names<'a>,
     path: impl Fn() -> String,
     read: impl Fn(f64) -> f64,
 ) -> Result<ResourceMap, GcsError> {
@@ -271,10 +294,10 @@ pub fn cluster_resource_state_lenient(
 type Bad<'b> = &'b mut dyn FnMut(GcsError) -> Result<(), GcsError>;
 
 /// The node rows converted so far.
-struct Nodes {
+struct Nodes<'a> {
     node_states: Vec<NodeState>,
     unreadable_nodes: Vec<UnreadableNode>,
-    names: Names,
+    names: Names<'a>,
 }
 
 /// Converts the rows of a prost-decoded state, then the rest of it.
@@ -295,11 +318,11 @@ fn convert_state(
 }
 
 /// Converts node `i`'s row into `nodes`.
-fn convert_node(
-    row: &NodeRow<'_>,
+fn convert_node<'a>(
+    row: &NodeRow<'a>,
     i: usize,
     path: &str,
-    nodes: &mut Nodes,
+    nodes: &mut Nodes<'a>,
     bad: Bad<'_>,
 ) -> Result<(), GcsError> {
     let status = node_status(row.status);

@@ -134,8 +134,27 @@ impl<'a> Reader<'a> {
     #[inline]
     fn string(&mut self, field: &'static str) -> Result<&'a str, WireError> {
         let bytes = self.delimited(field)?;
-        std::str::from_utf8(bytes)
-            .or_else(|_| fail(field, "invalid string value: data is not UTF-8 encoded"))
+        utf8(bytes, field)
+    }
+
+    /// A string whose text is likely one read before (a map's key, a node type's name):
+    /// found among `known` (texts checked when first read, see [`Known`]) it is that text,
+    /// not checked again; otherwise it is checked as [`string`](Self::string) checks it.
+    #[inline]
+    fn known_string(
+        &mut self,
+        field: &'static str,
+        known: &mut Known<'a>,
+    ) -> Result<&'a str, WireError> {
+        let bytes = self.delimited(field)?;
+        if let Some(s) = known.0.iter().find(|s| s.as_bytes() == bytes) {
+            return Ok(s);
+        }
+        let s = utf8(bytes, field)?;
+        if known.0.len() < KNOWN_TEXTS {
+            known.0.push(s);
+        }
+        Ok(s)
     }
 
     #[inline]
@@ -183,6 +202,23 @@ fn expect(actual: u8, expected: u8, field: &'static str) -> Result<(), WireError
         )
     }
 }
+
+/// A string field's text, refused as prost refuses text that is not UTF-8.
+fn utf8<'a>(bytes: &'a [u8], field: &'static str) -> Result<&'a str, WireError> {
+    std::str::from_utf8(bytes)
+        .or_else(|_| fail(field, "invalid string value: data is not UTF-8 encoded"))
+}
+
+/// How many texts [`Known`] holds.
+const KNOWN_TEXTS: usize = 16;
+
+/// The first texts of a reply's map keys and type names, each checked when read: 10,000
+/// nodes repeat the same few (`CPU`, `memory`, their type's name), and a text equal to one
+/// of these needs no check. Repeats are handed out as the first one read, so that equal
+/// texts of a reply are one slice of the frame (the converter's names rely on that only
+/// to go faster).
+#[derive(Default)]
+struct Known<'a>(Vec<&'a str>);
 
 /// One node's row of the reply (`NodeState`), borrowed from the frame. Maps are in key
 /// order with one entry per key, as prost's `BTreeMap`s hold them.
@@ -236,7 +272,7 @@ impl<'a> NodeRow<'a> {
     }
 
     /// Reads a `NodeState` message into this row (cleared first).
-    fn read(&mut self, bytes: &'a [u8]) -> Result<(), WireError> {
+    fn read(&mut self, bytes: &'a [u8], known: &mut Known<'a>) -> Result<(), WireError> {
         self.clear();
         let mut r = Reader::new(bytes);
         while !r.is_empty() {
@@ -252,16 +288,29 @@ impl<'a> NodeRow<'a> {
                 }
                 3 => {
                     expect(wt, LEN, "ray_node_type_name")?;
-                    self.ray_node_type_name = r.string("ray_node_type_name")?;
+                    self.ray_node_type_name = r.known_string("ray_node_type_name", known)?;
                 }
                 4 => amount_entry(
                     &mut r,
                     wt,
                     "available_resources",
                     &mut self.available_resources,
+                    known,
                 )?,
-                5 => amount_entry(&mut r, wt, "total_resources", &mut self.total_resources)?,
-                6 => label_entry(&mut r, wt, "dynamic_labels", &mut self.dynamic_labels)?,
+                5 => amount_entry(
+                    &mut r,
+                    wt,
+                    "total_resources",
+                    &mut self.total_resources,
+                    known,
+                )?,
+                6 => label_entry(
+                    &mut r,
+                    wt,
+                    "dynamic_labels",
+                    &mut self.dynamic_labels,
+                    known,
+                )?,
                 7 => {
                     expect(wt, VARINT, "node_state_version")?;
                     r.varint("node_state_version")?;
@@ -281,13 +330,13 @@ impl<'a> NodeRow<'a> {
                 }
                 11 => {
                     expect(wt, LEN, "instance_type_name")?;
-                    r.string("instance_type_name")?;
+                    r.known_string("instance_type_name", known)?;
                 }
                 12 => {
                     expect(wt, LEN, "node_activity")?;
                     r.string("node_activity")?;
                 }
-                13 => label_entry(&mut r, wt, "labels", &mut self.labels)?,
+                13 => label_entry(&mut r, wt, "labels", &mut self.labels, known)?,
                 _ => r.skip(wt, tag, NODE_DEPTH)?,
             }
         }
@@ -321,6 +370,7 @@ fn entry<'a, V>(
     field: &'static str,
     default: V,
     value_type: u8,
+    known: &mut Known<'a>,
     value: impl Fn(&mut Reader<'a>) -> Result<V, WireError>,
 ) -> Result<(&'a str, V), WireError> {
     expect(wt, LEN, field)?;
@@ -331,7 +381,7 @@ fn entry<'a, V>(
         match tag {
             1 => {
                 expect(wt, LEN, field)?;
-                k = e.string(field)?;
+                k = e.known_string(field, known)?;
             }
             2 => {
                 expect(wt, value_type, field)?;
@@ -348,8 +398,11 @@ fn amount_entry<'a>(
     wt: u8,
     field: &'static str,
     out: &mut Vec<(&'a str, f64)>,
+    known: &mut Known<'a>,
 ) -> Result<(), WireError> {
-    out.push(entry(r, wt, field, 0.0, FIXED64, |e| e.double(field))?);
+    out.push(entry(r, wt, field, 0.0, FIXED64, known, |e| {
+        e.double(field)
+    })?);
     Ok(())
 }
 
@@ -358,8 +411,9 @@ fn label_entry<'a>(
     wt: u8,
     field: &'static str,
     out: &mut Vec<(&'a str, &'a str)>,
+    known: &mut Known<'a>,
 ) -> Result<(), WireError> {
-    out.push(entry(r, wt, field, "", LEN, |e| e.string(field))?);
+    out.push(entry(r, wt, field, "", LEN, known, |e| e.string(field))?);
     Ok(())
 }
 
@@ -411,6 +465,7 @@ pub(crate) fn read_reply<'a, E>(
     let mut r = Reader::new(frame);
     let mut state: Option<pb::ClusterResourceState> = None;
     let mut row = NodeRow::default();
+    let mut known = Known::default();
     let mut nodes = 0usize;
     while !r.is_empty() {
         let (tag, wt) = r.key("").map_err(|e| wire(None, e))?;
@@ -445,7 +500,7 @@ pub(crate) fn read_reply<'a, E>(
                     let i = nodes;
                     nodes += 1;
                     let bytes = read(&mut m, "node_states").map_err(|e| wire(Some(i), e))?;
-                    row.read(bytes).map_err(|e| wire(Some(i), e))?;
+                    row.read(bytes, &mut known).map_err(|e| wire(Some(i), e))?;
                     on_node(i, &row).map_err(ReplyError::Row)?;
                     Ok(())
                 }

@@ -403,3 +403,69 @@ fn varints_of_ten_bytes_and_more_are_read_as_prost_reads_them() {
         }
     }
 }
+
+/// A map key or type name repeated over a reply's nodes is handed out as the text first
+/// read (one slice of the frame, which the converter's names find by address), beyond
+/// the few texts remembered the rest read as before, and a repeat whose bytes are not
+/// UTF-8 is refused as prost refuses it.
+#[test]
+fn repeated_texts_are_the_first_read_and_bad_ones_still_refused() {
+    let node = |id: u8, extra: usize| pb::NodeState {
+        node_id: vec![id],
+        ray_node_type_name: "cpu16".into(),
+        total_resources: std::iter::once(("CPU".to_string(), 4.0))
+            .chain((0..extra).map(|k| (format!("r{k:02}"), 1.0)))
+            .collect(),
+        available_resources: [("CPU".to_string(), 2.0)].into_iter().collect(),
+        ..Default::default()
+    };
+    // 3 nodes, the second with more distinct keys than are remembered.
+    let nodes = [node(1, 0), node(2, 40), node(3, 0)];
+    let bytes = frame(
+        &pb::ClusterResourceState::default(),
+        &nodes.iter().map(Message::encode_to_vec).collect::<Vec<_>>(),
+        false,
+    );
+    let mut seen: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+    crate::wire::read_reply(&bytes, |_, row| {
+        let keys = row.total_resources.iter().map(|(k, _)| *k);
+        seen.push((
+            row.ray_node_type_name,
+            row.available_resources[0].0,
+            keys.collect(),
+        ));
+        Ok::<(), ()>(())
+    })
+    .expect("reads");
+    let (type1, cpu1, _) = &seen[0];
+    for (t, cpu, keys) in &seen {
+        assert!(
+            std::ptr::eq(*t, *type1),
+            "the type's name is its first text"
+        );
+        assert!(std::ptr::eq(*cpu, *cpu1), "CPU is its first text");
+        assert!(std::ptr::eq(keys[0], *cpu1));
+    }
+    assert_eq!(seen[1].2.len(), 41);
+    assert_eq!(seen[1].2[40], "r39");
+    assert_eq!(by_wire(&bytes), by_prost(&bytes));
+
+    // A later node's key that differs from `CPU` only by a byte that is not UTF-8.
+    let mut bad = node(4, 0).encode_to_vec();
+    let at = bad
+        .windows(3)
+        .rposition(|w| w == b"CPU")
+        .expect("a CPU key");
+    bad[at + 2] = 0xff;
+    let bytes = frame(
+        &pb::ClusterResourceState::default(),
+        &[node(1, 0).encode_to_vec(), bad],
+        false,
+    );
+    let refused = by_wire(&bytes).expect_err("a key that is not UTF-8");
+    assert!(by_prost(&bytes).is_err());
+    assert!(
+        refused.contains("not UTF-8"),
+        "refused for its text: {refused}"
+    );
+}
