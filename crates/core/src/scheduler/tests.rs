@@ -577,6 +577,70 @@ mod props {
         assert_eq!(dense, sparse);
     }
 
+    /// Nodes whose maps share their names (one `Name` per text, as the GCS reader hands
+    /// them out) decide as nodes with a copy of each name, with more distinct names than
+    /// the pass remembers by pointer and in differing orders.
+    #[test]
+    fn shared_names_decide_as_copied_ones() {
+        let extra: Vec<String> = (0..12).map(|k| format!("acc{k}")).collect();
+        let mut r = base(vec![ntype(
+            "c",
+            &[("CPU", 8.0), ("memory", 64.0)],
+            0,
+            Some(100),
+        )]);
+        for k in 0..24usize {
+            let mut total = vec![("CPU", 8.0), ("memory", 64.0)];
+            let mut avail = vec![("memory", 32.0), ("CPU", (k % 8) as f64)];
+            // Each node its own few of the extra resources, in its own order.
+            for j in 0..3 {
+                let e = extra[(k * 5 + j * 7) % extra.len()].as_str();
+                total.push((e, 2.0));
+                avail.insert(j % 2, (e, (j % 3) as f64));
+            }
+            r.instances
+                .push(running(&format!("n{k}"), "c", &total, &avail, 0));
+        }
+        r.resource_requests = vec![
+            task(&[("CPU", 1.0), ("acc3", 1.0)], 9),
+            task(&[("CPU", 2.0), ("memory", 4.0)], 7),
+            task(&[("acc7", 1.0)], 5),
+        ];
+        let copied = schedule_explained(&r);
+        let mut shared: std::collections::HashMap<String, crate::model::Name> =
+            std::collections::HashMap::new();
+        let mut one = |m: &mut crate::model::ResourceMap| {
+            for (k, _) in &mut m.0 {
+                *k = shared
+                    .entry(k.to_string())
+                    .or_insert_with(|| k.clone())
+                    .clone();
+            }
+        };
+        for i in &mut r.instances {
+            if let Some(ray) = i.ray_node.as_mut() {
+                one(&mut ray.total);
+                one(&mut ray.available);
+            }
+        }
+        let (decision, views) = schedule_explained(&r);
+        assert_eq!((&decision, &views), (&copied.0, &copied.1));
+        assert_eq!(schedule_explained_sparse(&r), copied);
+        // Each node's total, as the pass read it, is the node's own.
+        let sorted = |m: &crate::model::ResourceMap| {
+            let mut v: Vec<(String, i128)> = m.0.iter().map(|(k, x)| (k.to_string(), *x)).collect();
+            v.sort();
+            v
+        };
+        for v in &views {
+            if let Some(i) = v.instance
+                && let Some(ray) = &r.instances[i].ray_node
+            {
+                assert_eq!(sorted(&v.total), sorted(&ray.total), "node {i}");
+            }
+        }
+    }
+
     fn sum(maps: &[(ResourceRequest, u64)], name: &str) -> i128 {
         maps.iter()
             .map(|(r, c)| r.resources.get(name).unwrap_or(0) * i128::from(*c))

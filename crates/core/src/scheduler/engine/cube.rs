@@ -13,8 +13,10 @@
 /// `x.powf(3.0)`, with the same result (see the module's docs).
 #[inline]
 pub(super) fn cube(x: f64) -> f64 {
-    if cfg!(all(target_os = "linux", any(target_env = "gnu", target_env = "musl")))
-        && let Some(c) = clear_cube(x)
+    if cfg!(all(
+        target_os = "linux",
+        any(target_env = "gnu", target_env = "musl")
+    )) && let Some(c) = clear_cube(x)
     {
         return c;
     }

@@ -188,6 +188,8 @@ pub(super) struct Engine<'a> {
     req: &'a SchedulingRequest,
     res_names: Vec<crate::model::Name>,
     res_ids: HashMap<String, ResId>,
+    /// The first names met in maps, by pointer (see `res_id_of`).
+    met: Vec<(crate::model::Name, ResId)>,
     implicit: Vec<bool>,
     gpu: Option<ResId>,
     shapes: Vec<Shape>,
@@ -225,6 +227,7 @@ impl<'a> Engine<'a> {
             req,
             res_names: Vec::new(),
             res_ids: HashMap::new(),
+            met: Vec::new(),
             implicit: Vec::new(),
             gpu: None,
             shapes: Vec::new(),
