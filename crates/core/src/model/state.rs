@@ -2,13 +2,23 @@
 
 use super::resources::ResourceMap;
 
+/// Each byte's two lowercase hex digits.
+const HEX_PAIRS: [[u8; 2]; 256] = {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut t = [[0u8; 2]; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = [HEX[b >> 4], HEX[b & 15]];
+        b += 1;
+    }
+    t
+};
+
 /// Lowercase hex of a binary id.
 fn hex(id: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = vec![0u8; id.len() * 2];
-    for (o, &b) in out.chunks_exact_mut(2).zip(id) {
-        o[0] = HEX[usize::from(b >> 4)];
-        o[1] = HEX[usize::from(b & 15)];
+    let mut out = Vec::with_capacity(id.len() * 2);
+    for &b in id {
+        out.extend_from_slice(&HEX_PAIRS[usize::from(b)]);
     }
     // Only ASCII hex digits were written.
     String::from_utf8(out).unwrap_or_default()
@@ -201,4 +211,18 @@ pub struct ClusterResourceState {
     pub pending_gang_resource_requests: Vec<GangRequest>,
     /// `request_resources` constraints (at most one).
     pub cluster_resource_constraints: Vec<ClusterConstraint>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_is_lowercase_two_digits_per_byte() {
+        let all: Vec<u8> = (0..=255).collect();
+        let want: String = all.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex(&all), want);
+        assert_eq!(hex(&[]), "");
+        assert_eq!(hex(&[0xab, 0x01]), "ab01");
+    }
 }
