@@ -393,25 +393,35 @@ pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
         .iter()
         .map(|t| (t.instance_id.as_str(), t.cause.name()))
         .collect();
-    let mut views: HashMap<&str, &NodeView> = HashMap::with_capacity(x.nodes.len());
-    views.extend(x.nodes.iter().filter_map(|n| {
-        let i = x.request.instances.get(n.instance?)?;
-        Some((i.instance_id.as_str(), n))
-    }));
+    // The pass's node of each instance, made only when an idle node's reason needs it.
+    let mut views: Option<HashMap<&str, &NodeView>> = None;
+    let views_of =
+        |views: &mut Option<HashMap<&'a str, &'a NodeView>>| -> HashMap<&'a str, &'a NodeView> {
+            views.take().unwrap_or_else(|| {
+                x.nodes
+                    .iter()
+                    .filter_map(|n| {
+                        let i = x.request.instances.get(n.instance?)?;
+                        Some((i.instance_id.as_str(), n))
+                    })
+                    .collect()
+            })
+        };
     let inputs: HashMap<&str, &crate::scheduler::InstanceInput> = x
         .request
         .instances
         .iter()
         .map(|i| (i.instance_id.as_str(), i))
         .collect();
-    let is_head = |i: &Instance| {
-        i.is_head
-            || inputs
-                .get(i.instance_id.as_str())
-                .is_some_and(|n| n.is_head)
-    };
-    for i in x.table.iter().filter(|i| !is_head(i)) {
+    // Busy nodes, per type in the order met: their count, first ids and resources in use
+    // (summed in node order), made into groups at the end.
+    let mut busy: Vec<BusyNodes<'a>> = Vec::new();
+    for i in x.table.iter() {
         let id = i.instance_id.as_str();
+        let input = inputs.get(id);
+        if i.is_head || input.is_some_and(|n| n.is_head) {
+            continue;
+        }
         let t = i.node_type.as_str();
         if let Some(reason) = rejected.get(id) {
             add(
@@ -472,7 +482,7 @@ pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
                 add(&mut nodes, t, NodeReason::Stopping { cause }, id);
             }
             InstanceStatus::RayRunning => {
-                let Some(node) = inputs.get(id).and_then(|n| n.ray_node.as_ref()) else {
+                let Some(node) = input.and_then(|n| n.ray_node.as_ref()) else {
                     continue;
                 };
                 in_use.clear();
@@ -487,18 +497,27 @@ pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
                         .filter(|(_, v)| *v > 0.0),
                 );
                 if !in_use.is_empty() || node.idle_duration_ms <= 0 {
-                    let busy = || NodeReason::Busy {
-                        in_use: BTreeMap::new(),
+                    let b = match busy.iter().position(|b| b.node_type == t) {
+                        Some(b) => &mut busy[b],
+                        None => {
+                            busy.push(BusyNodes {
+                                node_type: t,
+                                count: 0,
+                                examples: Vec::new(),
+                                in_use: Vec::new(),
+                            });
+                            let last = busy.len() - 1;
+                            &mut busy[last]
+                        }
                     };
-                    let (g, _) = group(&mut nodes, t, BUSY_KEY.into(), busy, id);
-                    if let NodeReason::Busy { in_use: sum } = &mut g.reason {
-                        for &(k, v) in &in_use {
-                            match sum.get_mut(k) {
-                                Some(s) => *s += v,
-                                None => {
-                                    sum.insert(k.to_string(), v);
-                                }
-                            }
+                    b.count += 1;
+                    if b.examples.len() < MAX_EXAMPLES {
+                        b.examples.push(id.to_string());
+                    }
+                    for &(k, v) in &in_use {
+                        match b.in_use.iter_mut().find(|(n, _)| *n == k) {
+                            Some((_, s)) => *s += v,
+                            None => b.in_use.push((k, v)),
                         }
                     }
                     continue;
@@ -516,7 +535,9 @@ pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
                         timeout_s: s.max(0.0) as u64,
                     },
                     Some(_) => {
-                        let view = views.get(id);
+                        let v = views_of(&mut views);
+                        let view = v.get(id).copied();
+                        views = Some(v);
                         if view.is_some_and(|v| !v.placed.is_empty()) {
                             NodeReason::KeptForDemand
                         } else if view.is_some_and(|v| !v.placed_constraint.is_empty()) {
@@ -533,6 +554,20 @@ pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
             _ => {}
         }
     }
+    for b in busy {
+        let reason = NodeReason::Busy {
+            in_use: b.in_use.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        };
+        nodes.insert(
+            (b.node_type, BUSY_KEY.into()),
+            NodeGroup {
+                node_type: b.node_type.to_string(),
+                reason,
+                count: b.count,
+                examples: b.examples,
+            },
+        );
+    }
     let mut nodes: Vec<NodeGroup> = nodes.into_values().collect();
     nodes.sort_by_key(|g| std::cmp::Reverse(g.count));
     let left = demand.len().saturating_sub(MAX_GROUPS) + nodes.len().saturating_sub(MAX_GROUPS);
@@ -544,6 +579,14 @@ pub fn explain<'a>(x: &Inputs<'a>) -> Explanation {
         nodes,
         groups_left_out: left as u64,
     }
+}
+
+/// Busy nodes of one type, as `explain` sums them.
+struct BusyNodes<'a> {
+    node_type: &'a str,
+    count: u64,
+    examples: Vec<String>,
+    in_use: Vec<(&'a str, f64)>,
 }
 
 /// The reasons of one scheduling pass on a snapshot (`plan --why`, `rayscale explain`):

@@ -316,3 +316,78 @@ fn an_idle_worker_past_its_timeout_is_kept_for_min_workers() {
         why(&out).lines()
     );
 }
+
+/// Busy workers of two types met in turn: one group per type, with its count, its first
+/// ids in the table's order and its resources in use summed over its nodes; an idle one
+/// and the head are not among them.
+#[test]
+fn busy_workers_are_summed_per_type_in_table_order() {
+    const TWO: &str = r#"
+cluster_name: t
+max_workers: 20
+idle_timeout_minutes: 1
+upscaling_speed: 100
+head_node_type: head
+provider: {type: local_processes}
+available_node_types:
+  head: {resources: {CPU: 0}, node_config: {}}
+  w: {resources: {CPU: 2}, max_workers: 10, node_config: {}}
+  x: {resources: {CPU: 2}, max_workers: 3, node_config: {}}
+"#;
+    let mut w = super::tests::with_idle_workers(TWO, 10);
+    // Each worker its own use; the last one idle.
+    let workers = w.ray.node_states.len() - 1;
+    for k in 1..=workers {
+        let n = &mut w.ray.node_states[k];
+        if k == workers {
+            n.idle_duration_ms = 1_000;
+            continue;
+        }
+        n.available_resources = crate::testing::res(&[("CPU", 0.125 * k as f64)]);
+    }
+    w.now += SEC;
+    let out = w.tick();
+    // What each type's group must hold, from the records in the table's order.
+    let mut want: BTreeMap<String, (u64, Vec<String>, f64)> = BTreeMap::new();
+    let mut records = w.statuses();
+    records.sort();
+    for (id, _) in &records {
+        let i = w.instance(id);
+        let Some(n) = w
+            .ray
+            .node_states
+            .iter()
+            .find(|n| Some(&n.instance_id) == i.cloud_instance_id.as_ref())
+        else {
+            continue;
+        };
+        if i.is_head || n.idle_duration_ms > 0 {
+            continue;
+        }
+        let free = n
+            .available_resources
+            .get("CPU")
+            .map_or(0.0, crate::model::resources::to_f64);
+        let e = want.entry(i.node_type.clone()).or_default();
+        e.0 += 1;
+        if e.1.len() < crate::explain::MAX_EXAMPLES {
+            e.1.push(id.clone());
+        }
+        e.2 += 2.0 - free;
+    }
+    assert_eq!(want.len(), 2, "both types busy: {want:?}");
+    assert!(
+        want.values().any(|(c, _, _)| *c > 5),
+        "a type past the examples kept"
+    );
+    let mut got: BTreeMap<String, (u64, Vec<String>, f64)> = BTreeMap::new();
+    for g in &why(&out).nodes {
+        if let NodeReason::Busy { in_use } = &g.reason {
+            got.insert(
+                g.node_type.clone(),
+                (g.count, g.examples.clone(), in_use["CPU"]),
+            );
+        }
+    }
+    assert_eq!(got, want);
+}
