@@ -16,9 +16,9 @@ const HEX_PAIRS: [[u8; 2]; 256] = {
 
 /// Lowercase hex of a binary id.
 fn hex(id: &[u8]) -> String {
-    let mut out = Vec::with_capacity(id.len() * 2);
-    for &b in id {
-        out.extend_from_slice(&HEX_PAIRS[usize::from(b)]);
+    let mut out = vec![0u8; id.len() * 2];
+    for (o, &b) in out.chunks_exact_mut(2).zip(id) {
+        o.copy_from_slice(&HEX_PAIRS[usize::from(b)]);
     }
     // Only ASCII hex digits were written.
     String::from_utf8(out).unwrap_or_default()
