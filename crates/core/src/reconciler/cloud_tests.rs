@@ -430,6 +430,52 @@ fn a_raylet_restart_keeps_the_instance() {
     assert_eq!(w.count(InstanceStatus::RayRunning), 1);
 }
 
+/// A second live node under an instance whose own node is alive too is no restart: the
+/// record keeps its node and no record is made for the other one.
+#[test]
+fn a_second_live_node_on_an_instance_does_not_retire_its_record() {
+    let mut w = with_idle_worker();
+    let old_node = w.instance("i1").node_id.clone().expect("node");
+    let mut other = w.ray.node_states[1].clone();
+    other.node_id = vec![0x77; 4];
+    other.status = Some(NodeStatus::Idle);
+    w.ray.node_states.push(other);
+    for _ in 0..2 {
+        w.now += SEC;
+        w.tick();
+    }
+    let i1 = w.instance("i1");
+    assert_eq!(i1.status, InstanceStatus::RayRunning);
+    assert_eq!(i1.node_id, Some(old_node));
+    let (_, table) = w.im.get_instances().expect("table");
+    assert_eq!(table.iter().filter(|i| live(i)).count(), 1, "{table:#?}");
+}
+
+/// A Ray node the GCS still lists after its cloud instance is gone is not adopted
+/// again: a record (now finished) already ran it.
+#[test]
+fn a_node_a_finished_record_ran_is_not_adopted_again() {
+    let mut w = with_idle_worker();
+    let cid = w
+        .instance("i1")
+        .cloud_instance_id
+        .clone()
+        .expect("allocated");
+    w.cloud.retain(|c| c.cloud_instance_id != cid);
+    for _ in 0..2 {
+        w.now += SEC;
+        w.tick();
+    }
+    assert_eq!(w.instance("i1").status, InstanceStatus::Terminated);
+    assert!(
+        w.ray.node_states[1].instance_id == cid
+            && w.ray.node_states[1].status != Some(NodeStatus::Dead),
+        "the GCS still lists the node"
+    );
+    let (_, table) = w.im.get_instances().expect("table");
+    assert_eq!(table.iter().filter(|i| live(i)).count(), 0, "{table:#?}");
+}
+
 #[test]
 fn a_dead_raylet_without_a_successor_still_stops_the_instance() {
     let mut w = with_idle_worker();

@@ -25,6 +25,8 @@ impl<S: InstanceStorage> Run<'_, S> {
         // (`table()` reads the table again only when events were applied since.)
         let table = self.table()?;
         let mut held = held_ids(&table);
+        // Set when step 1 adds to `held` (so that step 5b makes it again).
+        let mut held_grew = false;
         let mut events = Vec::new();
         let mut allocated: HashSet<&str> = HashSet::new();
         // Unclaimed workers, in list order: by (request id, type), and by type for those
@@ -66,6 +68,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                 });
             if let Some((c, how)) = joined {
                 held.insert(c.cloud_instance_id.as_str());
+                held_grew = true;
                 allocated.insert(i.instance_id.as_str());
                 events.push(
                     Self::ev(
@@ -302,11 +305,17 @@ impl<S: InstanceStorage> Run<'_, S> {
         //     draining node, never one some record (even a finished one) already ran, and
         //     only of a type the config knows (a node started by hand under another type
         //     is not rayscale's to stop).
-        let table = self.table()?;
-        let held = held_ids(&table);
-        // Sized for the table (a filtered `collect` would grow it a dozen times).
-        let mut ran: HashSet<&str> = HashSet::with_capacity(table.len());
-        ran.extend(table.iter().filter_map(|i| i.node_id.as_deref()));
+        let now = self.table()?;
+        // The same table (nothing applied since step 1) holds the same instances.
+        let held = if Rc::ptr_eq(&table, &now) && !held_grew {
+            held
+        } else {
+            held_ids(&now)
+        };
+        let table = &now;
+        // The node ids records ran, made only for a node that gets this far (a cluster's
+        // nodes are all held by their records).
+        let mut ran: Option<HashSet<&str>> = None;
         let stopping: HashSet<&str> = obs
             .cloud
             .iter()
@@ -326,7 +335,15 @@ impl<S: InstanceStorage> Run<'_, S> {
                 )
                 || held.contains(ns.instance_id.as_str())
                 || stopping.contains(ns.instance_id.as_str())
-                || ran.contains(hex.as_str())
+                || ran
+                    .get_or_insert_with(|| {
+                        // Sized for the table (a filtered `collect` would grow it a dozen
+                        // times).
+                        let mut ran = HashSet::with_capacity(table.len());
+                        ran.extend(table.iter().filter_map(|i| i.node_id.as_deref()));
+                        ran
+                    })
+                    .contains(hex.as_str())
                 || config.node_type(&ns.ray_node_type_name).is_none()
                 || !adopted.insert(ns.instance_id.as_str())
             {
@@ -377,14 +394,8 @@ impl<S: InstanceStorage> Run<'_, S> {
             .iter()
             .map(|n| (n.node_id_hex(), n.status))
             .collect();
-        let status_of: HashMap<&str, Option<NodeStatus>> = obs
-            .ray
-            .node_states
-            .iter()
-            .zip(hexes.iter())
-            .map(|(n, hex)| (hex.as_str(), n.status))
-            .chain(unreadable_hexes.iter().map(|(h, s)| (h.as_str(), *s)))
-            .collect();
+        // Made only when a record's node is not the one on its instance now.
+        let mut status_of: Option<HashMap<&str, Option<NodeStatus>>> = None;
         // A raylet that restarted on a healthy instance: a live node under the cloud id of
         // a record whose own node is dead (or gone from the GCS). The old node's record is
         // retired (TERMINATED: no terminate call, the instance is kept) and a new record
@@ -402,11 +413,22 @@ impl<S: InstanceStorage> Run<'_, S> {
             let Some(old) = i.node_id.as_deref() else {
                 continue;
             };
+            if old == hex {
+                continue;
+            }
             let old_dead = status_of
+                .get_or_insert_with(|| {
+                    obs.ray
+                        .node_states
+                        .iter()
+                        .zip(hexes.iter())
+                        .map(|(n, hex)| (hex.as_str(), n.status))
+                        .chain(unreadable_hexes.iter().map(|(h, s)| (h.as_str(), *s)))
+                        .collect()
+                })
                 .get(old)
                 .is_none_or(|s| *s == Some(NodeStatus::Dead));
-            if old == hex
-                || !old_dead
+            if !old_dead
                 || !matches!(
                     i.status,
                     InstanceStatus::RayRunning
