@@ -7,7 +7,7 @@ use crate::provider::{CloudInstanceProvider, ProviderErrorKind};
 use crate::testing::{FakeProvider, block_on};
 
 /// Two interchangeable worker types; `a` comes first, so Ray's order prefers it.
-const TWO_TYPES: &str = r#"
+pub(super) const TWO_TYPES: &str = r#"
 cluster_name: t
 max_workers: 20
 idle_timeout_minutes: 1

@@ -322,19 +322,14 @@ fn an_idle_worker_past_its_timeout_is_kept_for_min_workers() {
 /// and the head are not among them.
 #[test]
 fn busy_workers_are_summed_per_type_in_table_order() {
-    const TWO: &str = r#"
-cluster_name: t
-max_workers: 20
-idle_timeout_minutes: 1
-upscaling_speed: 100
-head_node_type: head
-provider: {type: local_processes}
-available_node_types:
-  head: {resources: {CPU: 0}, node_config: {}}
-  w: {resources: {CPU: 2}, max_workers: 10, node_config: {}}
-  x: {resources: {CPU: 2}, max_workers: 3, node_config: {}}
-"#;
-    let mut w = super::tests::with_idle_workers(TWO, 10);
+    // Two interchangeable types, the second capped at 3 (so the first has more busy
+    // nodes than a group keeps examples of).
+    let two = super::cloud_tests::TWO_TYPES.replace(
+        "b: {resources: {CPU: 2}, max_workers: 8",
+        "b: {resources: {CPU: 2}, max_workers: 3",
+    );
+    assert_ne!(two, super::cloud_tests::TWO_TYPES);
+    let mut w = super::tests::with_idle_workers(&two, 10);
     // Each worker its own use; the last one idle.
     let workers = w.ray.node_states.len() - 1;
     for k in 1..=workers {
