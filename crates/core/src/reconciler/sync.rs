@@ -25,8 +25,6 @@ impl<S: InstanceStorage> Run<'_, S> {
         // (`table()` reads the table again only when events were applied since.)
         let table = self.table()?;
         let mut held = held_ids(&table);
-        // Set when step 1 adds to `held` (so that step 5b makes it again).
-        let mut held_grew = false;
         let mut events = Vec::new();
         let mut allocated: HashSet<&str> = HashSet::new();
         // Unclaimed workers, in list order: by (request id, type), and by type for those
@@ -68,7 +66,6 @@ impl<S: InstanceStorage> Run<'_, S> {
                 });
             if let Some((c, how)) = joined {
                 held.insert(c.cloud_instance_id.as_str());
-                held_grew = true;
                 allocated.insert(i.instance_id.as_str());
                 events.push(
                     Self::ev(
@@ -306,8 +303,9 @@ impl<S: InstanceStorage> Run<'_, S> {
         //     only of a type the config knows (a node started by hand under another type
         //     is not rayscale's to stop).
         let now = self.table()?;
-        // The same table (nothing applied since step 1) holds the same instances.
-        let held = if Rc::ptr_eq(&table, &now) && !held_grew {
+        // The same table (nothing applied since step 1, so step 1 joined nothing) holds the
+        // same instances.
+        let held = if Rc::ptr_eq(&table, &now) {
             held
         } else {
             held_ids(&now)
