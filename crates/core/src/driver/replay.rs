@@ -5,23 +5,28 @@ use std::collections::BTreeMap;
 use crate::instance::{InMemoryStorage, InstanceStorage};
 use crate::model::InstanceStatus;
 use crate::provider::LaunchRequest;
-use crate::reconciler::{Effect, IdSource};
+use crate::reconciler::{Effect, IdSource, TERMINATION_GIVEN_UP};
 
 /// What a process that takes the lease replays from the stored table: the launch requests
 /// of REQUESTED records (re-sent as they were: same request id, type and size; the
 /// provider makes nothing twice), the stops of RAY_STOP_REQUESTED records, and the
-/// terminations of TERMINATING records, and the installs of RAY_INSTALLING ones.
+/// terminations of TERMINATING records and of TERMINATION_FAILED ones given up, and the
+/// installs of RAY_INSTALLING ones.
 pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<Effect> {
     let (_, instances) = storage.load().unwrap_or_default();
-    let mut by_request: BTreeMap<(String, String), (u64, String)> = BTreeMap::new();
+    // Per request: its size, launch hash, and whether it was a gang's (all or nothing).
+    let mut by_request: BTreeMap<(String, String), (u64, String, bool)> = BTreeMap::new();
     let mut out = Vec::new();
     let mut terminate = Vec::new();
+    let mut given_up = Vec::new();
     for i in &instances {
         match i.status {
             InstanceStatus::Requested => {
                 let e = by_request
                     .entry((i.launch_request_id.clone(), i.node_type.clone()))
-                    .or_insert((0, i.launch_config_hash.clone()));
+                    .or_insert((0, i.launch_config_hash.clone(), false));
+                // A gang's launch is sent all-or-nothing again, as it was first.
+                e.2 |= i.gang.is_some();
                 // A record of an older table has no size: send what is requested.
                 e.0 = if i.launch_request_size > 0 {
                     i.launch_request_size
@@ -30,18 +35,40 @@ pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<
                 };
             }
             InstanceStatus::RayStopRequested => {
+                // Replayed as Ray's rejectable idle drain, whatever stopped it first: a
+                // forced stop (max_workers, outdated, consolidation) decided by the
+                // process before may no longer hold (a raised max, a node that got work).
+                // Ray refuses a busy node, the record goes back to RAY_RUNNING, and the
+                // scheduler decides again with what holds now.
                 if let Some(node) = &i.node_id {
                     tracing::info!("replaying the stop of ray on {}", i.instance_id);
                     out.push(Effect::Drain {
                         instance_id: i.instance_id.clone(),
                         node_id_hex: node.clone(),
                         reason: "replayed after a restart".into(),
-                        idle: i.idle_stop(),
-                        deadline_ns: i.drain_deadline_ns,
+                        idle: true,
+                        deadline_ns: None,
                     });
                 }
             }
             InstanceStatus::Terminating => terminate.extend(i.cloud_instance_id.clone()),
+            // A termination given up (the cloud refused it for good, or so it seemed) is
+            // tried again at every start: whatever refused it may have changed, and the
+            // instance runs and bills meanwhile. It is listed, so the operator sees it.
+            InstanceStatus::TerminationFailed
+                if i.status_history
+                    .last()
+                    .is_some_and(|c| c.details.starts_with(TERMINATION_GIVEN_UP)) =>
+            {
+                if let Some(cid) = &i.cloud_instance_id {
+                    given_up.push(format!(
+                        "{cid} ({}: {})",
+                        i.instance_id,
+                        i.last_error.as_deref().unwrap_or("no error recorded")
+                    ));
+                    terminate.push(cid.clone());
+                }
+            }
             // An install cut short by the restart starts again (the provider keeps none
             // across processes).
             InstanceStatus::RayInstalling => {
@@ -57,7 +84,7 @@ pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<
             _ => {}
         }
     }
-    for ((request_id, node_type), (count, launch_config_hash)) in by_request {
+    for ((request_id, node_type), (count, launch_config_hash, all_or_nothing)) in by_request {
         tracing::info!("replaying launch request {request_id} ({count} x {node_type})");
         out.push(Effect::Launch(LaunchRequest {
             request_id,
@@ -65,8 +92,15 @@ pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<
             count,
             launch_config_hash,
             avoid_zones: Vec::new(),
-            all_or_nothing: false,
+            all_or_nothing,
         }));
+    }
+    if let Some(line) = crate::reconciler::summarize(
+        "instances whose termination was given up, still running (tried again now; \
+         terminate them by hand if this fails again)",
+        &given_up,
+    ) {
+        tracing::warn!("{line}");
     }
     if !terminate.is_empty() {
         tracing::info!("replaying the termination of {}", terminate.join(", "));

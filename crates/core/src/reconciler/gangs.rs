@@ -19,6 +19,7 @@ use crate::availability::{GangAttempts, UnavailableTypes};
 use crate::config::ClusterConfig;
 use crate::instance::{Instance, InstanceUpdateEvent};
 use crate::model::{ClusterResourceState, GangRequest, InstanceStatus, TerminationCause};
+use crate::scheduler::SchedulingRequest;
 
 const SEC: i64 = 1_000_000_000;
 
@@ -152,26 +153,29 @@ pub(super) fn check(
             .unwrap_or(false)
     };
     for (tag, members) in gangs {
-        let Some(pg) = tag_group(tag).filter(|pg| pending.contains_key(pg)) else {
+        let Some(pg) = tag_group(tag) else {
             continue;
         };
         if attempts
             .get(pg)
-            .is_some_and(|a| a.settled_tags.iter().any(|t| t == tag))
-        {
-            continue;
-        }
-        if attempts
-            .get(pg)
             .is_some_and(|a| a.failed_tags.iter().any(|t| t == tag))
         {
-            // A gang given up before: what is left of it goes once it can.
+            // A gang given up before: what is left of it goes once it can (a launch in
+            // flight when it lands, a member with work once it is idle), whether or not
+            // its group is still pending: it was launched for an attempt that failed.
             let why = format!("gang {} was given up before", short(pg));
             for i in &members {
                 if !unreadable(i) {
                     out.events.extend(release(i, is_idle(i), &why));
                 }
             }
+            continue;
+        }
+        if !pending.contains_key(pg)
+            || attempts
+                .get(pg)
+                .is_some_and(|a| a.settled_tags.iter().any(|t| t == tag))
+        {
             continue;
         }
         let n = members.len();
@@ -293,17 +297,63 @@ pub(super) fn check(
     out
 }
 
-/// Whether `i` is a live member of a gang given up (`attempts`' failed tags): neither
-/// room nor a node to count in the scheduling, so that its group is planned again whole
-/// (one still in flight is released when it lands; one with work once it is idle).
+/// Whether `i` is a live member of a gang given up (`attempts`' failed tags) that does
+/// not run Ray: a launch in flight (released when it lands) or a member being released
+/// (drained, terminated). It is no room for the scheduling, so that its group is planned
+/// again whole; while it may still come to run Ray it holds its place under the max
+/// ([`hold_places`]). A member that runs Ray (kept for its work, or back after Ray refused
+/// its drain) is an ordinary node: room, counted under the max, stopped when idle (by
+/// [`check`] while it is a given-up member, by Ray's idle timeout otherwise).
 pub(super) fn given_up(i: &Instance, attempts: &BTreeMap<String, GangAttempts>) -> bool {
     let Some(tag) = i.gang.as_deref() else {
         return false;
     };
     !i.is_terminal()
+        && i.status != InstanceStatus::RayRunning
         && tag_group(tag)
             .and_then(|pg| attempts.get(pg))
             .is_some_and(|a| a.failed_tags.iter().any(|t| t == tag))
+}
+
+/// Lowers the request's `max_workers` (per type and global) by the places the
+/// [`given_up`] members that may still run Ray hold (Ray counts such an instance, a launch
+/// in flight or a node whose drain may be refused, under the max; left out of the request
+/// as room, they are counted here), never below what the request already counts, so that
+/// no node is stopped for it. Nothing when none is held.
+pub(super) fn hold_places(
+    request: &mut SchedulingRequest,
+    table: &[Arc<Instance>],
+    attempts: &BTreeMap<String, GangAttempts>,
+) {
+    let mut held: BTreeMap<&str, u64> = BTreeMap::new();
+    for i in table
+        .iter()
+        .filter(|i| i.status.can_reach_ray_running() && given_up(i, attempts))
+    {
+        *held.entry(i.node_type.as_str()).or_default() += 1;
+    }
+    if held.is_empty() {
+        return;
+    }
+    let counted = |t: Option<&str>| -> u64 {
+        let n = request
+            .instances
+            .iter()
+            .filter(|x| x.status.can_reach_ray_running() && t.is_none_or(|t| x.node_type == t))
+            .count();
+        u64::try_from(n).unwrap_or(u64::MAX)
+    };
+    let lowered =
+        |max: u64, held: u64, counted: u64| max.saturating_sub(held).max(counted.min(max));
+    for nt in &mut request.node_types {
+        if let (Some(max), Some(&h)) = (nt.max_workers, held.get(nt.name.as_str())) {
+            nt.max_workers = Some(lowered(max, h, counted(Some(&nt.name))));
+        }
+    }
+    if let Some(max) = request.max_num_nodes {
+        let all = held.values().fold(0u64, |a, b| a.saturating_add(*b));
+        request.max_num_nodes = Some(lowered(max, all, counted(None)));
+    }
 }
 
 /// `ray` without the nodes of [`given_up`] gang members, `None` when there is none.

@@ -353,3 +353,204 @@ fn a_gang_tag_survives_the_stored_table() {
     let back: Instance = serde_json::from_str(&old).expect("parse");
     assert_eq!(back.gang, None);
 }
+
+/// The workers Ray's scheduler counts under `max_workers`: every record that runs Ray or
+/// may come to (its `is_ray_running_reachable`).
+fn counted(w: &World) -> usize {
+    let (_, all) = w.im.get_instances().expect("table");
+    all.iter()
+        .filter(|i| !i.is_head && i.status.can_reach_ray_running())
+        .count()
+}
+
+fn busy(w: &mut World, cloud_id: &str, busy: bool) {
+    let n = w
+        .ray
+        .node_states
+        .iter_mut()
+        .find(|n| n.instance_id == cloud_id)
+        .expect("a node");
+    if busy {
+        n.available_resources = res(&[("CPU", 0.0), ("GPU", 0.0)]);
+        n.status = Some(NodeStatus::Running);
+        n.idle_duration_ms = 0;
+    } else {
+        n.available_resources = n.total_resources.clone();
+        n.status = Some(NodeStatus::Idle);
+        n.idle_duration_ms = 1_000;
+    }
+}
+
+#[test]
+fn a_failed_gangs_members_with_work_stay_counted_under_the_max_and_go_once_idle() {
+    // At most 5 workers in all: a gang of 4 whose fourth never boots, one of the three
+    // that run carrying work when it is released.
+    let cfg = atomic("{mode: atomic, timeout_s: 600}").replace("max_workers: 20", "max_workers: 5");
+    let mut w = World::new(&cfg);
+    let cloud = FakeProvider::new();
+    w.ray.pending_gang_resource_requests = vec![spread("pgdddd", 4)];
+    let out = w.tick();
+    assert_eq!(launches(&out), [("a".to_string(), 4, true)]);
+    w.apply_to(&cloud, &out);
+    w.now += SEC;
+    w.tick();
+    joins(&mut w, Some(3));
+    let ids: Vec<String> = w
+        .cloud
+        .iter()
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    busy(&mut w, &ids[0], true);
+    w.now += SEC;
+    w.tick();
+    w.now += 600 * SEC;
+    let out = w.tick();
+    // (The busy member has no room for its bundle: one more a was launched for it, a
+    // gang of its own that timed out too.)
+    assert!(
+        out.gang_lines
+            .iter()
+            .any(|l| l.starts_with("gang pgdddd (4 x a)")
+                && l.contains("released 3, kept 1 that carry work")),
+        "{:?}",
+        out.gang_lines
+    );
+    // The busy one is kept and counted, the two draining ones may still be refused: with
+    // 5 in all, the 4 of the retry do not fit yet (before the fix: 4 b on top, 7 counted).
+    assert!(launches(&out).is_empty(), "{:?}", out.effects);
+    assert!(counted(&w) <= 5, "{:?}", w.statuses());
+    w.apply_to(&cloud, &out);
+    let kept =
+        w.im.get_instances()
+            .expect("table")
+            .1
+            .into_iter()
+            .find(|i| i.cloud_instance_id.as_deref() == Some(&ids[0]))
+            .expect("kept");
+    assert_eq!(kept.status, InstanceStatus::RayRunning);
+    // Ray refuses one drain (work came): that member runs on, counted, kept too.
+    let draining: Vec<Instance> = live_of(&w, "a")
+        .into_iter()
+        .filter(|i| i.status == InstanceStatus::RayStopRequested)
+        .collect();
+    assert_eq!(draining.len(), 2, "{:?}", w.statuses());
+    w.rejections.push(DrainRejection {
+        instance_id: draining[0].instance_id.clone(),
+        reason: "the node is not idle".into(),
+    });
+    let refused = draining[0].cloud_instance_id.clone().expect("cloud id");
+    busy(&mut w, &refused, true);
+    // The other drain completes: Ray's node goes, the instance is terminated.
+    let done = draining[1].cloud_instance_id.clone().expect("cloud id");
+    w.ray.node_states.retain(|n| n.instance_id != done);
+    w.now += SEC;
+    let out = w.tick();
+    assert!(counted(&w) <= 5, "{:?}", w.statuses());
+    w.apply_to(&cloud, &out);
+    for _ in 0..3 {
+        w.now += SEC;
+        let out = w.tick();
+        assert!(counted(&w) <= 5, "{:?}", w.statuses());
+        w.apply_to(&cloud, &out);
+    }
+    // Two a's carry work and count: the 4 b of the retry do not fit under 5, and are
+    // not launched.
+    assert_eq!(
+        live_of(&w, "a")
+            .iter()
+            .filter(|i| i.status == InstanceStatus::RayRunning)
+            .count(),
+        2,
+        "{:?}",
+        w.statuses()
+    );
+    assert!(live_of(&w, "b").is_empty(), "{:?}", w.statuses());
+    // Their work ends; the group is still pending: both are released once idle, and the
+    // gang goes to b whole, within the max.
+    busy(&mut w, &ids[0], false);
+    busy(&mut w, &refused, false);
+    w.now += SEC;
+    let out = w.tick();
+    assert!(counted(&w) <= 5, "{:?}", w.statuses());
+    let a: Vec<Instance> = live_of(&w, "a")
+        .into_iter()
+        .filter(|i| {
+            i.cloud_instance_id
+                .as_deref()
+                .is_some_and(|c| c == ids[0] || c == refused)
+        })
+        .collect();
+    assert!(
+        a.len() == 2
+            && a.iter()
+                .all(|i| i.status == InstanceStatus::RayStopRequested
+                    && i.stop_cause.as_deref() == Some("GANG")),
+        "{a:#?}"
+    );
+    // The two drains complete; then the retry fits.
+    w.ray
+        .node_states
+        .retain(|n| n.instance_id != ids[0] && n.instance_id != refused);
+    w.apply_to(&cloud, &out);
+    let mut launched = Vec::new();
+    for _ in 0..4 {
+        w.now += SEC;
+        let out = w.tick();
+        assert!(counted(&w) <= 5, "{:?}", w.statuses());
+        launched.extend(launches(&out));
+        w.apply_to(&cloud, &out);
+    }
+    assert_eq!(launched, [("b".to_string(), 4, true)]);
+    assert!(live_of(&w, "a").is_empty(), "{:?}", w.statuses());
+}
+
+#[test]
+fn a_failed_gangs_member_busy_until_its_group_is_placed_is_stopped_once_idle() {
+    let cfg = atomic("{mode: atomic, timeout_s: 600}");
+    let mut w = World::new(&cfg);
+    let cloud = FakeProvider::new();
+    w.ray.pending_gang_resource_requests = vec![spread("pgeeee", 2)];
+    let out = w.tick();
+    w.apply_to(&cloud, &out);
+    w.now += SEC;
+    w.tick();
+    joins(&mut w, Some(1));
+    let first = w.cloud[0].cloud_instance_id.clone();
+    busy(&mut w, &first, true);
+    w.now += 601 * SEC;
+    let out = w.tick();
+    assert!(
+        out.gang_lines[0].contains("kept 1 that carry work"),
+        "{:?}",
+        out.gang_lines
+    );
+    assert_eq!(launches(&out), [("b".to_string(), 2, true)]);
+    // b comes up, Ray places the group; the kept a still works, then goes idle.
+    w.apply_to(&cloud, &out);
+    w.now += SEC;
+    w.tick();
+    joins(&mut w, None);
+    busy(&mut w, &first, true);
+    w.ray.pending_gang_resource_requests.clear();
+    w.now += SEC;
+    w.tick();
+    let kept = |w: &World| {
+        w.im.get_instances()
+            .expect("table")
+            .1
+            .into_iter()
+            .find(|i| i.cloud_instance_id.as_deref() == Some(first.as_str()))
+            .expect("kept")
+    };
+    assert_eq!(kept(&w).status, InstanceStatus::RayRunning);
+    busy(&mut w, &first, false);
+    w.now += SEC;
+    w.tick();
+    // Before the fix it was hidden from the scheduler for good: never stopped.
+    assert_eq!(
+        kept(&w).status,
+        InstanceStatus::RayStopRequested,
+        "{:?}",
+        w.statuses()
+    );
+}

@@ -6,6 +6,7 @@
 use super::*;
 use crate::config::limits::Limits;
 use crate::explain::{CostCapped, StopHold};
+use crate::scheduler::NodeView;
 
 /// What the limits did to one decision.
 #[derive(Debug, Default)]
@@ -14,6 +15,8 @@ pub(super) struct Limited {
     pub held: Vec<(String, String, StopHold)>,
     /// Launches the cost cap refused, by type.
     pub capped: CostCapped,
+    /// Gangs (indices into the request's gang requests) the cost cap refused whole.
+    pub capped_gangs: BTreeSet<usize>,
 }
 
 fn live(i: &Instance) -> bool {
@@ -42,11 +45,13 @@ fn voluntary_stop_at(i: &Instance, since: i64) -> bool {
             .any(|c| c.status == InstanceStatus::RayStopRequested && c.timestamp_ns >= since)
 }
 
-/// Applies `limits` to `decision` at `now_ns` over the instance table `table`.
+/// Applies `limits` to `decision` (whose planned nodes are `views`) at `now_ns` over the
+/// instance table `table`.
 pub(super) fn apply(
     limits: &Limits,
     config: &ClusterConfig,
     decision: &mut Decision,
+    views: &[NodeView],
     table: &[Arc<Instance>],
     now_ns: i64,
 ) -> Limited {
@@ -69,12 +74,41 @@ pub(super) fn apply(
             .filter(|i| live(i))
             .map(|i| price(&i.node_type))
             .sum();
-        for (t, count) in &mut decision.launch {
-            let mut kept = 0u64;
-            while kept < *count && cost + price(t) <= cap + 1e-9 {
-                cost += price(t);
-                kept += 1;
+        // A gang (the new nodes of one placement group) is launched whole or not at all,
+        // before the other launches (Ray's scheduler places gangs before tasks).
+        let mut gangs: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+        for v in views.iter().filter(|v| v.fate == NodeFate::Launch) {
+            if let Some(g) = v.gang {
+                gangs.entry(g).or_default().push(&v.node_type);
             }
+        }
+        let mut in_gangs: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut gang_kept: BTreeMap<&str, u64> = BTreeMap::new();
+        for (g, types) in &gangs {
+            let whole: f64 = types.iter().map(|t| price(t)).sum();
+            let fits = cost + whole <= cap + 1e-9;
+            if fits {
+                cost += whole;
+            } else {
+                out.capped_gangs.insert(*g);
+            }
+            for t in types {
+                *in_gangs.entry(t).or_default() += 1;
+                if fits {
+                    *gang_kept.entry(t).or_default() += 1;
+                }
+            }
+        }
+        for (t, count) in &mut decision.launch {
+            let of = |m: &BTreeMap<&str, u64>| m.get(t.as_str()).copied().unwrap_or(0);
+            let plain = count.saturating_sub(of(&in_gangs));
+            let mut kept = of(&gang_kept).min(*count);
+            let mut plain_kept = 0u64;
+            while plain_kept < plain && cost + price(t) <= cap + 1e-9 {
+                cost += price(t);
+                plain_kept += 1;
+            }
+            kept = kept.saturating_add(plain_kept).min(*count);
             if kept < *count {
                 out.capped.insert(t.clone(), (kept, cost, cap));
                 *count = kept;

@@ -179,3 +179,52 @@ fn the_launch_that_would_pass_the_cost_cap_is_not_made_and_says_why() {
     assert!(out.decision.as_ref().is_some_and(|d| d.launch.is_empty()));
     assert_eq!(w.count(InstanceStatus::Requested), 2);
 }
+
+/// A placement group `pg` of three 2-CPU bundles on three nodes, as Ray's GCS reports it.
+fn three_node_group(pg: &str) -> Vec<crate::model::GangRequest> {
+    use crate::model::{GangRequest, PlacementConstraint, ResourceRequest};
+    vec![GangRequest {
+        requests: (0..3)
+            .map(|_| ResourceRequest {
+                resources: crate::testing::res(&[("CPU", 2.0)]),
+                placement_constraints: vec![PlacementConstraint::AntiAffinity {
+                    label_name: format!("_PG_{pg}"),
+                    label_value: String::new(),
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        details: format!("{pg}:STRICT_SPREAD|PENDING"),
+        ..Default::default()
+    }]
+}
+
+#[test]
+fn the_cost_cap_launches_a_gang_whole_or_not_at_all() {
+    let mut w = World::new(&config(
+        "{max_hourly_cost: 2.5, expander: {prices: {head: 0.5, w: 1.0}}}",
+    ));
+    // The group (3.0 an hour) and one task.
+    w.ray.pending_gang_resource_requests = three_node_group("pg77");
+    w.ray.pending_resource_requests = vec![demand(&[("CPU", 2.0)], 1)];
+    let out = w.tick();
+    // Before: two of the group's three (2.0 within 2.5), a group that cannot be placed.
+    // Now: the group does not fit whole and is not launched; the task's node is.
+    assert_eq!(
+        out.decision.as_ref().map(|d| d.launch.clone()),
+        Some(vec![("w".to_string(), 1)])
+    );
+    assert_eq!(w.count(InstanceStatus::Requested), 1);
+    // With room for the whole group, the group goes whole (first), the task within what
+    // is left.
+    let mut w = World::new(&config(
+        "{max_hourly_cost: 3.5, expander: {prices: {head: 0.5, w: 1.0}}}",
+    ));
+    w.ray.pending_gang_resource_requests = three_node_group("pg78");
+    w.ray.pending_resource_requests = vec![demand(&[("CPU", 2.0)], 1)];
+    let out = w.tick();
+    assert_eq!(
+        out.decision.as_ref().map(|d| d.launch.clone()),
+        Some(vec![("w".to_string(), 3)])
+    );
+}

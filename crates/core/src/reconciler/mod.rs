@@ -380,11 +380,17 @@ fn backoff_s(base_s: i64, n: u32, max_s: i64) -> i64 {
 /// The start of the details of a TERMINATION_FAILED transition that is not retried.
 pub const TERMINATION_GIVEN_UP: &str = "termination given up";
 
-/// Errors that the same call will meet again: no retry helps.
+/// Errors a terminate call meets again for the same id: the cloud refused this id (the
+/// call was split down to it, `driver::effects`), not the call. Credentials (`Auth`: an
+/// expired token, a failed token fetch) are not among them: they pass once renewed.
 fn is_permanent(kind: &crate::provider::ProviderErrorKind) -> bool {
     use crate::provider::ProviderErrorKind as K;
-    matches!(kind, K::InvalidConfig | K::Auth | K::NotFound)
+    matches!(kind, K::InvalidConfig | K::NotFound)
 }
+
+/// How many tries in a row a terminate refused for good ([`is_permanent`]) gets before
+/// it is given up (an unknown 4xx maps to `InvalidConfig` and may still pass).
+pub const TERMINATE_PERMANENT_TRIES: u32 = 3;
 
 /// One line for many alike (`what`: the count and the first few), so that a start or a
 /// takeover at 10,000 nodes says one line per kind, not one per node; each is said at

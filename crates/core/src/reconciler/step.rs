@@ -232,8 +232,8 @@ impl<S: InstanceStorage> Run<'_, S> {
         let placed = with_unreadable(config, obs.ray, &table);
         let ray = placed.as_ref().unwrap_or(obs.ray);
         let fixed = schedulable_state(config, ray, &table, &mut self.out.warnings);
-        // A released gang's running nodes are drained: not room for anything, the group
-        // planned again whole included.
+        // A released gang's nodes being drained are not room for anything, the group
+        // planned again whole included (its members kept for their work are).
         let released = config
             .gangs
             .is_some()
@@ -247,6 +247,11 @@ impl<S: InstanceStorage> Run<'_, S> {
         let mut request =
             build_request_with_hexes(config, state, &records, read, "gcs", "instance table")?;
         inputs.apply(&mut request);
+        // The members of given-up gangs that are no room still hold their places under
+        // the max (off: nothing).
+        if config.gangs.is_some() {
+            gangs::hold_places(&mut request, &table, &self.avail.gangs);
+        }
         // Atomic gangs set aside after their last attempt: not launched for, reported.
         if !set_aside.is_empty() {
             let (aside, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut request.gang_requests)
@@ -288,7 +293,14 @@ impl<S: InstanceStorage> Run<'_, S> {
             now,
         );
         // The operator's limits (none set: the decision is Ray's, unchanged).
-        let limited = limits::apply(&config.limits, config, &mut decision, &table, self.now_ns);
+        let limited = limits::apply(
+            &config.limits,
+            config,
+            &mut decision,
+            &views,
+            &table,
+            self.now_ns,
+        );
         self.out.warnings.extend(chain.take_warnings());
         for (r, _) in &decision.infeasible_requests {
             self.out.report.infeasible_requests.push(r.clone());
@@ -361,7 +373,10 @@ impl<S: InstanceStorage> Run<'_, S> {
             // With atomic gangs, the nodes launched for a pending group carry its tag.
             let mut tags: BTreeMap<&str, VecDeque<String>> = BTreeMap::new();
             if config.gangs.is_some() {
-                for v in views.iter().filter(|v| v.fate == NodeFate::Launch) {
+                for v in views.iter().filter(|v| {
+                    v.fate == NodeFate::Launch
+                        && !v.gang.is_some_and(|g| limited.capped_gangs.contains(&g))
+                }) {
                     let tag = v
                         .gang
                         .and_then(|gi| request.gang_requests.get(gi))

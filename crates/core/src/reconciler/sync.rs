@@ -195,17 +195,28 @@ impl<S: InstanceStorage> Run<'_, S> {
             } else if i.status == InstanceStatus::Terminating
                 && let Some(e) = term_errors.get(cid)
             {
-                // A permanent refusal (a head, an instance that is not this cluster's
-                // worker, no permission) is not retried: the record says why.
-                let details = if is_permanent(&e.kind) {
+                // A refusal the cloud says is about this id for good (a head, an
+                // instance that is not this cluster's worker) is given up after it is met
+                // on TERMINATE_PERMANENT_TRIES tries in a row: the record says why, and a
+                // restart tries it again. Any other error (expired credentials, a
+                // transient fault, throttling) is retried after the backoff, never given
+                // up: the instance would go on running and billing.
+                let tries = i.termination_retries.saturating_add(1);
+                let details = if is_permanent(&e.kind) && tries >= TERMINATE_PERMANENT_TRIES {
                     self.out.warnings.push(format!(
-                        "giving up terminating {cid} ({}): {}",
+                        "giving up terminating {cid} after {tries} tries ({}): {}",
                         e.kind.name(),
                         e.message
                     ));
                     format!("{TERMINATION_GIVEN_UP} ({} error)", e.kind.name())
                 } else {
-                    "termination failed".to_string()
+                    self.out.warnings.push(format!(
+                        "terminating {cid} failed (try {tries}, {} error), retried after a \
+                         backoff: {}",
+                        e.kind.name(),
+                        e.message
+                    ));
+                    format!("termination failed ({} error)", e.kind.name())
                 };
                 events.push(
                     Self::ev(i, InstanceStatus::TerminationFailed, details)

@@ -333,3 +333,38 @@ async fn a_terminate_that_keeps_failing_is_retried_with_a_backoff() {
     );
     assert_eq!(w.workers().len(), 1, "{:?}", ids);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_terminate_failing_on_expired_credentials_is_retried_until_they_are_renewed() {
+    let w = World::new();
+    let _pump = w.pump();
+    let _d = tokio::spawn(w.driver("one", w.gcs.connect()).run(std::future::pending()));
+    let ids = scale_to(&w, 2).await;
+    sleep_s(5).await;
+    // The credentials expired: every terminate call fails with an auth error for a while
+    // (before: every id of the batch given up at the first one, left running for good).
+    for _ in 0..6 {
+        w.cloud
+            .fail_next(FaultOn::Terminate, ProviderErrorKind::Auth);
+    }
+    w.gcs.set_demand(vec![]);
+    w.gcs.set_idle_ms(600_000);
+    sleep_s(120).await;
+    for id in &ids {
+        let r = record_of(&w, id);
+        assert!(
+            r.status_history.iter().all(|c| !c
+                .details
+                .starts_with(crate::reconciler::TERMINATION_GIVEN_UP)),
+            "{r:?}"
+        );
+    }
+    // Renewed (the faults used up): both go.
+    sleep_s(900).await;
+    assert!(w.workers().is_empty(), "{:?}", w.workers());
+    assert!(
+        w.cloud.terminate_calls().len() >= 7,
+        "{:?}",
+        w.cloud.terminate_calls()
+    );
+}

@@ -141,7 +141,11 @@ pub fn render(w: &Watcher<'_>) -> String {
     s.push_str(concat!(
         "PY=\"$(sed -n '1s/^#! *//p' \"$(command -v ray)\" 2>/dev/null | cut -d' ' -f1)\"\n",
         "case \"$PY\" in */python*) ;; *) PY=\"$(command -v python3 || command -v python)\";; esac\n",
-        "NP=\"${TMPDIR:-/tmp}/rayscale-notice-$RAY_CLOUD_INSTANCE_ID.py\"\n",
+        // The helper goes into a fresh 0700 directory of an unpredictable name (mktemp):
+        // a fixed path in a shared /tmp could be made beforehand by another local user,
+        // whose file this script would then run.
+        "ND=\"$(mktemp -d \"${TMPDIR:-/tmp}/rayscale-notice.XXXXXXXXXX\")\" || { echo 'rayscale: cannot make a private directory for the notice helper' >&2; exit 1; }\n",
+        "NP=\"$ND/notice.py\"\n",
     ));
     s.push_str(&format!(
         "cat >\"$NP\" <<'{PY_MARK}'\n{NOTICE_PY}{PY_MARK}\n"
@@ -294,6 +298,52 @@ mod tests {
             );
             assert!(w.contains(NOTICE_PY));
         }
+    }
+
+    #[test]
+    fn the_helper_is_written_into_a_fresh_private_directory_not_a_fixed_tmp_path() {
+        let w = render(&Watcher {
+            cloud: NoticeCloud::Aws,
+            settings: PreemptionSettings::default(),
+            key_prefix: "notices/c/".into(),
+            gcs: "$RAY_HEAD_IP:6379",
+        });
+        // The script up to the helper written (what runs before the polling loop).
+        let end = w.find("notice() {").expect("the poll function");
+        let tmp = std::env::temp_dir().join(format!("rayscale-np-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).expect("tmp");
+        // Another local user made the old fixed path beforehand (a link elsewhere).
+        let planted = tmp.join("rayscale-notice-i-1.py");
+        std::fs::write(&planted, "planted").expect("plant");
+        let run = || {
+            let out = Command::new("bash")
+                .args(["-c", &format!("{}\necho \"$NP\"", &w[..end])])
+                .env("TMPDIR", &tmp)
+                .env("RAY_CLOUD_INSTANCE_ID", "i-1")
+                .output()
+                .expect("bash");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        };
+        let (a, b) = (run(), run());
+        assert_ne!(a, b, "a fresh directory each time");
+        for p in [&a, &b] {
+            use std::os::unix::fs::PermissionsExt;
+            let dir = p.parent().expect("dir");
+            assert!(dir.starts_with(&tmp) && *p != planted, "{p:?}");
+            let mode = std::fs::metadata(dir).expect("dir").permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{dir:?}");
+            assert_eq!(std::fs::read_to_string(p).expect("helper"), NOTICE_PY);
+        }
+        assert_eq!(
+            std::fs::read_to_string(&planted).expect("planted"),
+            "planted"
+        );
+        let _ = std::fs::remove_dir_all(&tmp);
     }
 
     #[test]
