@@ -63,6 +63,13 @@ impl World {
     }
 
     fn driver(&self, name: &str, gcs: FakeGcs) -> Driver<FakeGcs, TokioClock> {
+        let seed = name.len() as u64 * 7919 + name.as_bytes()[0] as u64;
+        self.driver_seeded(name, gcs, seed)
+    }
+
+    /// A process named `name` whose ids come from `id_seed` (two processes must not
+    /// share one: their ids would be the same, as no two real processes' are).
+    fn driver_seeded(&self, name: &str, gcs: FakeGcs, id_seed: u64) -> Driver<FakeGcs, TokioClock> {
         Driver::new(
             "t",
             Arc::new(gcs),
@@ -74,7 +81,7 @@ impl World {
             }),
             DriverOptions {
                 holder: name.into(),
-                id_seed: name.len() as u64 * 7919 + name.as_bytes()[0] as u64,
+                id_seed,
                 ..Default::default()
             },
         )
@@ -499,6 +506,73 @@ fn a_new_leader_replays_the_installs_a_crash_cut_short() {
     );
 }
 
+#[test]
+fn a_new_leader_replays_gang_launches_whole_stops_as_rejectable_and_given_up_terminations() {
+    use crate::reconciler::TERMINATION_GIVEN_UP;
+    // A gang's launch in flight.
+    let mut g = Instance::new(
+        "im-1",
+        "w",
+        InstanceStatus::Requested,
+        1,
+        "launch requested",
+    );
+    g.launch_request_id = "r-gang".into();
+    g.launch_request_size = 2;
+    g.gang = Some("pg1#5".into());
+    // A forced stop (max_workers) the first process decided.
+    let mut f = Instance::new("im-2", "w", InstanceStatus::RayStopRequested, 1, "draining");
+    f.node_id = Some("ab".repeat(28));
+    f.stop_cause = Some("MAX_NUM_NODE_PER_TYPE".into());
+    // A termination given up.
+    let mut t = Instance::new(
+        "im-3",
+        "w",
+        InstanceStatus::TerminationFailed,
+        1,
+        format!("{TERMINATION_GIVEN_UP} (invalid_config error)"),
+    );
+    t.cloud_instance_id = Some("c-3".into());
+    t.last_error = Some("refused".into());
+    // One that failed and is retried by the reconciler's backoff: not replayed.
+    let mut b = Instance::new(
+        "im-4",
+        "w",
+        InstanceStatus::TerminationFailed,
+        1,
+        "termination failed (auth error)",
+    );
+    b.cloud_instance_id = Some("c-4".into());
+    let storage = InMemoryStorage::with_instances(3, [g, f, t, b]);
+    let effects = replay::replays(&storage, &mut RandomIds::new(1));
+    let launch = effects.iter().find_map(|e| match e {
+        Effect::Launch(l) => Some(l.clone()),
+        _ => None,
+    });
+    assert!(
+        launch
+            .as_ref()
+            .is_some_and(|l| l.all_or_nothing && l.count == 2 && l.request_id == "r-gang"),
+        "{effects:?}"
+    );
+    // Ray may refuse it now (a raised max, a node that got work): decided again then.
+    assert!(
+        effects.iter().any(|e| matches!(e, Effect::Drain { instance_id, idle: true, deadline_ns: None, .. } if instance_id == "im-2")),
+        "{effects:?}"
+    );
+    let terminated: Vec<&String> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Terminate {
+                cloud_instance_ids, ..
+            } => Some(cloud_instance_ids),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(terminated, ["c-3"], "{effects:?}");
+}
+
 impl World {
     /// The highest lease key at or below `limit` (keys above it are ignored by the lease),
     /// and its value.
@@ -514,6 +588,7 @@ impl World {
 }
 
 mod faults;
+mod sim;
 
 /// Records the advice each iteration handed over.
 #[derive(Default)]

@@ -25,7 +25,6 @@ use crate::config::ClusterConfig;
 use crate::driver::{DrainReply, Gcs, GcsState};
 use crate::error::CoreError;
 use crate::model::{ClusterResourceState, NodeState, NodeStatus, ResourceRequestByCount};
-use crate::provider::CloudInstanceProvider;
 use crate::reconciler::AutoscalingReport;
 use crate::scheduler::request::HEAD_MARKER;
 
@@ -45,6 +44,8 @@ struct State {
     /// Drains with a deadline: node id (hex), deadline (ms).
     deadline_drains: Vec<(String, i64)>,
     stops: Vec<String>,
+    /// Nodes (by cloud instance) that were busy when a stop (not a drain) ended them.
+    busy_stops: Vec<String>,
     /// Puts of keys starting with this fail.
     failing_puts: Option<String>,
     /// Nodes (by cloud instance) whose rows cannot be read, and why.
@@ -254,6 +255,16 @@ impl FakeGcs {
         self.lock().refusing.insert(cloud_instance_id.to_string());
     }
 
+    /// Every node accepts idle drains again (see [`Self::refuse_drains`]).
+    pub fn accept_drains(&self) {
+        self.lock().refusing.clear();
+    }
+
+    /// The cloud instances whose node was stopped (not drained) while it was busy.
+    pub fn busy_stops(&self) -> Vec<String> {
+        self.lock().busy_stops.clone()
+    }
+
     /// Sets every live worker's idle time (busy ones stay at 0).
     pub fn set_idle_ms(&self, ms: i64) {
         let mut st = self.lock();
@@ -276,8 +287,10 @@ impl FakeGcs {
 
     /// Plays the nodes' side: every running worker of `cloud` without a live node gets
     /// one (its type's resources from `config`); a node whose instance is gone dies.
+    /// It looks at the cloud's instances as they are, not through `list` (whose injected
+    /// faults are the autoscaler's to meet: a failed list is no instance gone).
     pub async fn join_running(&self, cloud: &FakeProvider, config: &ClusterConfig) {
-        let instances = cloud.list().await.unwrap_or_default();
+        let instances = cloud.instances();
         let mut st = self.lock();
         let listed: BTreeSet<String> = instances
             .iter()
@@ -514,13 +527,19 @@ impl Gcs for FakeGcs {
         self.delay().await;
         let mut st = self.lock();
         st.stops.push(node_id_hex.to_string());
+        let busy = st.busy.clone();
+        let mut stopped_busy = None;
         let found = match Self::find_node(&mut st, node_id_hex) {
             Some(n) => {
+                if n.status != Some(NodeStatus::Dead) && busy.contains(&n.instance_id) {
+                    stopped_busy = Some(n.instance_id.clone());
+                }
                 n.status = Some(NodeStatus::Dead);
                 true
             }
             None => false,
         };
+        st.busy_stops.extend(stopped_busy);
         st.version += 1;
         Ok(found)
     }

@@ -176,6 +176,11 @@ impl FakeProvider {
             .collect()
     }
 
+    /// Forgets every error queued by [`Self::fail_next`] not met yet.
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
     /// The next call `on` never answers (a hung cloud API); a launch is recorded first.
     pub fn hang_next(&self, on: FaultOn) {
         self.lock().hangs.push(on);
