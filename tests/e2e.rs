@@ -307,23 +307,55 @@ pub fn wheel_dir() -> PathBuf {
     d
 }
 
-/// The head has no `rayscale`: its boot installs the wheel from a local directory
-/// (`rayscale.install.find_links`, pip offline). First with a version that is not there:
-/// `rayscale up --wait` ends with pip's reason; then with the wheel's: `up --wait`
+/// The wheel file in [`wheel_dir`] (an absolute path).
+pub fn wheel_file() -> PathBuf {
+    let d = wheel_dir();
+    let f = std::fs::read_dir(&d)
+        .expect("RAYSCALE_WHEEL_DIR")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .expect("a wheel");
+    std::fs::canonicalize(&f).expect("the wheel's path")
+}
+
+/// The head has no `rayscale`: its boot installs it itself, pip offline. First from a
+/// local directory (`rayscale.install.find_links`, pip `--no-index`) with a version that is
+/// not there: `rayscale up --wait` ends with pip's reason; then the exact wheel file with
+/// a wrong `sha256`: the boot refuses it, and `up --wait` says so; then the same file,
+/// its digest pinned by `rayscale up` (`rayscale.install.wheel` alone): `up --wait`
 /// returns once rayscale runs on the head, which scales up for the workload and down.
 pub fn up_scale_down_from_the_wheel(name: &str, cloud: &dyn Cloud) {
     let (_, worker_nc) = cloud.node_configs();
     let wheels = wheel_dir();
-    let extra = |pip: &str| {
-        format!(
-            "rayscale: {{install: {{pip: '{pip}', find_links: '{}'}}}}\n",
-            wheels.display()
-        )
-    };
+    let wheel = wheel_file();
     let workers =
         format!("  worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {worker_nc}}}\n");
-    let stage = Stage::new(name, "whl", cloud, &extra("rayscale==0.0.1"), &workers);
+    let stage = Stage::new(
+        name,
+        "whl",
+        cloud,
+        &format!(
+            "rayscale: {{install: {{pip: 'rayscale==0.0.1', find_links: '{}'}}}}\n",
+            wheels.display()
+        ),
+        &workers,
+    );
     let diag = || stage.diag();
+    let install = |block: &str| {
+        let text = std::fs::read_to_string(&stage.config_arg).expect("config");
+        let at = text.find("rayscale: {install:").expect("the install line");
+        let eol = at + text[at..].find('\n').expect("its end");
+        std::fs::write(
+            &stage.config_arg,
+            format!(
+                "{}rayscale: {{install: {block}}}{}",
+                &text[..at],
+                &text[eol..]
+            ),
+        )
+        .expect("config");
+    };
     // `up --wait`; the head's GCS listens on loopback here, not at its cloud address.
     let up_wait = || {
         rayscale_with(
@@ -338,6 +370,15 @@ pub fn up_scale_down_from_the_wheel(name: &str, cloud: &dyn Cloud) {
             ],
         )
     };
+    let down = || {
+        let (ok, out) = rayscale_with(&cloud.env(), &["down", &stage.config_arg]);
+        assert!(ok, "{out}");
+        assert!(
+            wait_until(Duration::from_secs(30), || stage.sim.live().is_empty()),
+            "{:?}",
+            stage.sim.live()
+        );
+    };
     let (ok, out) = up_wait();
     assert!(
         !ok && out.contains("rayscale is not running on the head of")
@@ -346,24 +387,27 @@ pub fn up_scale_down_from_the_wheel(name: &str, cloud: &dyn Cloud) {
         "{out}\n{}",
         diag()
     );
-    let (ok, out) = rayscale_with(&cloud.env(), &["down", &stage.config_arg]);
-    assert!(ok, "{out}");
-    assert!(
-        wait_until(Duration::from_secs(30), || stage.sim.live().is_empty()),
-        "{:?}",
-        stage.sim.live()
-    );
+    down();
 
-    // The same cluster with the wheel's own version.
-    let text = std::fs::read_to_string(&stage.config_arg).expect("config");
-    std::fs::write(
-        &stage.config_arg,
-        text.replace(
-            "rayscale==0.0.1",
-            &format!("rayscale=={}", env!("CARGO_PKG_VERSION")),
-        ),
-    )
-    .expect("config");
+    // The exact wheel, with a digest it does not have: refused before pip sees it.
+    let wrong = "0".repeat(64);
+    install(&format!(
+        "{{wheel: '{}', sha256: '{wrong}'}}",
+        wheel.display()
+    ));
+    let (ok, out) = up_wait();
+    assert!(
+        !ok && out.contains("rayscale is not running on the head of")
+            && out.contains(&format!(
+                "not the pinned {wrong} (rayscale.install.sha256): not installed"
+            )),
+        "{out}\n{}",
+        diag()
+    );
+    down();
+
+    // The same file, its digest pinned by `rayscale up`.
+    install(&format!("{{wheel: '{}'}}", wheel.display()));
     let (ok, out) = up_wait();
     assert!(
         ok && out.contains("rayscale runs on the head"),
@@ -373,7 +417,10 @@ pub fn up_scale_down_from_the_wheel(name: &str, cloud: &dyn Cloud) {
     let head_id = cloud.running().first().cloned().expect("a head");
     let log = stage.sim.log(&head_id);
     assert!(
-        log.contains("rayscale: not on PATH: installing rayscale=="),
+        log.contains(&format!(
+            "rayscale: not on PATH: installing the wheel {} (sha256 ",
+            wheel.display()
+        )),
         "the head installed rayscale itself:\n{log}"
     );
     let (ok, text) = workload(&stage.python, &stage.gcs);

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use rayscale_core::config::ClusterConfig;
+use rayscale_core::config::install::InstallSettings;
 use rayscale_core::driver::NAMESPACE;
 use rayscale_core::driver::lease::lease_prefix;
 use rayscale_core::launcher::{self, LauncherSettings};
@@ -60,32 +61,79 @@ pub async fn up(
                 "cluster {}: head {} runs; waiting up to {secs} s for rayscale on it (the GCS at {gcs})",
                 config.cluster_name, r.head.cloud_instance_id
             );
-            let took =
-                wait_for_rayscale(&config.cluster_name, &gcs, Duration::from_secs(secs)).await?;
-            format!(
-                "\nrayscale runs on the head ({:.0} s after it did).",
-                took.as_secs_f64()
-            )
+            Some(wait_for_rayscale(&config.cluster_name, &gcs, Duration::from_secs(secs)).await?)
         }
-        None => String::new(),
+        None => None,
     };
-    Ok(format!(
-        "cluster {name}: head {id} ({t}) {how}, private address {ip}\n\
-         It starts Ray's head and rayscale at boot (logs on the head: \
-         /var/lib/rayscale/boot.log and ~/rayscale.log).\n\
+    Ok(up_message(&UpReport {
+        cluster: &config.cluster_name,
+        id: &r.head.cloud_instance_id,
+        node_type: &r.head.node_type,
+        launched: r.launched,
+        ip,
+        port,
+        path,
+        install_given: config.install != InstallSettings::Nothing,
+        waited,
+    }))
+}
+
+/// What `up` found or launched, for [`up_message`].
+struct UpReport<'a> {
+    cluster: &'a str,
+    id: &'a str,
+    node_type: &'a str,
+    launched: bool,
+    ip: &'a str,
+    port: u16,
+    path: &'a std::path::Path,
+    /// `rayscale.install` gives a wheel (else the head runs rayscale only if it has it).
+    install_given: bool,
+    /// `--wait`: how long rayscale took to run on the head.
+    waited: Option<Duration>,
+}
+
+/// What `up` prints: the head instance, and whether rayscale runs on it only when
+/// `--wait` saw it run (without, how to check).
+fn up_message(u: &UpReport<'_>) -> String {
+    let logs = "/var/lib/rayscale/boot.log and ~/rayscale.log";
+    let rayscale = match u.waited {
+        Some(took) => format!(
+            "rayscale runs on the head ({:.0} s after it did); logs there: {logs}.",
+            took.as_secs_f64()
+        ),
+        None => format!(
+            "Its boot starts Ray's head, then rayscale; not checked here: `rayscale up {} \
+             --wait` waits for rayscale on the head, or says why its boot did not start it (logs \
+             there: {logs}).{}",
+            u.path.display(),
+            if u.install_given {
+                ""
+            } else {
+                "\nrayscale.install is not set: the head runs rayscale only if its image has \
+                 it (on the PATH, or RAYSCALE_BIN); else its boot stops after Ray's head \
+                 (README: rayscale.install)."
+            }
+        ),
+    };
+    format!(
+        "cluster {name}: head instance {id} ({t}) {how}, private address {ip}\n\
+         {rayscale}\n\
          From inside its network: ray status --address {ip}:{port}; \
          ray job submit --address http://{ip}:8265 -- python job.py\n\
-         Stop it: rayscale down {path}{waited}",
-        name = config.cluster_name,
-        id = r.head.cloud_instance_id,
-        t = r.head.node_type,
-        how = if r.launched {
+         Stop it: rayscale down {path}",
+        name = u.cluster,
+        id = u.id,
+        t = u.node_type,
+        ip = u.ip,
+        port = u.port,
+        how = if u.launched {
             "launched and running"
         } else {
             "already running"
         },
-        path = path.display(),
-    ))
+        path = u.path.display(),
+    )
 }
 
 /// Waits until `rayscale run` holds a live lease in the head's GCS at `gcs` (Ray's head
@@ -180,4 +228,60 @@ pub async fn down(config: &ClusterConfig) -> Result<String> {
             hs => format!("head {}", hs.join(", ")),
         }
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(waited: Option<Duration>, install_given: bool) -> String {
+        up_message(&UpReport {
+            cluster: "c",
+            id: "i-1",
+            node_type: "head",
+            launched: true,
+            ip: "10.0.0.5",
+            port: 6379,
+            path: std::path::Path::new("c.yaml"),
+            install_given,
+            waited,
+        })
+    }
+
+    #[test]
+    fn without_wait_up_says_how_to_check_not_that_rayscale_runs() {
+        let m = report(None, true);
+        assert!(
+            m.starts_with("cluster c: head instance i-1 (head) launched and running, private address 10.0.0.5\n"),
+            "{m}"
+        );
+        assert!(
+            m.contains("not checked here: `rayscale up c.yaml --wait`")
+                && m.contains("/var/lib/rayscale/boot.log"),
+            "{m}"
+        );
+        assert!(
+            !m.contains("rayscale runs")
+                && !m.contains("rayscale starts")
+                && !m.contains("rayscale.install is not set"),
+            "{m}"
+        );
+        assert!(m.ends_with("Stop it: rayscale down c.yaml"), "{m}");
+        // No wheel given: the head runs rayscale only if it has it.
+        let m = report(None, false);
+        assert!(
+            m.contains(
+                "rayscale.install is not set: the head runs rayscale only if its image has it"
+            ),
+            "{m}"
+        );
+        // `--wait` saw it run.
+        let m = report(Some(Duration::from_secs(42)), false);
+        assert!(
+            m.contains("rayscale runs on the head (42 s after it did)")
+                && !m.contains("not checked")
+                && !m.contains("rayscale.install is not set"),
+            "{m}"
+        );
+    }
 }

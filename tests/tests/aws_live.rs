@@ -344,7 +344,7 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
              available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n  \
              worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n\
              file_mounts: {{}}\ninitialization_commands: []\nsetup_commands: []\nworker_setup_commands: []\n\
-             head_setup_commands:\n  - pip install --quiet --upgrade --target ~/.rayscale --find-links {wheels} 'rayscale=={version}'\n\
+             head_setup_commands:\n  - pip install --quiet --upgrade --target ~/.rayscale --no-index --find-links {wheels} 'rayscale=={version}'\n\
              head_start_ray_commands:\n  - ray stop\n  \
              - RAY_enable_autoscaler_v2=1 ray start --head --no-monitor --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsu-{pid} --autoscaling-config=~/ray_bootstrap_config.yaml\n  \
              - nohup ~/.rayscale/bin/rayscale run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{port} --head-ip auto --interval 2 >> ~/rayscale.log 2>&1 < /dev/null &\n\

@@ -36,8 +36,8 @@ pub struct UpArgs {
     ops: OpsArgs,
     /// A cloud cluster: once the head runs, wait up to SECS (900 when no value is given)
     /// until rayscale runs on it, asking the head's GCS at its private address (so run
-    /// it where `ray status --address` reaches the head); a failed install on the head
-    /// ends the wait with pip's reason.
+    /// it where `ray status --address` reaches the head); a head whose boot could not
+    /// install rayscale (`rayscale.install`) ends the wait with the boot's reason.
     #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "900")]
     wait: Option<u64>,
     /// Where `--wait` asks the head's GCS when not at the head's private address (a

@@ -36,8 +36,16 @@
 //! host (with a `docker:` block too), logging to `~/rayscale.log`. `RAYSCALE_BIN` names
 //! the binary; else `rayscale` on the user's `PATH` (an image with it, or a
 //! `head_setup_commands` that installs it); else the boot installs the `rayscale` wheel
-//! with the Python beside `ray` (`rayscale.install`, by default this version from the
-//! package index) into `~/.rayscale`, and a failed install stops the boot, saying why.
+//! with the Python beside `ray` into `~/.rayscale` from where `rayscale.install` says
+//! (the exact wheel file, checked against its pinned sha256; a `find_links` with pip's
+//! `--no-index`; the package index only with `index: true`), and a failed install stops
+//! the boot, saying why. Without `rayscale.install` nothing is installed from anywhere:
+//! a head without `rayscale` stops its boot, saying how to give it.
+//!
+//! # Secrets
+//! A string of the cluster YAML that holds an obvious secret (an AWS key, a private key,
+//! a GitHub, Slack or Google token) is refused before any script is rendered: the
+//! script goes into user data, readable through the metadata service (`secrets.rs`).
 //!
 //! # Every boot
 //! On clouds whose images run the script once per instance (cloud-init's `scripts-user`:
@@ -47,6 +55,7 @@
 //! `/var/lib/cloud/scripts/per-boot`), which cloud-init runs at every later boot.
 
 mod notice;
+mod secrets;
 
 use serde_json::Value;
 
@@ -54,6 +63,10 @@ pub use notice::{NOTICE_PY, NoticeCloud, Watcher, worker_gcs_address};
 
 use crate::CoreError;
 use crate::config::ClusterConfig;
+use crate::config::install::{InstallSettings, is_url};
+
+/// The YAML path of the install settings, for errors.
+const INSTALL_PATH: &str = "rayscale.install";
 
 /// Where a worker's boot script will run and how it finds out who it is.
 #[derive(Debug, Clone, PartialEq)]
@@ -226,6 +239,8 @@ fn render(
             format!("no node type {node_type:?}"),
         )
     })?;
+    // Everything below comes from the YAML and goes into user data.
+    secrets::refuse(&config.raw, "")?;
     let is_head = matches!(role, Role::Head { .. });
     let (setup_key, start_key, default_start) = if is_head {
         (
@@ -266,8 +281,31 @@ fn render(
     if is_head {
         start = start.iter().map(|c| without_monitor(c)).collect();
     }
+    // The wheel's digest, pinned here when the YAML gives a path without one (and
+    // written into the head's copy of the YAML, so that its rayscale need not read it).
+    let wheel_sha256 = if is_head {
+        config.install.pinned_sha256(INSTALL_PATH)?
+    } else {
+        None
+    };
+    let pinned_raw;
+    let raw_out = match (&config.install, &wheel_sha256) {
+        (InstallSettings::Wheel { sha256: None, .. }, Some(sha)) => {
+            let mut r = raw.clone();
+            if let Some(i) = r
+                .get_mut("rayscale")
+                .and_then(|r| r.get_mut("install"))
+                .and_then(Value::as_object_mut)
+            {
+                i.insert("sha256".into(), Value::String(sha.clone()));
+            }
+            pinned_raw = r;
+            &pinned_raw
+        }
+        _ => raw,
+    };
     // The cluster YAML as the head's rayscale reads it (JSON is YAML).
-    let bootstrap = serde_json::to_string_pretty(raw)
+    let bootstrap = serde_json::to_string_pretty(raw_out)
         .map_err(|e| CoreError::invalid("cluster config", format!("cannot be written out: {e}")))?;
     let user = raw
         .get("auth")
@@ -473,7 +511,7 @@ fn render(
         } else {
             ""
         };
-        let mut run = install_lines(config, gcs_port);
+        let mut run = install_lines(config, gcs_port, wheel_sha256.as_deref());
         run.push(format!(
                 "nohup \"$RAYSCALE_BIN\" run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{gcs_port} --head-ip \"$RAY_HEAD_IP\"{autostop} >>~/rayscale.log 2>&1 </dev/null &"
             ));
@@ -490,43 +528,138 @@ pub fn boot_status_key(cluster: &str) -> String {
 }
 
 /// The head's `rayscale`: `RAYSCALE_BIN` when set, else `rayscale` on `PATH`, else the
-/// wheel installed with the Python beside `ray` (`rayscale.install`) into `~/.rayscale`
-/// (pip's `--target`: nothing of the user's environment changes). A failed install stops
-/// the boot, says pip's last line in the boot log and, when Ray's Python can reach the
-/// head's GCS, under [`boot_status_key`] for `rayscale up --wait`.
-fn install_lines(config: &ClusterConfig, gcs_port: u16) -> Vec<String> {
-    let i = &config.install;
-    let find_links = i
-        .find_links
-        .as_deref()
-        .map(|f| format!(" --find-links {}", quote(f)))
-        .unwrap_or_default();
-    let req = quote(&i.pip);
+/// wheel `rayscale.install` gives, installed with the Python beside `ray` into
+/// `~/.rayscale` (pip's `--target`: nothing of the user's environment changes): the exact
+/// file (`wheel`, `sha256`: fetched, checked, installed with `--no-index`), or a
+/// requirement from `find_links` (`--no-index`), or from the package index (`index:
+/// true`). With none, nothing is installed. A boot that has no `rayscale` stops, says why
+/// in the boot log and, when Ray's Python can reach the head's GCS, under
+/// [`boot_status_key`] for `rayscale up --wait`; one that cannot fetch or install keeps
+/// what an earlier boot installed (a wheel whose digest differs is refused, always).
+fn install_lines(config: &ClusterConfig, gcs_port: u16, sha256: Option<&str>) -> Vec<String> {
     let key = quote(&boot_status_key(&config.cluster_name));
-    vec![
-        "if [ -n \"${RAYSCALE_BIN:-}\" ]; then".to_string(),
-        "  command -v \"$RAYSCALE_BIN\" >/dev/null || { echo \"rayscale: RAYSCALE_BIN=$RAYSCALE_BIN is not a program\" >&2; exit 1; }".to_string(),
-        "elif command -v rayscale >/dev/null; then".to_string(),
-        "  RAYSCALE_BIN=rayscale".to_string(),
-        "else".to_string(),
-        "  RAY_PY=python3".to_string(),
-        "  if command -v ray >/dev/null && [ -x \"$(dirname \"$(command -v ray)\")/python\" ]; then RAY_PY=\"$(dirname \"$(command -v ray)\")/python\"; fi".to_string(),
-        format!("  echo \"rayscale: not on PATH: installing {} with $RAY_PY -m pip into ~/.rayscale\"", quote_inner(&i.pip)),
-        format!("  if ! \"$RAY_PY\" -m pip install --quiet --disable-pip-version-check --upgrade --target ~/.rayscale{find_links} {req} >~/.rayscale-install.log 2>&1; then"),
-        "    tail -n 20 ~/.rayscale-install.log >&2".to_string(),
-        // A later boot without the index keeps what an earlier one installed.
-        "    if [ -x ~/.rayscale/bin/rayscale ]; then".to_string(),
-        "      echo \"rayscale: the install failed; running the one an earlier boot installed ($(~/.rayscale/bin/rayscale --version))\" >&2".to_string(),
-        "    else".to_string(),
-        "    why=\"$(tail -n 1 ~/.rayscale-install.log)\"".to_string(),
-        format!("    echo \"rayscale: the install of {} failed ($why): rayscale is not running\" >&2", quote_inner(&i.pip)),
-        format!("    \"$RAY_PY\" -c 'import sys, ray._raylet as r; r.GcsClient(address=sys.argv[1]).internal_kv_put(sys.argv[2].encode(), sys.argv[3].encode(), True, b\"__rayscale\")' 127.0.0.1:{gcs_port} {key} \"install of {} failed: $why\" >/dev/null 2>&1 || true", quote_inner(&i.pip)),
-        "    exit 1".to_string(),
-        "    fi".to_string(),
-        "  fi".to_string(),
-        "  RAYSCALE_BIN=~/.rayscale/bin/rayscale".to_string(),
-        "fi".to_string(),
+    let pip = "\"$RAY_PY\" -m pip install --quiet --disable-pip-version-check --upgrade --target ~/.rayscale";
+    let mut l: Vec<String> = [
+        "if [ -n \"${RAYSCALE_BIN:-}\" ]; then",
+        "  command -v \"$RAYSCALE_BIN\" >/dev/null || { echo \"rayscale: RAYSCALE_BIN=$RAYSCALE_BIN is not a program\" >&2; exit 1; }",
+        "elif command -v rayscale >/dev/null; then",
+        "  RAYSCALE_BIN=rayscale",
+        "else",
+        "  RAY_PY=python3",
+        "  if command -v ray >/dev/null && [ -x \"$(dirname \"$(command -v ray)\")/python\" ]; then RAY_PY=\"$(dirname \"$(command -v ray)\")/python\"; fi",
+        // Stops the boot, saying why (the boot log; the head's GCS for `up --wait`).
+        "  rayscale_refuse() {",
+        "    echo \"rayscale: $1: rayscale is not running\" >&2",
     ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    l.push(format!(
+        "    \"$RAY_PY\" -c 'import sys, ray._raylet as r; r.GcsClient(address=sys.argv[1]).internal_kv_put(sys.argv[2].encode(), sys.argv[3].encode(), True, b\"__rayscale\")' 127.0.0.1:{gcs_port} {key} \"$1\" >/dev/null 2>&1 || true"
+    ));
+    l.extend(
+        [
+            "    exit 1",
+            "  }",
+            // A later boot that cannot install (no index, an expired URL) keeps what an
+            // earlier one installed.
+            "  rayscale_failed() {",
+            "    if [ -x ~/.rayscale/bin/rayscale ]; then",
+            "      echo \"rayscale: $1; running the one an earlier boot installed ($(~/.rayscale/bin/rayscale --version))\" >&2",
+            "    else",
+            "      rayscale_refuse \"$1\"",
+            "    fi",
+            "  }",
+        ]
+        .iter()
+        .map(|x| x.to_string()),
+    );
+    let pip_failed = |what: &str| {
+        [
+            "    tail -n 20 ~/.rayscale-install.log >&2".to_string(),
+            format!(
+                "    rayscale_failed \"install of {} failed: $(tail -n 1 ~/.rayscale-install.log)\"",
+                quote_inner(what)
+            ),
+        ]
+    };
+    match (&config.install, sha256) {
+        (InstallSettings::Wheel { wheel, .. }, Some(sha)) => {
+            let w = quote_inner(wheel);
+            let no_query = if is_url(wheel) {
+                wheel.split(['?', '#']).next().unwrap_or_default()
+            } else {
+                wheel
+            };
+            let name = no_query.rsplit('/').next().unwrap_or_default();
+            l.push(format!(
+                "  echo \"rayscale: not on PATH: installing the wheel {w} (sha256 {sha}) with $RAY_PY -m pip into ~/.rayscale\""
+            ));
+            l.push("  rm -rf ~/.rayscale-wheel && mkdir -p ~/.rayscale-wheel".into());
+            l.push(format!("  WHEEL=~/.rayscale-wheel/{}", quote(name)));
+            let fetch = if is_url(wheel) {
+                format!(
+                    "\"$RAY_PY\" -c 'import shutil, sys, urllib.request as u; r = u.urlopen(sys.argv[1], timeout=300); f = open(sys.argv[2], \"wb\"); shutil.copyfileobj(r, f); f.close()' {} \"$WHEEL\"",
+                    quote(wheel)
+                )
+            } else {
+                format!("cp -- {} \"$WHEEL\"", quote(wheel))
+            };
+            l.push(format!(
+                "  if ! {fetch} >~/.rayscale-install.log 2>&1; then"
+            ));
+            l.push(format!(
+                "    rayscale_failed \"cannot fetch the wheel {w}: $(tail -n 1 ~/.rayscale-install.log)\""
+            ));
+            l.push("  else".into());
+            l.push(
+                "    got=\"$(sha256sum \"$WHEEL\" 2>/dev/null | cut -d ' ' -f 1)\" || true".into(),
+            );
+            l.push(format!("    if [ \"$got\" != {sha} ]; then"));
+            l.push(format!(
+                "      rayscale_refuse \"the wheel {w} has sha256 ${{got:-unknown (no sha256sum)}}, not the pinned {sha} (rayscale.install.sha256): not installed\""
+            ));
+            l.push(format!(
+                "    elif ! {pip} --no-index --no-deps \"$WHEEL\" >~/.rayscale-install.log 2>&1; then"
+            ));
+            l.extend(pip_failed(wheel).map(|x| format!("  {x}")));
+            l.push("    fi".into());
+            l.push("  fi".into());
+        }
+        (InstallSettings::FindLinks { find_links, pip: req }, _) => {
+            l.push(format!(
+                "  echo \"rayscale: not on PATH: installing {} from {} (pip --no-index) with $RAY_PY -m pip into ~/.rayscale\"",
+                quote_inner(req),
+                quote_inner(find_links)
+            ));
+            l.push(format!(
+                "  if ! {pip} --no-index --find-links {} {} >~/.rayscale-install.log 2>&1; then",
+                quote(find_links),
+                quote(req)
+            ));
+            l.extend(pip_failed(req));
+            l.push("  fi".into());
+        }
+        (InstallSettings::Index { pip: req }, _) => {
+            l.push(format!(
+                "  echo \"rayscale: not on PATH: installing {} from the package index (rayscale.install.index: true) with $RAY_PY -m pip into ~/.rayscale\"",
+                quote_inner(req)
+            ));
+            l.push(format!(
+                "  if ! {pip} {} >~/.rayscale-install.log 2>&1; then",
+                quote(req)
+            ));
+            l.extend(pip_failed(req));
+            l.push("  fi".into());
+        }
+        // Nothing to install from (a wheel is always pinned by now: see `render`).
+        _ => l.push(
+            "  rayscale_failed \"rayscale is not on the head's PATH and rayscale.install gives none to install: give rayscale.install.wheel + sha256, or find_links (or index: true to allow the package index), or RAYSCALE_BIN, or an image with rayscale\"".into(),
+        ),
+    }
+    l.push("  RAYSCALE_BIN=~/.rayscale/bin/rayscale".into());
+    l.push("fi".into());
+    l
 }
 
 /// `v` for inside a double-quoted shell string (`\`, `"`, `$` and `` ` `` escaped).
