@@ -7,16 +7,24 @@ use std::time::{Duration, Instant};
 /// A TCP proxy on loopback that delivers every byte the server sends `delay` late (a
 /// loaded GCS: each answer takes that much longer; the order is kept).
 pub struct DelayProxy {
-    /// Where clients connect (`127.0.0.1:port`).
+    /// Where clients connect (`ip:port`).
     pub addr: String,
 }
 
 impl DelayProxy {
-    /// Listens on a free loopback port and forwards each connection to `upstream`.
+    /// Listens on a free port of `127.0.0.1` and forwards each connection to `upstream`.
     pub fn start(upstream: &str, delay: Duration) -> DelayProxy {
+        Self::start_on("127.0.0.1", upstream, delay)
+    }
+
+    /// Listens on a free port of the loopback address `ip` and forwards each connection to
+    /// `upstream`. Ray's `ray start --address` replaces `127.0.0.1`, `localhost` and `::1`
+    /// by the host's routable IP, where a proxy on `127.0.0.1` does not listen: a proxy
+    /// that Ray's worker nodes join goes on another loopback address (`127.0.0.2`).
+    pub fn start_on(ip: &str, upstream: &str, delay: Duration) -> DelayProxy {
         use std::io::Write;
         use std::net::{TcpListener, TcpStream};
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let listener = TcpListener::bind((ip, 0)).expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         let upstream = upstream.to_string();
         std::thread::spawn(move || {

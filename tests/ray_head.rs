@@ -560,39 +560,52 @@ pub struct Worker {
 /// The worker nodes (not the head) of the GCS at `addr`, dead ones too; empty when it
 /// does not answer within 3 s.
 pub fn workers_at(addr: &str) -> Vec<Worker> {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+    try_workers_at(addr).unwrap_or_default()
+}
+
+/// Alive worker nodes (neither the head nor dead) of the GCS at `addr`, by cloud
+/// instance id; an error when it does not answer within 3 s (so a caller can tell "no
+/// workers" from "no answer").
+pub fn try_alive_workers_at(addr: &str) -> Result<Vec<String>, String> {
+    Ok(try_workers_at(addr)?
+        .into_iter()
+        .filter(|w| w.status != pb::NodeStatus::Dead)
+        .map(|w| w.instance_id)
+        .collect())
+}
+
+/// The worker nodes (not the head) of the GCS at `addr`, dead ones too; an error when it
+/// does not answer within 3 s.
+pub fn try_workers_at(addr: &str) -> Result<Vec<Worker>, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    else {
-        return Vec::new();
-    };
+        .map_err(|e| format!("cannot build a runtime: {e}"))?;
     rt.block_on(async {
-        let Ok(c) = GcsClient::new(
+        let c = GcsClient::new(
             addr,
             ClientOptions {
                 deadline: Duration::from_secs(3),
                 max_attempts: 1,
                 ..Default::default()
             },
-        ) else {
-            return Vec::new();
-        };
-        match c.get_cluster_resource_state(0).await {
-            Ok(s) => s
-                .node_states
-                .iter()
-                .filter(|n| !is_head_node(n))
-                .map(|n| Worker {
-                    instance_id: n.instance_id.clone(),
-                    node_type: n.ray_node_type_name.clone(),
-                    status: pb::NodeStatus::try_from(n.status)
-                        .unwrap_or(pb::NodeStatus::Unspecified),
-                    busy: n.available_resources.get("CPU").copied().unwrap_or(0.0)
-                        < n.total_resources.get("CPU").copied().unwrap_or(0.0),
-                })
-                .collect(),
-            Err(_) => Vec::new(),
-        }
+        )
+        .map_err(|e| format!("GCS client of {addr}: {e}"))?;
+        let s = c
+            .get_cluster_resource_state(0)
+            .await
+            .map_err(|e| format!("GetClusterResourceState at {addr}: {e}"))?;
+        Ok(s.node_states
+            .iter()
+            .filter(|n| !is_head_node(n))
+            .map(|n| Worker {
+                instance_id: n.instance_id.clone(),
+                node_type: n.ray_node_type_name.clone(),
+                status: pb::NodeStatus::try_from(n.status).unwrap_or(pb::NodeStatus::Unspecified),
+                busy: n.available_resources.get("CPU").copied().unwrap_or(0.0)
+                    < n.total_resources.get("CPU").copied().unwrap_or(0.0),
+            })
+            .collect())
     })
 }
 
