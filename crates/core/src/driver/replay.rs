@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use crate::instance::{InMemoryStorage, InstanceStorage};
 use crate::model::InstanceStatus;
 use crate::provider::LaunchRequest;
-use crate::reconciler::{Effect, IdSource, TERMINATION_GIVEN_UP};
+use crate::reconciler::{Effect, IdSource};
 
 /// What a process that takes the lease replays from the stored table: the launch requests
 /// of REQUESTED records (re-sent as they were: same request id, type and size; the
@@ -55,11 +55,7 @@ pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<
             // A termination given up (the cloud refused it for good, or so it seemed) is
             // tried again at every start: whatever refused it may have changed, and the
             // instance runs and bills meanwhile. It is listed, so the operator sees it.
-            InstanceStatus::TerminationFailed
-                if i.status_history
-                    .last()
-                    .is_some_and(|c| c.details.starts_with(TERMINATION_GIVEN_UP)) =>
-            {
+            InstanceStatus::TerminationFailed if crate::reconciler::termination_given_up(i) => {
                 if let Some(cid) = &i.cloud_instance_id {
                     given_up.push(format!(
                         "{cid} ({}: {})",

@@ -102,13 +102,12 @@ pub(super) fn apply(
         for (t, count) in &mut decision.launch {
             let of = |m: &BTreeMap<&str, u64>| m.get(t.as_str()).copied().unwrap_or(0);
             let plain = count.saturating_sub(of(&in_gangs));
-            let mut kept = of(&gang_kept).min(*count);
             let mut plain_kept = 0u64;
             while plain_kept < plain && cost + price(t) <= cap + 1e-9 {
                 cost += price(t);
                 plain_kept += 1;
             }
-            kept = kept.saturating_add(plain_kept).min(*count);
+            let kept = of(&gang_kept).saturating_add(plain_kept).min(*count);
             if kept < *count {
                 out.capped.insert(t.clone(), (kept, cost, cap));
                 *count = kept;

@@ -380,6 +380,15 @@ fn backoff_s(base_s: i64, n: u32, max_s: i64) -> i64 {
 /// The start of the details of a TERMINATION_FAILED transition that is not retried.
 pub const TERMINATION_GIVEN_UP: &str = "termination given up";
 
+/// Whether `i`'s termination was given up (its last change says so): not retried by the
+/// backoff, tried again at a restart.
+pub(crate) fn termination_given_up(i: &Instance) -> bool {
+    i.status == InstanceStatus::TerminationFailed
+        && i.status_history
+            .last()
+            .is_some_and(|c| c.details.starts_with(TERMINATION_GIVEN_UP))
+}
+
 /// Errors a terminate call meets again for the same id: the cloud refused this id (the
 /// call was split down to it, `driver::effects`), not the call. Credentials (`Auth`: an
 /// expired token, a failed token fetch) are not among them: they pass once renewed.

@@ -421,10 +421,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                 // A failed termination is tried again after a backoff per instance (5 s,
                 // doubling, at most 300 s), unless it was given up for good.
                 InstanceStatus::TerminationFailed => {
-                    let given_up = i
-                        .status_history
-                        .last()
-                        .is_some_and(|c| c.details.starts_with(TERMINATION_GIVEN_UP));
+                    let given_up = termination_given_up(i);
                     let wait_s = backoff_s(
                         s.terminate_backoff_s,
                         i.termination_retries,
