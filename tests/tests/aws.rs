@@ -381,6 +381,52 @@ async fn a_capacity_error_moves_to_the_next_subnet() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_after_the_launch_moved_to_the_next_subnet_launches_nothing_twice() {
+    // The first send: the first subnet out of capacity, the second one made both. A
+    // crash before the table knew; the replay's describe does not show them yet, and the
+    // first subnet has capacity again. The replay's first attempt carries the request's
+    // one token with another SubnetId: EC2 answers IdempotentParameterMismatch (the
+    // request went through before), never a second launch.
+    let moto = MotoEc2::start();
+    let subnets = moto.default_subnets().await;
+    assert!(subnets.len() >= 2, "{subnets:?}");
+    let worker = format!(
+        "{{InstanceType: m5.large, ImageId: {AMI}, SubnetIds: [{}, {}]}}",
+        subnets[0], subnets[1]
+    );
+    let cfg = config("replay-subnets", ", cache_stopped_nodes: false", &worker);
+    let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();
+    let req = LaunchRequest {
+        request_id: "lr-rs".into(),
+        node_type: "cpu".into(),
+        count: 2,
+        launch_config_hash: String::new(),
+        avoid_zones: Vec::new(),
+        all_or_nothing: false,
+    };
+    moto.faults(r#"{"error_next": {"code": "InsufficientInstanceCapacity", "status": 500}}"#);
+    assert_eq!(p.launch(&req).await.unwrap().instances.len(), 2);
+    assert_eq!(moto.stats()["instances_launched"], 2);
+    moto.faults(r#"{"hide_last": 2}"#);
+    let replay = p.launch(&req).await.unwrap();
+    assert!(replay.shortfall.is_none(), "{:?}", replay.shortfall);
+    assert_eq!(
+        moto.stats()["instances_launched"],
+        2,
+        "nothing launched twice"
+    );
+    moto.faults(r#"{"unhide": true}"#);
+    let workers = p
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|c| !c.is_head())
+        .count();
+    assert_eq!(workers, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_whose_describe_shows_part_of_the_launch_makes_nothing_more() {
     // DescribeInstances is eventually consistent: a replay of a request (a crash, a
     // requeue) may see only some of the instances the first call made. The replay must

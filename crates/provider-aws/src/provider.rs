@@ -383,12 +383,10 @@ impl AwsProvider {
                 state.boot.get(t).map(String::as_str),
             );
             // Places that ran out or took an instance back a short while ago are
-            // skipped; with none left the type is out, and no call is made. The index
-            // stays the attempt's (its token names it).
-            let open: Vec<(usize, &Placement<'_>)> = attempts
+            // skipped; with none left the type is out, and no call is made.
+            let open: Vec<&Placement<'_>> = attempts
                 .iter()
-                .enumerate()
-                .filter(|(_, at)| !at.avoided(&req.avoid_zones))
+                .filter(|at| !at.avoided(&req.avoid_zones))
                 .collect();
             if open.is_empty() {
                 let e = AwsError::Call {
@@ -405,14 +403,17 @@ impl AwsProvider {
             }
             let tried = open.len();
             let mut out_of_capacity = 0;
-            for (n, at) in open {
-                // The token names the request and the attempt, never a count computed from
-                // DescribeInstances (eventually consistent: a replay that sees part of
-                // its instances would make a new token, and EC2 would launch again). A
-                // replay is the same call: EC2 answers the first reservation when every
-                // parameter is the same, and IdempotentParameterMismatch when the count
-                // differs; either way nothing is launched twice.
-                let token = idempotency_token(&format!("{}/{n}", req.request_id), 0);
+            for at in open {
+                // One token for the whole request, every place it tries: EC2 remembers a
+                // token once a call with it succeeded, and answers a later call with it
+                // by that call's reservation when every parameter is the same, or
+                // IdempotentParameterMismatch when one differs (the SubnetId of another
+                // attempt, a count computed from an eventually consistent describe). A
+                // replay whose first call went through in any place thus launches nothing
+                // twice; a call that failed (out of capacity) consumed nothing, and the
+                // next place may use the token. Never a count in the token: a replay that
+                // sees part of its instances would make a new one, and launch again.
+                let token = idempotency_token(&req.request_id, 0);
                 let input = mapping::run_instances_input(
                     cfg,
                     t,
@@ -447,9 +448,9 @@ impl AwsProvider {
                         break;
                     }
                     Err(e) if e.code() == Some("IdempotentParameterMismatch") => {
-                        // This attempt of the request went through before (a replay that
-                        // saw only part of what it made): its instances come with the
-                        // next lists, joined by the request's tag.
+                        // The request went through before, in this place or another (a
+                        // replay that saw none or part of what it made): its instances come
+                        // with the next lists, joined by the request's tag.
                         tracing::info!(
                             "launch {} of {t} at {at:?} was made before: nothing new is \
                              launched ({} not listed yet)",
