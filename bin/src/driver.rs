@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::driver::{Clock, ConfigSource, Driver, DriverOptions, Reloaded, RunEnd};
+use rayscale_core::driver::{
+    Clock, ConfigSource, Driver, DriverOptions, HeadStop, Reloaded, RunEnd,
+};
 use rayscale_core::provider::CloudInstanceProvider;
 use rayscale_gcs_client::client::GcsClient;
 
@@ -97,7 +99,9 @@ fn holder() -> String {
 
 /// Starts the ops endpoints (`ops`; the event file under `temp_dir`, else found) and
 /// runs the loop of cluster `cluster` until Ctrl-C or SIGTERM (or, with
-/// `options.end_on_autostop`, until autostop has stopped every worker).
+/// `options.end_on_autostop`, until autostop has stopped every worker and `head_stop`
+/// the head).
+#[allow(clippy::too_many_arguments)]
 pub async fn run_loop(
     gcs: GcsClient,
     provider: Arc<dyn CloudInstanceProvider>,
@@ -106,6 +110,7 @@ pub async fn run_loop(
     options: DriverOptions,
     ops: &crate::ops::OpsArgs,
     temp_dir: Option<&Path>,
+    head_stop: Option<Arc<dyn HeadStop>>,
 ) -> Result<RunEnd> {
     let observers = crate::ops::start(ops, &gcs, temp_dir).await?;
     let seed = now_ns() as u64 ^ (u64::from(std::process::id()) << 32);
@@ -124,7 +129,30 @@ pub async fn run_loop(
     for o in observers {
         driver = driver.observe(o);
     }
+    if let Some(h) = head_stop {
+        driver = driver.stop_head_with(h);
+    }
     Ok(driver.run(ctrl_c()).await)
+}
+
+/// After autostop, the head is stopped by `down`, with the config as it is then (it may
+/// have changed since the start): as `rayscale down` does for a cloud head, or the local
+/// head's processes (`port`, `ray`) for a cluster `up` started here.
+pub struct DownHead {
+    pub config: PathBuf,
+    pub local: Option<(u16, PathBuf)>,
+}
+
+#[async_trait::async_trait]
+impl HeadStop for DownHead {
+    async fn stop_head(&self) -> Result<String, String> {
+        let config = load_config(&self.config).map_err(|e| format!("{e:#}"))?;
+        let r = match &self.local {
+            Some((port, ray)) => crate::cmd::down::down_local(&config, *port, ray).await,
+            None => crate::launch::down(&config).await,
+        };
+        r.map_err(|e| format!("{e:#}"))
+    }
 }
 
 /// Reads and checks the cluster config at `path`.

@@ -144,6 +144,7 @@ pub async fn run(args: KubeRayArgs) -> Result<String> {
         },
         &args.ops,
         None,
+        None,
     )
     .await
     .map(|_| String::new())

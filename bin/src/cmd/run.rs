@@ -2,13 +2,14 @@
 //! monitor.py), for every provider.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
 use clap::Args;
-use rayscale_core::driver::{DriverOptions, RunEnd};
+use rayscale_core::driver::{DriverOptions, HeadStop, RunEnd};
 
-use crate::driver::{FileConfig, load_config, run_loop};
+use crate::driver::{DownHead, FileConfig, load_config, run_loop};
 use crate::expander::ExpanderArgs;
 use crate::gcs::{gcs_answers, loop_client};
 use crate::ops::OpsArgs;
@@ -79,6 +80,12 @@ pub async fn run(args: RunArgs) -> Result<String> {
              (this host's head is not a cloud instance)"
         );
     }
+    let head_stop: Option<Arc<dyn HeadStop>> = args.autostop_head.then(|| {
+        Arc::new(DownHead {
+            config: args.config.clone(),
+            local: None,
+        }) as Arc<dyn HeadStop>
+    });
     let end = run_loop(
         gcs,
         provider,
@@ -91,35 +98,22 @@ pub async fn run(args: RunArgs) -> Result<String> {
         },
         &args.ops,
         None,
+        head_stop,
     )
     .await?;
+    autostop_end(end)
+}
+
+/// What `run` and `up` say when their loop ends: the head stopped after autostop, or why
+/// it could not be (non-zero).
+pub fn autostop_end(end: RunEnd) -> Result<String> {
     match end {
-        RunEnd::Autostopped => {
-            // The config as it is now (it may have changed since the start). The cloud
-            // may fail a call: tried for ten minutes before giving up (said, non-zero).
-            let config = load_config(&args.config)?;
-            let mut tries = 0;
-            loop {
-                tracing::info!(
-                    "autostop: stopping the head of cluster {}",
-                    config.cluster_name
-                );
-                match crate::launch::down(&config).await {
-                    Ok(s) => return Ok(format!("autostop: {s}")),
-                    Err(e) if tries < 20 => {
-                        tries += 1;
-                        tracing::warn!("autostop: stopping the head failed ({e:#}); again in 30 s");
-                        tokio::time::sleep(Duration::from_secs(30)).await;
-                    }
-                    Err(e) => {
-                        return Err(e.context(
-                            "autostop stopped every worker, but the head could not be stopped: \
-                             `rayscale down` it",
-                        ));
-                    }
-                }
-            }
-        }
+        RunEnd::HeadStopped(Ok(s)) => Ok(format!("autostop: {s}")),
+        RunEnd::HeadStopped(Err(e)) => bail!(
+            "autostop stopped every worker, but the head could not be stopped ({e}): \
+             `rayscale down` it"
+        ),
+        RunEnd::Autostopped => bail!("autostop stopped every worker; the head is left to stop"),
         RunEnd::Shutdown => Ok(String::new()),
     }
 }

@@ -3,15 +3,16 @@
 //! (`launch`), which boots Ray and `rayscale run` itself.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::driver::{DriverOptions, RunEnd};
+use rayscale_core::driver::{DriverOptions, HeadStop};
 use rayscale_core::model::resources::to_f64;
 
-use crate::driver::{FileConfig, load_config, run_loop};
+use crate::driver::{DownHead, FileConfig, load_config, run_loop};
 use crate::expander::ExpanderArgs;
 use crate::gcs::{gcs_answers, loop_client};
 use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider};
@@ -71,6 +72,13 @@ pub async fn up(args: UpArgs) -> Result<String> {
         true
     };
     let gcs = loop_client(&addr)?;
+    // A head `up` started: autostop stops it too, as `down` does.
+    let head_stop = started.then(|| {
+        Arc::new(DownHead {
+            config: args.config.clone(),
+            local: Some((args.port, ray.clone())),
+        }) as Arc<dyn HeadStop>
+    });
     let end = run_loop(
         gcs,
         provider,
@@ -82,18 +90,10 @@ pub async fn up(args: UpArgs) -> Result<String> {
         },
         &args.ops,
         Some(&head_temp_dir(&config)),
+        head_stop,
     )
     .await?;
-    match end {
-        // A head `up` started: autostop stops it too, as `down` does.
-        RunEnd::Autostopped => {
-            let config = load_config(&args.config)?;
-            crate::cmd::down::down_local(&config, args.port, &ray)
-                .await
-                .map(|s| format!("autostop: {s}"))
-        }
-        RunEnd::Shutdown => Ok(String::new()),
-    }
+    crate::cmd::run::autostop_end(end)
 }
 
 async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()> {

@@ -23,6 +23,7 @@
 pub mod clock;
 pub mod effects;
 pub mod gcs;
+pub mod head_stop;
 mod iterate;
 pub mod lease;
 mod notices;
@@ -40,6 +41,7 @@ use tokio::time::Instant;
 pub use clock::{Clock, TokioClock};
 pub use effects::{EffectOptions, EffectResults};
 pub use gcs::{DrainReply, Gcs, GcsState};
+pub use head_stop::HeadStop;
 pub use lease::{Lease, LeaseSettings, LeaseView};
 pub use observe::{IterationView, Observer, StepView};
 pub use table::{KvTable, NAMESPACE, SaveStats};
@@ -103,8 +105,9 @@ pub struct DriverOptions {
     pub keep_terminal: Duration,
     /// How often to look at the report version the GCS holds.
     pub held_check: Duration,
-    /// [`Driver::run`] ends once autostop has stopped every worker (the caller then
-    /// stops the head of a cluster it launched).
+    /// [`Driver::run`] ends once autostop has stopped every worker: at once with no
+    /// [`HeadStop`] (the caller stops the head), or once the head's stop (tried while the
+    /// cluster stays quiet) succeeds or gives up.
     pub end_on_autostop: bool,
 }
 
@@ -149,12 +152,16 @@ pub struct StepReport {
 }
 
 /// Why [`Driver::run`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunEnd {
     /// Its shutdown future resolved.
     Shutdown,
-    /// Autostop stopped every worker (with [`DriverOptions::end_on_autostop`]).
+    /// Autostop stopped every worker (with [`DriverOptions::end_on_autostop`] and no
+    /// [`HeadStop`]).
     Autostopped,
+    /// Autostop stopped every worker, then the head's stop (tried while the cluster
+    /// stayed quiet) succeeded (its line) or gave up (the last error).
+    HeadStopped(Result<String, String>),
 }
 
 /// Time of a reconciling iteration's phases on tokio's clock (for the logs at `debug`, the
@@ -278,6 +285,7 @@ pub struct Driver<G: Gcs + 'static, C: Clock> {
     warned_other: bool,
     warned_v1: bool,
     observers: Vec<Arc<dyn Observer>>,
+    head_stop: Option<Arc<dyn HeadStop>>,
 }
 
 impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
@@ -311,7 +319,15 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             warned_other: false,
             warned_v1: false,
             observers: Vec::new(),
+            head_stop: None,
         }
+    }
+
+    /// How the head is stopped after autostop (with
+    /// [`DriverOptions::end_on_autostop`]): see [`head_stop`].
+    pub fn stop_head_with(mut self, stop: Arc<dyn HeadStop>) -> Self {
+        self.head_stop = Some(stop);
+        self
     }
 
     /// Adds an observer, told about every step and stored iteration.
@@ -352,11 +368,26 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> RunEnd {
         tracing::info!("provider: {}", self.provider.provider_type());
         tokio::pin!(shutdown);
+        let mut head = self
+            .head_stop
+            .clone()
+            .filter(|_| self.options.end_on_autostop)
+            .map(head_stop::HeadStops::new);
         let end = loop {
             let step = self.step().await;
-            if step.autostopped && self.options.end_on_autostop {
-                tracing::info!("autostop: every worker is stopped; the head is next");
-                break RunEnd::Autostopped;
+            match &mut head {
+                Some(h) => {
+                    if let head_stop::HeadStep::End(r) =
+                        h.after_step(step.reconciled, step.autostopped).await
+                    {
+                        break RunEnd::HeadStopped(r);
+                    }
+                }
+                None if step.autostopped && self.options.end_on_autostop => {
+                    tracing::info!("autostop: every worker is stopped; the head is next");
+                    break RunEnd::Autostopped;
+                }
+                None => {}
             }
             tokio::select! {
                 _ = &mut shutdown => break RunEnd::Shutdown,

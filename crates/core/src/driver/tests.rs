@@ -51,6 +51,9 @@ struct World {
     gcs: FakeGcs,
     cloud: Arc<FakeProvider>,
     text: Text,
+    /// When the world began: every process's clock reads the same wall time, however
+    /// late it starts (a restarted process must not see time begin again).
+    born: tokio::time::Instant,
 }
 
 impl World {
@@ -59,6 +62,7 @@ impl World {
             gcs: FakeGcs::new(),
             cloud: Arc::new(FakeProvider::new().with_head("head")),
             text: Text::new(CONFIG),
+            born: tokio::time::Instant::now(),
         }
     }
 
@@ -70,11 +74,26 @@ impl World {
     /// A process named `name` whose ids come from `id_seed` (two processes must not
     /// share one: their ids would be the same, as no two real processes' are).
     fn driver_seeded(&self, name: &str, gcs: FakeGcs, id_seed: u64) -> Driver<FakeGcs, TokioClock> {
+        self.driver_skewed(name, gcs, id_seed, 0)
+    }
+
+    /// [`Self::driver_seeded`] on a host whose wall clock is `skew_ns` off the others'.
+    fn driver_skewed(
+        &self,
+        name: &str,
+        gcs: FakeGcs,
+        id_seed: u64,
+        skew_ns: i64,
+    ) -> Driver<FakeGcs, TokioClock> {
         Driver::new(
             "t",
             Arc::new(gcs),
             self.cloud.clone(),
-            TokioClock::new(1_700_000_000_000_000_000),
+            TokioClock::new(
+                1_700_000_000_000_000_000
+                    + i64::try_from(self.born.elapsed().as_nanos()).unwrap_or(i64::MAX / 4)
+                    + skew_ns,
+            ),
             Box::new(TextSource {
                 text: self.text.clone(),
                 last: None,
@@ -727,4 +746,70 @@ async fn autostop_stops_every_worker_and_then_ends_the_loop_for_the_head() {
     // The workers went by idle drains; nothing was launched again for min_workers.
     assert_eq!(w.launched(), 2);
     assert_eq!(w.gcs.stops().0.len(), 2);
+}
+
+/// A head whose stop fails `fail` times, then succeeds; counts the tries.
+struct FlakyHead {
+    fail: std::sync::atomic::AtomicU32,
+    tries: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl HeadStop for FlakyHead {
+    async fn stop_head(&self) -> Result<String, String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.tries.fetch_add(1, SeqCst);
+        match self.fail.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)) {
+            Ok(_) => Err("cloud: throttled".into()),
+            Err(_) => Ok("head stopped".into()),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_head_stop_that_fails_is_tried_again_only_while_the_cluster_stays_quiet() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let w = World::new();
+    w.text
+        .set(&format!("{CONFIG}rayscale: {{autostop_minutes: 2}}\n"));
+    let _pump = w.pump();
+    w.gcs.set_demand(cpu2(2));
+    let head = Arc::new(FlakyHead {
+        fail: 3.into(),
+        tries: 0.into(),
+    });
+    let mut d = w
+        .driver("one", w.gcs.connect())
+        .stop_head_with(head.clone());
+    d.options.end_on_autostop = true;
+    let run = tokio::spawn(d.run(std::future::pending()));
+    sleep_s(20).await;
+    assert_eq!(w.workers().len(), 2);
+    w.gcs.set_demand(Vec::new());
+    w.gcs.set_idle_ms(1_000);
+    w.gcs.set_head_idle_ms(1_000);
+    // Two minutes of quiet: the workers stop, then the head's stop fails (throttled).
+    sleep_s(150).await;
+    assert!(w.workers().is_empty(), "{:?}", w.workers());
+    let tried = head.tries.load(SeqCst);
+    assert!((1..=2).contains(&tried), "tries: {tried}");
+    // A job arrives before the next try: no more tries, the loop scales for it.
+    w.gcs.set_demand(cpu2(1));
+    w.gcs.set_head_idle_ms(0);
+    sleep_s(90).await;
+    assert_eq!(head.tries.load(SeqCst), tried, "not tried while work runs");
+    assert_eq!(w.workers().len(), 1, "scaled for the new work");
+    assert!(!run.is_finished());
+    // Quiet again: after two more minutes the workers go, the head's stop is tried
+    // (failing once more, then done) and the loop ends with its line.
+    w.gcs.set_demand(Vec::new());
+    w.gcs.set_idle_ms(1_000);
+    w.gcs.set_head_idle_ms(1_000);
+    let end = tokio::time::timeout(Duration::from_secs(400), run)
+        .await
+        .expect("the loop ends")
+        .expect("joined");
+    assert_eq!(end, RunEnd::HeadStopped(Ok("head stopped".into())));
+    assert_eq!(head.tries.load(SeqCst), 4);
+    assert!(w.workers().is_empty());
 }
