@@ -259,6 +259,49 @@ fn a_requeued_request_is_sent_again_as_it_was_and_a_late_first_launch_is_not_dou
 }
 
 #[test]
+fn a_requeued_record_of_a_request_that_landed_short_goes_out_in_a_fresh_request() {
+    let mut w = World::new(CONFIG);
+    let cloud = FakeProvider::new();
+    w.ray.pending_resource_requests = cpu_demand(4);
+    let first = w.tick();
+    // The request made both instances, but one was gone before any list showed it (a
+    // spot reclaim, an operator): its record waits for an instance that will not come.
+    w.apply_to(&cloud, &first);
+    let gone = w.cloud.pop().expect("two instances").cloud_instance_id;
+    cloud.remove(&gone);
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.count(InstanceStatus::Allocated), 1);
+    assert_eq!(w.count(InstanceStatus::Requested), 1);
+    // After the request timeout it is requeued and requested again: not by the landed
+    // request's id (the cloud would answer that it is done, making nothing), but by a
+    // fresh one, which makes its instance.
+    w.now += 600 * SEC;
+    let again = w.tick();
+    let Some(Effect::Launch(a)) = first
+        .effects
+        .iter()
+        .find(|e| matches!(e, Effect::Launch(_)))
+    else {
+        panic!("a first launch: {first:?}");
+    };
+    let Some(Effect::Launch(b)) = again
+        .effects
+        .iter()
+        .find(|e| matches!(e, Effect::Launch(_)))
+    else {
+        panic!("a second launch: {again:?}");
+    };
+    assert_ne!(a.request_id, b.request_id);
+    assert_eq!(b.count, 1);
+    w.apply_to(&cloud, &again);
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.count(InstanceStatus::Allocated), 2);
+    assert_eq!(cloud.instances().len(), 2);
+}
+
+#[test]
 fn a_late_instance_of_a_requeued_request_waits_for_its_record() {
     let mut w = World::new(CONFIG);
     let cloud = FakeProvider::new();

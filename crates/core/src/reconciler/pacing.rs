@@ -61,6 +61,14 @@ impl<S: InstanceStorage> Run<'_, S> {
                 ready
             }
         });
+        // Requests known to have landed: a record of theirs got a cloud instance. Their
+        // outcome is final (a re-send of the id makes nothing more), so a record of one
+        // that is requeued goes out in a fresh request.
+        let landed: BTreeSet<&str> = table
+            .iter()
+            .filter(|i| i.cloud_instance_id.is_some() && !i.launch_request_id.is_empty())
+            .map(|i| i.launch_request_id.as_str())
+            .collect();
         let mut budget = s.max_concurrent_launches.saturating_sub(requested);
         let mut events = Vec::new();
         // (request id, node type) -> (count to send, launch config hash, all or nothing).
@@ -82,7 +90,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         }
         for ((_, t), members) in gang_members {
             budget = budget.saturating_sub(members.len());
-            Self::request(members, t, true, ids, &mut launches, &mut events);
+            Self::request(members, t, true, &landed, ids, &mut launches, &mut events);
         }
         queued.retain(|_, list| !list.is_empty());
         for (t, mut list) in queued {
@@ -111,7 +119,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                 )
             });
             let chosen: Vec<&Instance> = list.into_iter().take(n).collect();
-            Self::request(chosen, t, false, ids, &mut launches, &mut events);
+            Self::request(chosen, t, false, &landed, ids, &mut launches, &mut events);
             budget -= n;
         }
         self.apply(events)?;
@@ -133,26 +141,31 @@ impl<S: InstanceStorage> Run<'_, S> {
     /// `launches` ((request id, type) -> (count, launch config hash, all or nothing)).
     /// A requeued instance keeps its request id, and its request is sent again as it was
     /// (same id, same size): if the first send went through late, a provider that
-    /// deduplicates by id makes nothing twice. New instances share a fresh request id.
+    /// deduplicates by id makes nothing twice. But a request that `landed` (the cloud
+    /// made instances of it) is done: sent again, it would make nothing, and the record
+    /// would wait out every request timeout. Its requeued records go out with the new
+    /// instances, in a fresh request id they share.
+    #[allow(clippy::too_many_arguments)]
     fn request(
         chosen: Vec<&Instance>,
         t: &str,
         all_or_nothing: bool,
+        landed: &BTreeSet<&str>,
         ids: &mut dyn IdSource,
         launches: &mut BTreeMap<(String, String), (u64, String, bool)>,
         events: &mut Vec<InstanceUpdateEvent>,
     ) {
-        let fresh = chosen
-            .iter()
-            .filter(|i| i.launch_request_id.is_empty())
-            .count() as u64;
+        let is_fresh = |i: &Instance| {
+            i.launch_request_id.is_empty() || landed.contains(i.launch_request_id.as_str())
+        };
+        let fresh = chosen.iter().filter(|i| is_fresh(i)).count() as u64;
         let rid = if fresh > 0 {
             ids.request_id()
         } else {
             String::new()
         };
         for i in chosen {
-            let (id, size) = if i.launch_request_id.is_empty() {
+            let (id, size) = if is_fresh(i) {
                 (rid.clone(), fresh)
             } else {
                 (i.launch_request_id.clone(), i.launch_request_size)

@@ -265,6 +265,13 @@ impl<S: InstanceStorage> Run<'_, S> {
         let outside = !outside_demand.is_empty();
         request.resource_requests.extend(outside_demand);
         let (mut decision, views) = schedule_with_placements(&request, chain);
+        // In tests: with every rayscale knob off, nothing below may change Ray's decision
+        // (the whole-loop simulation and every reconciler test check it at each step).
+        #[cfg(test)]
+        let as_scheduled = (config.limits == crate::config::limits::Limits::default()
+            && config.gangs.is_none()
+            && !config.preemption.enabled)
+            .then(|| decision.clone());
         // rayscale's own scale-downs, opted in (none set: nothing here runs).
         if config.limits.autostop_minutes.is_some() || config.limits.consolidation.is_some() {
             self.avail.clocks.observe(now);
@@ -301,6 +308,13 @@ impl<S: InstanceStorage> Run<'_, S> {
             &table,
             self.now_ns,
         );
+        #[cfg(test)]
+        if let Some(d) = &as_scheduled {
+            assert_eq!(
+                d, &decision,
+                "with every rayscale knob off the decision is the scheduler's"
+            );
+        }
         self.out.warnings.extend(chain.take_warnings());
         for (r, _) in &decision.infeasible_requests {
             self.out.report.infeasible_requests.push(r.clone());

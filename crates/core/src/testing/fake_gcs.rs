@@ -24,7 +24,10 @@ use super::FakeProvider;
 use crate::config::ClusterConfig;
 use crate::driver::{DrainReply, Gcs, GcsState};
 use crate::error::CoreError;
-use crate::model::{ClusterResourceState, NodeState, NodeStatus, ResourceRequestByCount};
+use crate::model::{
+    ClusterConstraint, ClusterResourceState, GangRequest, NodeState, NodeStatus,
+    ResourceRequestByCount,
+};
 use crate::reconciler::AutoscalingReport;
 use crate::scheduler::request::HEAD_MARKER;
 
@@ -37,6 +40,10 @@ struct State {
     /// Nodes (by cloud instance) that reject an idle drain although they look idle.
     refusing: BTreeSet<String>,
     demand: Vec<ResourceRequestByCount>,
+    /// Pending placement groups.
+    gangs: Vec<GangRequest>,
+    /// `request_resources` constraints.
+    constraints: Vec<ClusterConstraint>,
     next_node: u32,
     reports: Vec<(i64, AutoscalingReport)>,
     held_version: i64,
@@ -238,6 +245,20 @@ impl FakeGcs {
         st.version += 1;
     }
 
+    /// Sets the pending placement groups.
+    pub fn set_gangs(&self, gangs: Vec<GangRequest>) {
+        let mut st = self.lock();
+        st.gangs = gangs;
+        st.version += 1;
+    }
+
+    /// Sets the `request_resources` constraints (Ray holds at most one).
+    pub fn set_constraints(&self, constraints: Vec<ClusterConstraint>) {
+        let mut st = self.lock();
+        st.constraints = constraints;
+        st.version += 1;
+    }
+
     /// Marks the node on `cloud_instance_id` busy (nothing available) or idle.
     pub fn set_busy(&self, cloud_instance_id: &str, busy: bool) {
         let mut st = self.lock();
@@ -431,7 +452,8 @@ impl Gcs for FakeGcs {
                 node_states: nodes,
                 unreadable_nodes,
                 pending_resource_requests: st.demand.clone(),
-                ..Default::default()
+                pending_gang_resource_requests: st.gangs.clone(),
+                cluster_resource_constraints: st.constraints.clone(),
             },
             skipped: Vec::new(),
         })
