@@ -21,9 +21,10 @@ pub struct RunArgs {
     /// The cluster config.
     #[arg(long)]
     config: PathBuf,
-    /// GCS address (host:port).
-    #[arg(long)]
-    gcs: String,
+    /// GCS address (host:port); `--address` too. Absent: `RAY_ADDRESS`, else the head
+    /// started last on this host (/tmp/ray/ray_current_cluster), as `ray status` finds it.
+    #[arg(long, visible_alias = "address")]
+    gcs: Option<String>,
     /// The `ray` binary (local_processes provider; default: found on PATH).
     #[arg(long)]
     ray: Option<PathBuf>,
@@ -49,6 +50,10 @@ pub struct RunArgs {
 /// `rayscale run`.
 pub async fn run(args: RunArgs) -> Result<String> {
     let config = load_config(&args.config)?;
+    let gcs_address = crate::gcs::address(args.gcs.as_deref())?;
+    for line in config.keys_not_acted_on() {
+        tracing::warn!("{}: {line}", args.config.display());
+    }
     let head_ip = match args.head_ip.as_deref() {
         Some("auto") => {
             Some(crate::providers::private_ip_from_metadata(&config.provider_type).await?)
@@ -58,7 +63,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
     let provider = crate::providers::build(
         &config,
         &ProviderEnv {
-            gcs_address: args.gcs.clone(),
+            gcs_address: gcs_address.clone(),
             ray_binary: args.ray.clone(),
             head_ip,
         },
@@ -68,11 +73,15 @@ pub async fn run(args: RunArgs) -> Result<String> {
     if !(args.interval.is_finite() && args.interval > 0.0) {
         bail!("--interval: expected a positive number of seconds");
     }
-    let gcs = loop_client(&args.gcs)?;
+    let gcs = loop_client(&gcs_address)?;
     // A slow GCS is not a missing one: the probe allows 10 s for an answer (nothing
     // listening fails at once: a wrong address is bad input, one line, non-zero exit).
     if !gcs_answers(gcs.addr()).await {
-        bail!("no Ray GCS answers at {}", gcs.addr());
+        bail!(
+            "no Ray GCS answers at {}: {}",
+            gcs.addr(),
+            crate::gcs::no_gcs_hint(gcs.addr())
+        );
     }
     if args.autostop_head && config.provider_type == crate::local_head::LOCAL {
         bail!(

@@ -50,6 +50,9 @@ pub struct UpArgs {
 /// `rayscale up`.
 pub async fn up(args: UpArgs) -> Result<String> {
     let config = load_config(&args.config)?;
+    for line in config.keys_not_acted_on() {
+        tracing::warn!("{}: {line}", args.config.display());
+    }
     if config.provider_type != LOCAL {
         let wait = args.wait.map(|secs| crate::launch::Wait {
             secs,
@@ -120,7 +123,7 @@ async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()>
             "--include-dashboard=false",
             "--disable-usage-stats",
             // The head of an external autoscaler: autoscaler v2's view in `ray status`,
-            // and no Ray autoscaler of its own (see the README).
+            // and no Ray autoscaler of its own (see docs/src/getting-started/migrating.md).
             "--no-monitor",
             &format!("--temp-dir={}", temp.display()),
         ])

@@ -129,7 +129,7 @@ impl BridgeConfig {
                 ) {
                     return Err(AdapterError::Config {
                         path: format!("rayscale.bridge.{k}"),
-                        message: "unknown key (known: python, call_timeout_s, launch_timeout_s, install_timeout_s)".into(),
+                        message: rayscale_core::config::keys::unknown("bridge"),
                     });
                 }
             }

@@ -136,12 +136,7 @@ impl ExpanderSettings {
                 | "install"
                 | "gangs" => {}
                 _ => {
-                    return Err(CoreError::invalid(
-                        p,
-                        "unknown key (known: expander, unavailable_type_ttl_s, preemption, bridge, \
-                         disruption_budget, scale_down_delay_after_launch_s, min_node_lifetime_s, \
-                         max_hourly_cost, autostop_minutes, consolidation, install, gangs)",
-                    ));
+                    return Err(CoreError::invalid(p, super::keys::unknown("")));
                 }
             }
         }
@@ -224,10 +219,7 @@ impl ExpanderSettings {
                 "prices" => self.prices = per_type_numbers(val, &p, types)?,
                 "grpc" => self.grpc = Some(read_grpc(val, &p)?),
                 _ => {
-                    return Err(CoreError::invalid(
-                        p,
-                        "unknown key (known: chain, seed, priorities, weights, prices, grpc)",
-                    ));
+                    return Err(CoreError::invalid(p, super::keys::unknown("expander")));
                 }
             }
         }
@@ -305,10 +297,7 @@ fn read_grpc(v: &Value, path: &str) -> Result<GrpcExpanderSettings, CoreError> {
                     })?;
             }
             _ => {
-                return Err(CoreError::invalid(
-                    p,
-                    "unknown key (known: url, cert, insecure, timeout_s)",
-                ));
+                return Err(CoreError::invalid(p, super::keys::unknown("expander.grpc")));
             }
         }
     }

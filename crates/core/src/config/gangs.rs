@@ -109,10 +109,7 @@ impl Gangs {
                         })?;
                 }
                 _ => {
-                    return Err(CoreError::invalid(
-                        p,
-                        "unknown key (known: mode, timeout_s, attempts)",
-                    ));
+                    return Err(CoreError::invalid(p, super::keys::unknown("gangs")));
                 }
             }
         }

@@ -136,10 +136,7 @@ impl InstallSettings {
                     })?
                 }
                 _ => {
-                    return Err(CoreError::invalid(
-                        p,
-                        "unknown key (known: wheel, sha256, find_links, pip, index)",
-                    ));
+                    return Err(CoreError::invalid(p, super::keys::unknown("install")));
                 }
             }
         }

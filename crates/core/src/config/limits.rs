@@ -231,11 +231,7 @@ fn consolidation(v: &Value, path: &str, types: &[String]) -> Result<Consolidatio
             "after_s" => c.after_s = seconds(val, &p)?,
             "drain_deadline_s" => c.drain_deadline_s = seconds(val, &p)?,
             _ => {
-                return Err(CoreError::invalid(
-                    p,
-                    "unknown key (known: node_types, utilization_below, after_s, \
-                     drain_deadline_s)",
-                ));
+                return Err(CoreError::invalid(p, super::keys::unknown("consolidation")));
             }
         }
     }
@@ -361,9 +357,10 @@ fn budget(v: &Value, path: &str, types: Option<&[String]>) -> Result<BudgetBlock
                 return Err(CoreError::invalid(
                     p,
                     if types.is_some() {
-                        "unknown key (known: max_draining, max_stops, window_s, blocked, node_types)"
+                        super::keys::unknown("disruption_budget")
                     } else {
-                        "unknown key (known: max_draining, max_stops, window_s)"
+                        // A node type's own budget: the global one's amounts.
+                        "unknown key (known: max_draining, max_stops, window_s)".to_string()
                     },
                 ));
             }

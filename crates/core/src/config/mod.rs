@@ -9,6 +9,7 @@ pub mod expander_settings;
 pub mod fast_yaml;
 pub mod gangs;
 pub mod install;
+pub mod keys;
 pub mod limits;
 pub mod preemption;
 pub mod schema;
@@ -267,6 +268,41 @@ impl ClusterConfig {
     /// The global idle timeout in seconds.
     pub fn idle_timeout_s(&self) -> f64 {
         self.idle_timeout_minutes * 60.0
+    }
+
+    /// Keys of Ray's schema this config sets that rayscale does not act on with its
+    /// provider, one line each naming the key and what to do instead: `up` and `run`
+    /// say them at start, so nothing is dropped silently. Ray's v1 providers (through
+    /// the adapter) run Ray's own node updater, which acts on them all.
+    pub fn keys_not_acted_on(&self) -> Vec<String> {
+        const V1: &[&str] = &["local", "vsphere", "aliyun", "external", "fake_multinode"];
+        if V1.contains(&self.provider_type.as_str()) {
+            return Vec::new();
+        }
+        let set = |k: &str| match self.raw.get(k) {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+            Some(Value::Object(m)) => !m.is_empty(),
+            Some(Value::Array(a)) => !a.is_empty(),
+            Some(_) => true,
+        };
+        [
+            "file_mounts",
+            "cluster_synced_files",
+            "file_mounts_sync_continuously",
+            "rsync_exclude",
+            "rsync_filter",
+        ]
+        .into_iter()
+        .filter(|k| set(k))
+        .map(|k| {
+            format!(
+                "{k}: not acted on by rayscale with provider {:?}: nothing is copied to the \
+                 nodes (Ray's v1 providers' node updater copies it); put the files in the \
+                 image, or fetch them in setup_commands",
+                self.provider_type
+            )
+        })
+        .collect()
     }
 }
 

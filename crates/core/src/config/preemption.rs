@@ -112,10 +112,7 @@ impl PreemptionSettings {
                             })?;
                 }
                 _ => {
-                    return Err(CoreError::invalid(
-                        p,
-                        "unknown key (known: enabled, on_rebalance, notice_poll_s)",
-                    ));
+                    return Err(CoreError::invalid(p, super::keys::unknown("preemption")));
                 }
             }
         }

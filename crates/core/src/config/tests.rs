@@ -129,3 +129,35 @@ fn a_huge_or_impossible_min_workers_is_refused_at_load_in_one_line() {
         "available_node_types.gpu.min_workers: 5 is more than the type's max_workers (4)"
     );
 }
+
+#[test]
+fn file_mounts_are_said_to_be_not_acted_on_except_through_rays_v1_providers() {
+    let text = |provider: &str, extra: &str| {
+        format!(
+            "cluster_name: c\nprovider: {{type: {provider}}}\nhead_node_type: head\n\
+             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{}}}}\n{extra}"
+        )
+    };
+    let c = ClusterConfig::from_yaml_str(
+        &text(
+            "local_processes",
+            "file_mounts: {/code: ./code}\nrsync_exclude: []\nfile_mounts_sync_continuously: false\ncluster_synced_files: [/data]\n",
+        ),
+        "c.yaml",
+    )
+    .expect("loads");
+    let said = c.keys_not_acted_on();
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said[0].starts_with("file_mounts: not acted on"), "{said:?}");
+    assert!(
+        said[1].starts_with("cluster_synced_files: not acted on"),
+        "{said:?}"
+    );
+    let v1 =
+        ClusterConfig::from_yaml_str(&text("local", "file_mounts: {/code: ./code}\n"), "c.yaml")
+            .expect("loads");
+    assert!(v1.keys_not_acted_on().is_empty());
+    let none =
+        ClusterConfig::from_yaml_str(&text("aws", "file_mounts: {}\n"), "c.yaml").expect("loads");
+    assert!(none.keys_not_acted_on().is_empty());
+}
