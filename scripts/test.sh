@@ -3,8 +3,10 @@
 # compatibility checks against Ray's own protobufs, the contract check of every cloud
 # request against the clouds' published API models, the wheel (built with maturin,
 # installed into a fresh venv and run; installed by a head's boot in the end-to-end
-# tests), and the differential test against Ray 2.60's scheduler. Installs the Python
-# side (Ray, maturin) itself; fails loudly if it cannot.
+# tests), the docs (the book built with mdBook; its examples, links and command-line
+# reference checked by tests/tests/docs.rs), and the differential test against Ray
+# 2.60's scheduler. Installs the Python side (Ray, maturin) and mdBook itself; fails
+# loudly if it cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "FATAL: cargo is not installed (https://rustup.rs)" >&2; exit 1; }
@@ -20,6 +22,18 @@ echo "== rayscale-core module layers"
 "$PY" scripts/check_module_layers.py
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features --release -- -D warnings
+echo "== the book (docs/): mdbook build"
+# mdBook from PATH, else installed once beside the build cache (about 2 min cold).
+MDBOOK="$(command -v mdbook || true)"
+if [[ -z "$MDBOOK" ]]; then
+  TOOLS="${CARGO_TARGET_DIR:-target}/tools"
+  if [[ ! -x "$TOOLS/bin/mdbook" ]]; then
+    cargo install mdbook --version 0.5.4 --locked --no-default-features --features search \
+      --root "$TOOLS" || { echo "FATAL: cannot install mdbook" >&2; exit 1; }
+  fi
+  MDBOOK="$TOOLS/bin/mdbook"
+fi
+"$MDBOOK" build docs
 echo "== proto compatibility with Ray's descriptors"
 "$PY" scripts/check_proto_compat.py
 "$PY" scripts/make_proto_fixtures.py --check

@@ -69,7 +69,7 @@ pub fn fake_cluster_env() -> Vec<(String, String)> {
 }
 
 impl RayHeadOptions {
-    /// A head for an external autoscaler, as the README says to start one:
+    /// A head for an external autoscaler, as the docs say to start one:
     /// `RAY_enable_autoscaler_v2=1 ray start --head --no-monitor`, with the head's node type
     /// named `head_type` (so `ray status` lists it under its type).
     pub fn external_autoscaler(head_type: &str) -> Self {

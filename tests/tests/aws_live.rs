@@ -9,7 +9,7 @@
 //! And the other way in: Ray's own `ray up` (its AWS bootstrap against moto, its node
 //! updater over a fake `ssh` that runs the head's commands on this machine,
 //! `tests/fakes/ray_up/`) with rayscale's wheel installed by `head_setup_commands` and
-//! Ray's monitor replaced by `rayscale run` in `head_start_ray_commands`, as the README
+//! Ray's monitor replaced by `rayscale run` in `head_start_ray_commands`, as the docs
 //! shows; then `ray down`.
 //!
 //! The two tests take turns (each runs a Ray cluster; together they would starve a
@@ -332,7 +332,7 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
     }
     std::fs::write(head_home.join(".bashrc"), bashrc).expect(".bashrc");
     let config = scratch.join("cluster.yaml");
-    // The README's head_setup_commands (the wheel, from a local directory here) and
+    // The docs' head_setup_commands (the wheel, from a local directory here) and
     // head_start_ray_commands, with what one machine needs (a loopback address, a temp
     // dir of its own, a free port, a short interval).
     std::fs::write(

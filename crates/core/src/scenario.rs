@@ -1,5 +1,5 @@
 //! `rayscale plan` scenarios: joining a snapshot into a [`SchedulingRequest`], and the
-//! canonical decision JSON (see `shared/spec/plan-scenario.md`).
+//! canonical decision JSON (see `docs/src/reference/scenario.md`).
 
 use serde_json::Value;
 

@@ -278,7 +278,7 @@ impl AzureConfig {
             AzureError::config(
                 "provider.subnet",
                 "is required: the id of the subnet the VMs join (/subscriptions/../virtualNetworks/V/subnets/S); \
-                 rayscale creates no network (Ray's bootstrap writes this key; see the README)",
+                 rayscale creates no network (Ray's bootstrap writes this key; see docs/src/platforms/azure.md)",
             )
         })?;
         if !subnet.contains("/subnets/") {

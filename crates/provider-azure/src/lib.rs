@@ -15,7 +15,7 @@
 //! a VM, hold global state or create a runtime, take an operation that ended `Failed` for
 //! a success, leave a VM whose create failed behind, send plain http anywhere but
 //! loopback, or create networks, identities or resource groups (Ray's bootstrap does;
-//! see the README).
+//! see docs/src/platforms/azure.md).
 //!
 //! Files: `config` (the YAML), `mapping` (pure: node_config -> VM body, VM ->
 //! `CloudInstance`, names, tags), `client` (credentials, endpoint, retries, the create

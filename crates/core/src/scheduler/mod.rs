@@ -17,7 +17,7 @@
 //! pass over many nodes does not re-simulate every node in every round.
 //!
 //! Where Ray 2.60 plainly has a bug, this scheduler does what Ray evidently intends; each
-//! such case is listed in the README's compatibility section:
+//! such case is listed in docs/src/concepts/compatibility.md:
 //! - `MIN_WORKERS_ALIASING`: Ray creates the nodes it adds for `min_workers` as one object
 //!   repeated, so cutting one of them (global `max_workers`) cuts them all. Here each is
 //!   its own node.

@@ -1,6 +1,6 @@
 //! Building a [`SchedulingRequest`]: joining the cluster config, the GCS state and the
 //! instance records by the spec's joining and ordering rules
-//! (`shared/spec/plan-scenario.md`). The reconciler and `rayscale plan` both build their
+//! (`docs/src/reference/scenario.md`). The reconciler and `rayscale plan` both build their
 //! requests here.
 
 use crate::CoreError;
@@ -230,7 +230,7 @@ pub(crate) fn build_request_with_hexes(
     })
 }
 
-/// The availability inputs of a request (see `plan-scenario.md`): what the cloud's
+/// The availability inputs of a request (see `docs/src/reference/scenario.md`): what the cloud's
 /// capacity history says of each node type.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AvailabilityInputs {

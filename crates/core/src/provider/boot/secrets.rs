@@ -77,7 +77,7 @@ pub fn refuse(v: &Value, path: &str) -> Result<(), CoreError> {
                 format!(
                     "holds what looks like {kind}; it would go into the instances' user data, \
                      readable through the metadata service: fetch it at boot from a secret \
-                     store instead (README, \"What goes into user data\")"
+                     store instead (docs/src/guides/secrets.md)"
                 ),
             )),
             None => Ok(()),
