@@ -112,7 +112,7 @@ fn up_message(u: &UpReport<'_>) -> String {
             } else {
                 "\nrayscale.install is not set: the head runs rayscale only if its image has \
                  it (on the PATH, or RAYSCALE_BIN); else its boot stops after Ray's head \
-                 (README: rayscale.install)."
+                 (docs/src/platforms/aws.md, rayscale.install)."
             }
         ),
     };
@@ -160,7 +160,7 @@ async fn wait_for_rayscale(cluster: &str, gcs: &str, timeout: Duration) -> Resul
                     bail!(
                         "rayscale is not running on the head of {cluster}: its boot says \"{why}\" \
                          (the head's /var/lib/rayscale/boot.log has the whole output; see \
-                         rayscale.install in the README)"
+                         rayscale.install in docs/src/platforms/aws.md)"
                     );
                 }
                 last = if seen.is_some() {

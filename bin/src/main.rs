@@ -34,34 +34,55 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run one scheduling pass on a frozen snapshot and print the decision as JSON.
+    #[command(
+        after_help = "Examples:\n  rayscale plan --scenario examples/scenarios/basic.yaml\n  rayscale snapshot --gcs 127.0.0.1:6379 --config cluster.yaml > now.json && rayscale plan --scenario now.json\n\nFormat: docs/src/reference/scenario.md"
+    )]
     Plan(plan::PlanArgs),
-    /// Start a cluster. In a cloud: find or launch its head (which starts Ray and rayscale
-    /// at boot) and print its address. With local_processes: a Ray head on loopback if
-    /// none runs, autoscaled in the foreground until Ctrl-C.
+    /// Start a cluster: a cloud head that runs rayscale, or a local one autoscaled here.
+    ///
+    /// In a cloud: find or launch its head (which starts Ray and rayscale at boot) and
+    /// print its address. With local_processes: a Ray head on loopback if none runs,
+    /// autoscaled in the foreground until Ctrl-C.
+    #[command(
+        after_help = "Examples:\n  rayscale up examples/local-cluster.yaml --port 6379\n  rayscale up aws-cluster.yaml --wait"
+    )]
     Up(up::UpArgs),
     /// Terminate a cluster's workers, then its head.
+    #[command(after_help = "Example:\n  rayscale down examples/local-cluster.yaml --port 6379")]
     Down(down::DownArgs),
     /// Run the autoscaling loop alone against a running cluster (like Ray's monitor.py).
+    #[command(
+        after_help = "Example (on the head, started with RAY_enable_autoscaler_v2=1 ray start --head --no-monitor):\n  rayscale run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:6379 --head-ip auto"
+    )]
     Run(run::RunArgs),
     /// Show the cluster and the autoscaler's state (like `ray status`); `--watch` refreshes.
+    #[command(
+        after_help = "Examples:\n  rayscale status --gcs 127.0.0.1:6379\n  rayscale status --gcs 127.0.0.1:6379 --why\n  rayscale status --gcs 127.0.0.1:6379 --watch"
+    )]
     Status(status::StatusArgs),
     /// Ask the cluster to keep capacity for bundles (Ray's `request_resources`).
     RequestResources(request_resources::RequestArgs),
-    /// Why, worked out now from the live cluster without acting: the reasons for pending
-    /// demand and for each worker node (`status --why` shows what the running rayscale
-    /// stored).
+    /// Why each worker stays or goes and why demand waits, worked out now without acting.
+    ///
+    /// The reasons for pending demand and for each worker node, from the live cluster
+    /// (`status --why` shows what the running rayscale stored).
     Explain(explain::ExplainArgs),
     /// Write a `plan` scenario (JSON) of the live cluster, to replay a decision offline.
     Snapshot(snapshot::SnapshotArgs),
-    /// Autoscale a RayCluster as its head pod's sidecar, in place of Ray's autoscaler
-    /// (the flags of `ray kuberay-autoscaler`).
+    /// Autoscale a RayCluster as its head pod's sidecar, in place of Ray's autoscaler.
+    ///
+    /// Takes the flags of `ray kuberay-autoscaler`.
     #[cfg(feature = "kuberay")]
     Kuberay(cmd::kuberay::KubeRayArgs),
     /// Print the script a new worker of a node type runs at boot (its cloud's user data).
     BootScript(boot_script::BootScriptArgs),
-    /// What the autoscaler would do on a workload trace: a simulation in virtual time of
-    /// the real reconciler and scheduler against a simulated cloud, with a summary and an
-    /// SVG plot; several configs or `--compare` expander chains side by side.
+    /// What the autoscaler would do on a workload trace, in virtual time.
+    ///
+    /// A simulation of the real reconciler and scheduler against a simulated cloud, with a
+    /// summary and an SVG plot; several configs or `--compare` expander chains side by side.
+    #[command(
+        after_help = "Example:\n  rayscale simulate --config examples/local-cluster.yaml --trace examples/traces/burst.yaml"
+    )]
     Simulate(simulate::SimulateArgs),
 }
 
@@ -89,7 +110,13 @@ where
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("rayscale {name}: {}", format!("{e:#}").replace('\n', " "));
+            let hint = gcs::hint_for(&e)
+                .map(|h| format!(": {h}"))
+                .unwrap_or_default();
+            eprintln!(
+                "rayscale {name}: {}{hint}",
+                format!("{e:#}").replace('\n', " ")
+            );
             ExitCode::FAILURE
         }
     }

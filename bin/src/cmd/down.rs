@@ -101,9 +101,21 @@ pub async fn down_local(
         }
         signal(&pids_mentioning(&temp), "KILL");
     }
-    let left = provider.list().await?.len();
-    if left > 0 {
-        bail!("{left} workers are still running");
+    let left: Vec<String> = provider
+        .list()
+        .await?
+        .into_iter()
+        .map(|c| c.cloud_instance_id)
+        .collect();
+    if !left.is_empty() {
+        bail!(
+            "{} workers are still running ({}): see them with `rayscale status --gcs \
+             127.0.0.1:{port}` (their processes carry RAYSCALE_CLUSTER={} in their \
+             environment), then run `rayscale down` again",
+            left.len(),
+            left.join(", "),
+            config.cluster_name
+        );
     }
     Ok(format!(
         "cluster {} is down ({} workers, head {})",

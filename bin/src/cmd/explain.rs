@@ -16,16 +16,18 @@ pub struct ExplainArgs {
     /// The cluster config.
     #[arg(long)]
     config: PathBuf,
-    /// GCS address (host:port).
-    #[arg(long)]
-    gcs: String,
+    /// GCS address (host:port); `--address` too. Absent: `RAY_ADDRESS`, else the head
+    /// started last on this host (/tmp/ray/ray_current_cluster), as `ray status` finds it.
+    #[arg(long, visible_alias = "address")]
+    gcs: Option<String>,
     #[command(flatten)]
     expander: crate::expander::ExpanderArgs,
 }
 
 /// `rayscale explain`.
 pub async fn explain(args: &ExplainArgs) -> Result<String> {
-    let doc = super::snapshot::scenario(&args.gcs, &args.config).await?;
+    let doc =
+        super::snapshot::scenario(&crate::gcs::address(args.gcs.as_deref())?, &args.config).await?;
     let cluster = doc
         .pointer("/config/cluster_name")
         .and_then(serde_json::Value::as_str)

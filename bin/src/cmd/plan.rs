@@ -15,7 +15,7 @@ use rayscale_gcs_client::proto::ray::rpc::autoscaler as pb;
 /// Arguments of `rayscale plan`.
 #[derive(Args)]
 pub struct PlanArgs {
-    /// The scenario file (YAML or JSON), see shared/spec/plan-scenario.md.
+    /// The scenario file (YAML or JSON), format: docs/src/reference/scenario.md.
     #[arg(long)]
     scenario: PathBuf,
     /// Print why instead of the decision: the reasons for pending demand and for each

@@ -12,9 +12,10 @@ use crate::gcs::one_shot_client;
 /// Arguments of `rayscale request-resources`.
 #[derive(Args)]
 pub struct RequestArgs {
-    /// GCS address (host:port).
-    #[arg(long)]
-    gcs: String,
+    /// GCS address (host:port); `--address` too. Absent: `RAY_ADDRESS`, else the head
+    /// started last on this host (/tmp/ray/ray_current_cluster), as `ray status` finds it.
+    #[arg(long, visible_alias = "address")]
+    gcs: Option<String>,
     /// Ask for this many CPUs (as `num_cpus` of Ray's `request_resources`: one-CPU bundles).
     #[arg(long)]
     num_cpus: Option<u64>,
@@ -73,7 +74,7 @@ pub fn constraint_from(num_cpus: Option<u64>, bundles: Option<&str>) -> Result<C
 /// `rayscale request-resources`.
 pub async fn request_resources(args: &RequestArgs) -> Result<String> {
     let c = constraint_from(args.num_cpus, args.bundles.as_deref())?;
-    let gcs = one_shot_client(&args.gcs)?;
+    let gcs = one_shot_client(&crate::gcs::address(args.gcs.as_deref())?)?;
     let n: u64 = c.resource_requests.iter().map(|r| r.count).sum();
     gcs.request_cluster_resource_constraint(constraint_to_proto(&c))
         .await?;

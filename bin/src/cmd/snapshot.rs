@@ -16,9 +16,10 @@ use crate::gcs::one_shot_client;
 /// Arguments of `rayscale snapshot`.
 #[derive(Args)]
 pub struct SnapshotArgs {
-    /// GCS address (host:port).
-    #[arg(long)]
-    gcs: String,
+    /// GCS address (host:port); `--address` too. Absent: `RAY_ADDRESS`, else the head
+    /// started last on this host (/tmp/ray/ray_current_cluster), as `ray status` finds it.
+    #[arg(long, visible_alias = "address")]
+    gcs: Option<String>,
     /// The cluster config.
     #[arg(long)]
     config: PathBuf,
@@ -26,7 +27,7 @@ pub struct SnapshotArgs {
 
 /// `rayscale snapshot`: a `plan` scenario (JSON) of the live cluster.
 pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
-    let doc = scenario(&args.gcs, &args.config).await?;
+    let doc = scenario(&crate::gcs::address(args.gcs.as_deref())?, &args.config).await?;
     Ok(serde_json::to_string_pretty(&doc)?)
 }
 

@@ -15,9 +15,10 @@ pub use render::render;
 /// Arguments of `rayscale status`.
 #[derive(Args)]
 pub struct StatusArgs {
-    /// GCS address (host:port).
-    #[arg(long)]
-    gcs: String,
+    /// GCS address (host:port); `--address` too. Absent: `RAY_ADDRESS`, else the head
+    /// started last on this host (/tmp/ray/ray_current_cluster), as `ray status` finds it.
+    #[arg(long, visible_alias = "address")]
+    gcs: Option<String>,
     /// Refresh until Ctrl-C: in place on a terminal, as plain lines (one per change and per
     /// instance transition) otherwise.
     #[arg(long)]
@@ -42,7 +43,7 @@ pub struct StatusArgs {
 /// `rayscale status`: a `ray status`-like view from `GetClusterStatus`, once or (with
 /// `--watch`) refreshed.
 pub async fn status(args: &StatusArgs) -> Result<String> {
-    let gcs = one_shot_client(&args.gcs)?;
+    let gcs = one_shot_client(&crate::gcs::address(args.gcs.as_deref())?)?;
     if args.watch {
         if !(args.every.is_finite() && args.every > 0.0) {
             bail!("--every: expected a positive number of seconds");
