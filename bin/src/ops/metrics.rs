@@ -31,6 +31,38 @@ type FloatGauges = Family<Labels, Gauge<f64, AtomicU64>>;
 type Counters = Family<Labels, Counter>;
 type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
 
+/// Each family's labels besides `SessionName`, which every family carries (as Ray's do).
+/// The reference page lists them; a test checks the exposition against them.
+#[cfg(test)]
+const LABELS: &[(&str, &[&str])] = &[
+    ("autoscaler_pending_nodes", &["NodeType"]),
+    ("autoscaler_active_nodes", &["NodeType"]),
+    ("autoscaler_recently_failed_nodes", &["NodeType"]),
+    ("autoscaler_cluster_resources", &["resource"]),
+    ("autoscaler_pending_resources", &["resource"]),
+    ("rayscale_iteration_phase_seconds", &["phase"]),
+    ("rayscale_effects", &["effect"]),
+    ("rayscale_provider_errors", &["op", "kind"]),
+    ("rayscale_expander_fallbacks", &["expander"]),
+    ("rayscale_unavailable_node_types", &["NodeType"]),
+    ("rayscale_lease_holder", &["holder"]),
+    ("rayscale_preemption_notices", &["NodeType", "source"]),
+    ("rayscale_pending_demand", &["reason"]),
+    ("rayscale_nodes_kept", &["reason"]),
+];
+
+/// The labels of family `name` (as registered, without a `_total` or `_bucket` suffix).
+#[cfg(test)]
+fn labels_of(name: &str) -> Vec<&'static str> {
+    let mut l: Vec<&'static str> = LABELS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(&[][..], |(_, l)| *l)
+        .to_vec();
+    l.push("SessionName");
+    l
+}
+
 /// Ray's buckets of worker launch and update times (5 s to 30 min).
 fn worker_buckets() -> Histogram {
     Histogram::new([
@@ -53,15 +85,23 @@ fn phase_buckets() -> Histogram {
 struct Reg<'a> {
     r: &'a mut Registry,
     session: Labels,
+    /// Each family as registered: (name, type, help), for the reference page (its test).
+    #[cfg_attr(not(test), allow(dead_code))]
+    families: Vec<(String, &'static str, String)>,
 }
 
 impl Reg<'_> {
+    fn describe(&mut self, name: &str, kind: &'static str, help: &str) {
+        self.families.push((name.into(), kind, help.into()));
+    }
     fn gauges(&mut self, name: &str, help: &str) -> Gauges {
+        self.describe(name, "gauge", help);
         let f = Gauges::default();
         self.r.register(name, help, f.clone());
         f
     }
     fn floats(&mut self, name: &str, help: &str) -> FloatGauges {
+        self.describe(name, "gauge", help);
         let f = FloatGauges::default();
         self.r.register(name, help, f.clone());
         f
@@ -74,17 +114,18 @@ impl Reg<'_> {
         f
     }
     fn counter(&mut self, name: &str, help: &str) -> Counters {
-        let f = Counters::default();
-        self.r.register(name, help, f.clone());
+        let f = self.counters(name, help);
         drop(f.get_or_create(&self.session));
         f
     }
     fn counters(&mut self, name: &str, help: &str) -> Counters {
+        self.describe(name, "counter", help);
         let f = Counters::default();
         self.r.register(name, help, f.clone());
         f
     }
     fn histograms(&mut self, name: &str, help: &str, b: fn() -> Histogram) -> Histograms {
+        self.describe(name, "histogram", help);
         let f = Histograms::new_with_constructor(b);
         self.r.register(name, help, f.clone());
         f
@@ -114,6 +155,9 @@ struct Seen {
 /// The metrics of one autoscaler process.
 pub struct Metrics {
     registry: Registry,
+    /// Each family as registered: (name, type, help).
+    #[cfg(test)]
+    families: Vec<(String, &'static str, String)>,
     session: String,
     pending_nodes: Gauges,
     active_nodes: Gauges,
@@ -159,6 +203,7 @@ impl Metrics {
         let mut r = Reg {
             r: &mut registry,
             session: vec![("SessionName", session.to_string())],
+            families: Vec::new(),
         };
         let wb = worker_buckets as fn() -> Histogram;
         let worker_create_node_time = r.histogram(
@@ -318,7 +363,11 @@ impl Metrics {
             ),
             session,
         );
+        #[cfg(test)]
+        let families = r.families;
         Metrics {
+            #[cfg(test)]
+            families,
             preemption,
             why,
             registry,
@@ -365,6 +414,41 @@ impl Metrics {
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
             tracing::warn!("cannot encode the metrics: {e}");
+        }
+        out
+    }
+
+    /// The reference page of every family (`docs/src/reference/metrics.md`): its name as
+    /// scraped, type, labels and help, as registered.
+    #[cfg(test)]
+    pub fn reference_markdown(&self) -> String {
+        let mut out = String::from(
+            "# Metrics\n\n<!-- Generated from the metric registry (bin/src/ops/metrics.rs) by \
+             `RAYSCALE_BLESS=1 cargo test -p rayscale --bin rayscale metrics_reference`; \
+             a test fails when it drifts. -->\n\n\
+             Served at `/metrics` on `--metrics-port` (8080 by default; see \
+             [Monitoring](../guides/monitoring.md)). The `autoscaler_*` families are Ray \
+             2.60's (`autoscaler/_private/prom_metrics.py`: same names, types, labels and \
+             buckets, so Ray's Grafana dashboards read rayscale unchanged); the `rayscale_*` \
+             families are rayscale's own. Every family carries `SessionName`, the Ray \
+             session's name. A counter is scraped with `_total`, a histogram as \
+             `_bucket`, `_sum` and `_count`.\n\n\
+             | Family | Type | Labels | What it counts |\n|---|---|---|---|\n",
+        );
+        for (name, kind, what) in &self.families {
+            let shown = match *kind {
+                "counter" => format!("{name}_total"),
+                _ => name.clone(),
+            };
+            let labels = labels_of(name)
+                .iter()
+                .map(|l| format!("`{l}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            out.push_str(&format!(
+                "| `{shown}` | {kind} | {labels} | {} |\n",
+                what.replace('|', "\\|")
+            ));
         }
         out
     }
@@ -659,4 +743,4 @@ impl Observer for Metrics {
 
 #[cfg(test)]
 #[path = "metrics_tests.rs"]
-mod tests;
+pub(crate) mod tests;

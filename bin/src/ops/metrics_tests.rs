@@ -150,3 +150,75 @@ fn a_new_leader_counts_only_what_its_first_iteration_did() {
         "{text}"
     );
 }
+
+/// Checks that every sample of exposition `text` carries the labels its family declares
+/// (`LABELS`), in that order, besides a histogram's `le`.
+pub(crate) fn assert_declared_labels(text: &str) {
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, _)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+        let family = ["_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        let names: Vec<&str> = labels
+            .trim_end_matches('}')
+            .split(',')
+            .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
+            .filter(|k| *k != "le")
+            .collect();
+        assert_eq!(names, labels_of(family), "labels of {line}");
+    }
+}
+
+#[test]
+fn every_sample_carries_the_labels_its_family_declares() {
+    use InstanceStatus::*;
+    let a = instance("a", &[(Queued, 100), (Requested, 101), (Allocated, 131)]);
+    let m = Metrics::new("s1", 99 * S);
+    iterate(&m, 140, &[&a], false);
+    let text = m.encode();
+    assert!(text.contains("NodeType=\"w\""), "{text}");
+    assert_declared_labels(&text);
+    // A family declared with a label it does not have would fail the check.
+    let bad = "autoscaler_active_nodes{SessionName=\"s1\"} 1\n";
+    assert!(std::panic::catch_unwind(|| assert_declared_labels(bad)).is_err());
+}
+
+/// `docs/src/reference/metrics.md` is what the registry says (RAYSCALE_BLESS=1 rewrites it).
+#[test]
+fn metrics_reference_is_the_registry() {
+    let m = Metrics::new("s", 0);
+    let doc = m.reference_markdown();
+    for (name, _) in LABELS {
+        assert!(
+            m.families.iter().any(|f| f.0 == *name),
+            "LABELS names {name}, which is not registered"
+        );
+    }
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/reference/metrics.md");
+    if std::env::var_os("RAYSCALE_BLESS").is_some() {
+        std::fs::write(&path, &doc).expect("write docs/src/reference/metrics.md");
+        return;
+    }
+    let now = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        now == doc,
+        "docs/src/reference/metrics.md is not the metric registry: regenerate it with \
+         RAYSCALE_BLESS=1 cargo test -p rayscale --bin rayscale metrics_reference"
+    );
+    // Every family is on the page, Ray's and rayscale's.
+    for family in [
+        "autoscaler_active_nodes",
+        "rayscale_nodes_kept",
+        "rayscale_effects_total",
+    ] {
+        assert!(
+            doc.contains(&format!("`{family}`")),
+            "{family} missing:\n{doc}"
+        );
+    }
+}

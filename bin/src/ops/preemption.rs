@@ -215,6 +215,7 @@ mod tests {
             });
         feed(34, vec![&old, &replacement], &outcome, &[]);
         let text = m.encode();
+        crate::ops::metrics::tests::assert_declared_labels(&text);
         assert_eq!(
             value(
                 &text,

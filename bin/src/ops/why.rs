@@ -167,6 +167,7 @@ mod tests {
             ]
         );
         assert!(!m.encode().contains("reason=\"type_at_max\""));
+        crate::ops::metrics::tests::assert_declared_labels(&m.encode());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
