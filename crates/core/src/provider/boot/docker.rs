@@ -3,21 +3,75 @@
 
 use serde_json::Value;
 
-use super::commands;
+use super::{commands, quote};
 use crate::CoreError;
 
-/// A `docker:` block, with the node type's overrides applied.
+/// A `docker:` block for one role (head or worker), with the node type's overrides
+/// applied as Ray applies them (the type's `docker:` keys over the cluster's).
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Docker {
     pub(super) image: String,
     pub(super) container: String,
     pub(super) pull: bool,
     pub(super) run_options: Vec<String>,
+    /// `docker` or, with `use_podman`, `podman`.
+    pub(super) command: &'static str,
+    /// Add `--shm-size` from the node's available memory (unless the options set one).
+    pub(super) shm_detection: bool,
+    /// Add `--runtime=nvidia` when the NVIDIA container runtime and a GPU are there.
+    pub(super) runtime_detection: bool,
+}
+
+/// The object store's share of available memory and its cap, Ray 2.60's defaults
+/// (`ray_constants.py` `DEFAULT_OBJECT_STORE_MEMORY_PROPORTION` and `..._MAX_MEMORY_BYTES`),
+/// which Ray's launcher sizes `/dev/shm` from, 10% over.
+const SHM_SHARE: f64 = 0.3 * 1.1;
+const SHM_MAX_BYTES: u64 = 200_000_000_000;
+
+impl Docker {
+    /// The script lines that start the container, as Ray's `DockerCommandRunner.run_init`
+    /// does: the user's options, then `--shm-size` from `MemAvailable`, then
+    /// `--runtime=nvidia` when `docker info` lists the NVIDIA runtime and `nvidia-smi`
+    /// works. Ray detects both over SSH before it starts the container; here the node
+    /// does it at boot.
+    pub(super) fn start(&self) -> String {
+        let mut s = format!(
+            "DOCKER={}\nCONTAINER={}\nDOCKER_DETECTED=\n",
+            self.command,
+            quote(&self.container)
+        );
+        if self.pull {
+            s.push_str(&format!("\"$DOCKER\" pull {}\n", quote(&self.image)));
+        }
+        if self.shm_detection {
+            s.push_str(&format!(
+                "SHM_BYTES=\"$(awk '/^MemAvailable:/ {{v = $2 * 1024 * {SHM_SHARE}; \
+                 if (v > {SHM_MAX_BYTES}) v = {SHM_MAX_BYTES}; printf \"%d\", v}}' \
+                 \"${{RAYSCALE_MEMINFO:-/proc/meminfo}}\" 2>/dev/null || true)\"\n\
+                 if [ -n \"$SHM_BYTES\" ]; then DOCKER_DETECTED=\"--shm-size=${{SHM_BYTES}}b\"; fi\n"
+            ));
+        }
+        if self.runtime_detection {
+            s.push_str(
+                "if \"$DOCKER\" info -f '{{.Runtimes}}' 2>/dev/null | grep -q nvidia-container-runtime \
+                 && nvidia-smi >/dev/null 2>&1; then\n  \
+                 DOCKER_DETECTED=\"$DOCKER_DETECTED --runtime=nvidia\"\nfi\n",
+            );
+        }
+        s.push_str(&format!(
+            "\"$DOCKER\" run --rm --name \"$CONTAINER\" -d -it -e LC_ALL=C.UTF-8 -e LANG=C.UTF-8 \
+             {} $DOCKER_DETECTED --net=host {} bash\n",
+            self.run_options.join(" "),
+            quote(&self.image)
+        ));
+        s
+    }
 }
 
 pub(super) fn docker_settings(
     top: Option<&Value>,
     per_type: Option<&Value>,
+    is_head: bool,
 ) -> Result<Option<Docker>, CoreError> {
     let get = |key: &str| {
         per_type
@@ -25,7 +79,9 @@ pub(super) fn docker_settings(
             .or_else(|| top.and_then(|d| d.get(key)))
     };
     let str_of = |key: &str| get(key).and_then(Value::as_str).map(str::to_string);
-    let image = str_of("worker_image").or_else(|| str_of("image"));
+    let flag = |key: &str| get(key).and_then(Value::as_bool).unwrap_or(false);
+    let role = if is_head { "head" } else { "worker" };
+    let image = str_of(&format!("{role}_image")).or_else(|| str_of("image"));
     let Some(image) = image.filter(|i| !i.is_empty()) else {
         return Ok(None);
     };
@@ -37,11 +93,12 @@ pub(super) fn docker_settings(
         ));
     }
     let mut run_options = Vec::new();
-    for key in ["run_options", "worker_run_options"] {
-        if let Some(v) = get(key) {
+    for key in ["run_options".to_string(), format!("{role}_run_options")] {
+        if let Some(v) = get(&key) {
             run_options.extend(commands(v, &format!("docker.{key}"))?);
         }
     }
+    let shm_set = run_options.iter().any(|o| o.contains("--shm-size"));
     Ok(Some(Docker {
         image,
         container,
@@ -49,5 +106,12 @@ pub(super) fn docker_settings(
             .and_then(Value::as_bool)
             .unwrap_or(true),
         run_options,
+        command: if flag("use_podman") {
+            "podman"
+        } else {
+            "docker"
+        },
+        shm_detection: !shm_set && !flag("disable_shm_size_detection"),
+        runtime_detection: !flag("disable_automatic_runtime_detection"),
     }))
 }

@@ -16,7 +16,9 @@
 //! `RAY_NODE_TYPE_NAME`, and the type's resources and labels as `RAY_OVERRIDE_RESOURCES`
 //! / `RAY_OVERRIDE_LABELS` (Ray's `ray_installer.py` and `updater.py`). With a `docker:`
 //! block, steps 2 and 3 run inside the container, started as Ray's `DockerCommandRunner`
-//! starts it (`docker run -d --net=host ... <image> bash`), and step 1 on the host.
+//! starts it (`docker run -d ... --net=host <image> bash`, with the role's image and run
+//! options, `/dev/shm` sized and the NVIDIA runtime added as Ray detects them, `podman`
+//! with `use_podman`), and step 1 on the host.
 //!
 //! Where the YAML has no `worker_start_ray_commands`, Ray's AWS defaults apply
 //! (`ray stop`, then `ray start --address=$RAY_HEAD_IP:6379 --object-manager-port=8076`
@@ -273,11 +275,20 @@ fn render(
         }
     };
     let init = pick("initialization_commands")?;
-    let mut setup = commands(
-        raw.get("setup_commands").unwrap_or(&Value::Null),
-        "setup_commands",
-    )?;
-    setup.extend(pick(setup_key)?);
+    // Ray's merge (`merge_setup_commands`, and v2's `get_worker_setup_commands`): the
+    // cluster's `setup_commands`, then the role's; a worker type's own
+    // `worker_setup_commands` replaces both.
+    let setup = match type_raw.and_then(|v| v.get(setup_key)) {
+        Some(own) if !is_head => commands(own, &format!("{type_path}.{setup_key}"))?,
+        _ => {
+            let mut setup = commands(
+                raw.get("setup_commands").unwrap_or(&Value::Null),
+                "setup_commands",
+            )?;
+            setup.extend(pick(setup_key)?);
+            setup
+        }
+    };
     let mut start = commands(raw.get(start_key).unwrap_or(&Value::Null), start_key)?;
     if raw.get(start_key).is_none() {
         start = default_start.iter().map(|s| s.to_string()).collect();
@@ -317,7 +328,11 @@ fn render(
         .and_then(|a| a.get("ssh_user"))
         .and_then(Value::as_str)
         .map(str::to_string);
-    let docker = docker_settings(raw.get("docker"), type_raw.and_then(|v| v.get("docker")))?;
+    let docker = docker_settings(
+        raw.get("docker"),
+        type_raw.and_then(|v| v.get("docker")),
+        is_head,
+    )?;
     for (what, cmds) in [
         ("initialization", &init),
         ("setup", &setup),
@@ -437,7 +452,7 @@ fn render(
         s.push_str(&format!("{EOF_MARK}\n"));
         if in_docker {
             s.push_str(&format!(
-                "docker exec -i \"$CONTAINER\" bash -l -c \"$(cat \"$BOOT_DIR/env.sh\" \"$BOOT_DIR/{name}.sh\")\"\n"
+                "\"$DOCKER\" exec -i \"$CONTAINER\" bash -l -c \"$(cat \"$BOOT_DIR/env.sh\" \"$BOOT_DIR/{name}.sh\")\"\n"
             ));
         } else {
             s.push_str(&format!("run_as_user \"$BOOT_DIR/{name}.sh\"\n"));
@@ -461,15 +476,7 @@ fn render(
         step(&mut s, "initialization", &init, false);
     }
     if let Some(d) = &docker {
-        s.push_str(&format!("CONTAINER={}\n", quote(&d.container)));
-        if d.pull {
-            s.push_str(&format!("docker pull {}\n", quote(&d.image)));
-        }
-        s.push_str(&format!(
-            "docker run --rm --name \"$CONTAINER\" -d -it -e LC_ALL=C.UTF-8 -e LANG=C.UTF-8 --net=host {} {} bash\n",
-            d.run_options.join(" "),
-            quote(&d.image)
-        ));
+        s.push_str(&d.start());
     }
     if !setup.is_empty() {
         step(&mut s, "setup", &setup, docker.is_some());
@@ -502,7 +509,7 @@ fn render(
             "cat >\"$BOOT_DIR/notice-watch.sh\" <<'{EOF_MARK}'\n{w}{EOF_MARK}\n"
         ));
         if docker.is_some() {
-            s.push_str("docker exec -d \"$CONTAINER\" bash -l -c \"$(cat \"$BOOT_DIR/env.sh\" \"$BOOT_DIR/notice-watch.sh\")\"\n");
+            s.push_str("\"$DOCKER\" exec -d \"$CONTAINER\" bash -l -c \"$(cat \"$BOOT_DIR/env.sh\" \"$BOOT_DIR/notice-watch.sh\")\"\n");
         } else {
             s.push_str("run_as_user \"$BOOT_DIR/notice-watch.sh\" >>\"$BOOT_DIR/notice.log\" 2>&1 </dev/null &\n");
         }

@@ -2,6 +2,7 @@
 
 use super::*;
 
+mod docker;
 mod install;
 
 fn cfg(extra: &str) -> ClusterConfig {
@@ -59,9 +60,14 @@ fn defaults_overrides_and_docker() {
          docker: {image: 'rayproject/ray:2.60.0', container_name: rc, run_options: [--ulimit nofile=65536:65536]}\n");
     let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
     assert!(s.contains(DEFAULT_WORKER_START[1]), "Ray's default start");
-    assert!(s.contains("docker pull 'rayproject/ray:2.60.0'"));
-    assert!(s.contains("--net=host --ulimit nofile=65536:65536 'rayproject/ray:2.60.0' bash"));
-    assert!(s.contains("docker exec -i \"$CONTAINER\""));
+    assert!(
+        s.contains("\"$DOCKER\" pull 'rayproject/ray:2.60.0'"),
+        "{s}"
+    );
+    assert!(s.contains(
+        "--ulimit nofile=65536:65536 $DOCKER_DETECTED --net=host 'rayproject/ray:2.60.0' bash"
+    ));
+    assert!(s.contains("\"$DOCKER\" exec -i \"$CONTAINER\""));
     // A node type's own commands replace the cluster's.
     let c2 = ClusterConfig::from_yaml_str(
         "cluster_name: d\nprovider: {type: aws}\nhead_node_type: h\n\
@@ -432,4 +438,50 @@ fn obvious_secrets_are_refused_before_they_go_into_user_data() {
         ),
         "{e}"
     );
+}
+
+/// The commands of step `name` in script `s` (the lines of its heredoc).
+fn step_commands(s: &str, name: &str) -> Vec<String> {
+    let open = format!("cat >\"$BOOT_DIR/{name}.sh\" <<'{EOF_MARK}'\n");
+    let Some(at) = s.find(&open) else {
+        return Vec::new();
+    };
+    s[at + open.len()..]
+        .lines()
+        .take_while(|l| *l != EOF_MARK)
+        .filter(|l| *l != "set -e")
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_worker_types_own_setup_commands_replace_the_clusters_as_rays_do() {
+    // Ray 2.60: `merge_setup_commands` puts `setup_commands` before the role's list; v2's
+    // `get_worker_setup_commands` takes a type's own `worker_setup_commands` instead of
+    // both.
+    let yaml = |own: &str| {
+        format!(
+            "cluster_name: d\nprovider: {{type: aws}}\nhead_node_type: h\n\
+             setup_commands: [echo common]\nhead_setup_commands: [echo head]\n\
+             worker_setup_commands: [echo cluster-worker]\n\
+             available_node_types:\n  h: {{resources: {{}}, node_config: {{}}}}\n  \
+             w: {{resources: {{}}, node_config: {{}}{own}}}\n"
+        )
+    };
+    let load = |own: &str| {
+        ClusterConfig::from_yaml_str(&yaml(own), "t.yaml").unwrap_or_else(|e| panic!("{e}"))
+    };
+    let worker = |c: &ClusterConfig| {
+        step_commands(
+            &render_worker(c, &target()).unwrap_or_else(|e| panic!("{e}")),
+            "setup",
+        )
+    };
+    assert_eq!(worker(&load("")), ["echo common", "echo cluster-worker"]);
+    let own = load(", worker_setup_commands: [echo mine]");
+    assert_eq!(worker(&own), ["echo mine"]);
+    // An empty list of its own: no setup at all, as in Ray.
+    assert!(worker(&load(", worker_setup_commands: []")).is_empty());
+    let head = head_script(&own).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(step_commands(&head, "setup"), ["echo common", "echo head"]);
 }
