@@ -28,12 +28,19 @@ pub struct ProviderKeys<'a> {
     pub refused: &'a [(&'a str, &'a str)],
 }
 
+/// Provider keys the core reads whatever the cloud (`ClusterConfig`), which every cloud's
+/// provider accepts.
+pub const CORE_PROVIDER_KEYS: &[&str] = &["disable_launch_config_check"];
+
 impl ProviderKeys<'_> {
     /// Checks every key of `provider`: the first refused or unknown one, as `(path,
-    /// message)`.
+    /// message)`. The core's keys (`CORE_PROVIDER_KEYS`) are always accepted.
     pub fn check(&self, provider: &Map<String, Value>) -> Result<(), (String, String)> {
         for key in provider.keys() {
-            if self.known.contains(&key.as_str()) || self.ignored.contains(&key.as_str()) {
+            if self.known.contains(&key.as_str())
+                || self.ignored.contains(&key.as_str())
+                || CORE_PROVIDER_KEYS.contains(&key.as_str())
+            {
                 continue;
             }
             let path = format!("provider.{key}");
@@ -45,7 +52,12 @@ impl ProviderKeys<'_> {
                 format!(
                     "unknown key for the {} provider (known: {})",
                     self.cloud,
-                    self.known.join(", ")
+                    self.known
+                        .iter()
+                        .chain(CORE_PROVIDER_KEYS)
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         }
@@ -300,7 +312,8 @@ mod tests {
         let m = |v: Value| v.as_object().cloned().unwrap_or_default();
         assert!(
             keys.check(&m(
-                serde_json::json!({"type": "gcp", "_config_cache_path": "x"})
+                serde_json::json!({"type": "gcp", "_config_cache_path": "x",
+                    "disable_launch_config_check": false})
             ))
             .is_ok()
         );
@@ -312,6 +325,12 @@ mod tests {
             .check(&m(serde_json::json!({"zone": "x"})))
             .expect_err("unknown");
         assert_eq!(path, "provider.zone");
-        assert!(msg.starts_with("unknown key for the GCP provider (known: type, project_id)"));
+        assert!(msg.starts_with("unknown key for the GCP provider (known: type, project_id, disable_launch_config_check)"));
+        // The core's keys are accepted whatever the cloud's lists say.
+        let none = ProviderKeys { known: &[], ..keys };
+        assert!(
+            none.check(&m(serde_json::json!({"disable_launch_config_check": true})))
+                .is_ok()
+        );
     }
 }
