@@ -14,6 +14,7 @@ use rayscale_core::provider::CloudInstanceProvider;
 use rayscale_gcs_client::client::GcsClient;
 
 use crate::expander::{ExpanderArgs, build_chain};
+use crate::providers::ResourceFill;
 
 /// The system's wall clock.
 #[derive(Debug, Clone, Copy, Default)]
@@ -34,26 +35,42 @@ pub fn now_ns() -> i64 {
 }
 
 /// The cluster config file, re-read on every step; a change rebuilds the expander chain
-/// (with the command's expander flags on top).
+/// (with the command's expander flags on top). With a resource fill-in (AWS), each
+/// config read is filled in before it is used; when the fill-in fails (EC2 unreachable,
+/// no `ec2:DescribeInstanceTypes` permission), the config is used as the YAML has it,
+/// with a warning, and the fill-in is tried again on the next poll until it succeeds.
 pub struct FileConfig {
     path: PathBuf,
     expander: ExpanderArgs,
+    fill: Option<Arc<dyn ResourceFill>>,
     last: Option<String>,
+    /// The config read last, not filled in yet (its fill-in failed).
+    unfilled: Option<ClusterConfig>,
+    /// The last fill-in error warned about (each new one is warned once).
+    fill_error: Option<String>,
     /// The config read at start, handed to the first poll (its chain is built once).
     first: Option<Reloaded>,
 }
 
 impl FileConfig {
-    /// The config at `path`, with `expander` flags, read now: a bad file or bad flags fail
-    /// here, before anything starts. The first poll returns what was read.
-    pub fn open(path: PathBuf, expander: ExpanderArgs) -> anyhow::Result<Self> {
+    /// The config at `path`, with `expander` flags and resource fill-in `fill`, read now:
+    /// a bad file or bad flags fail here, before anything starts. The first poll returns
+    /// what was read.
+    pub async fn open(
+        path: PathBuf,
+        expander: ExpanderArgs,
+        fill: Option<Arc<dyn ResourceFill>>,
+    ) -> anyhow::Result<Self> {
         let mut source = FileConfig {
             path,
             expander,
+            fill,
             last: None,
+            unfilled: None,
+            fill_error: None,
             first: None,
         };
-        let first = source.read().map_err(anyhow::Error::msg)?;
+        let first = source.read().await.map_err(anyhow::Error::msg)?;
         source.first = first;
         Ok(source)
     }
@@ -65,24 +82,70 @@ impl ConfigSource for FileConfig {
         if let Some(first) = self.first.take() {
             return Ok(Some(first));
         }
-        self.read()
+        self.read().await
     }
 }
 
 impl FileConfig {
-    /// Reads the file; `None` when its text did not change.
-    fn read(&mut self) -> Result<Option<Reloaded>, String> {
+    /// Reads the file; `None` when its text did not change (and no earlier fill-in is
+    /// left to finish).
+    async fn read(&mut self) -> Result<Option<Reloaded>, String> {
         let origin = self.path.display().to_string();
         let text = std::fs::read_to_string(&self.path)
             .map_err(|e| format!("cannot read {origin}: {e}"))?;
-        if self.last.as_deref() == Some(text.as_str()) {
-            return Ok(None);
-        }
-        let config = ClusterConfig::from_yaml_str(&text, &origin).map_err(|e| e.to_string())?;
+        let config = if self.last.as_deref() == Some(text.as_str()) {
+            // Unchanged: only a fill-in that failed before is tried again.
+            match self.unfilled.take() {
+                None => return Ok(None),
+                Some(c) => match self.filled(&c).await {
+                    Some(f) => f,
+                    None => {
+                        self.unfilled = Some(c);
+                        return Ok(None);
+                    }
+                },
+            }
+        } else {
+            let read = ClusterConfig::from_yaml_str(&text, &origin).map_err(|e| e.to_string())?;
+            self.unfilled = None;
+            match self.filled(&read).await {
+                Some(f) => f,
+                None => {
+                    self.unfilled = Some(read.clone());
+                    read
+                }
+            }
+        };
         let chain = build_chain(&self.expander, &config)
             .map_err(|e| format!("{origin}: {}", format!("{e:#}").replace('\n', " ")))?;
         self.last = Some(text);
         Ok(Some(Reloaded { config, chain }))
+    }
+
+    /// `config` filled in (itself without a fill-in); `None` when the fill-in failed
+    /// (warned once per distinct error).
+    async fn filled(&mut self, config: &ClusterConfig) -> Option<ClusterConfig> {
+        let Some(fill) = &self.fill else {
+            return Some(config.clone());
+        };
+        match fill.fill(config).await {
+            Ok(c) => {
+                if self.fill_error.take().is_some() {
+                    tracing::info!("{}: resources filled in", self.path.display());
+                }
+                Some(c)
+            }
+            Err(e) => {
+                if self.fill_error.as_deref() != Some(e.as_str()) {
+                    tracing::warn!(
+                        "{}: {e}; node types keep the resources the YAML gives until it succeeds",
+                        self.path.display()
+                    );
+                    self.fill_error = Some(e);
+                }
+                None
+            }
+        }
     }
 }
 
@@ -185,4 +248,72 @@ async fn ctrl_c() {
     tracing::info!(
         "{which}: stopping the loop (the cluster keeps running; `rayscale down` stops it)"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A fill-in that fails its first `fail` calls, then sets the type `w`'s CPU to 7.
+    struct Flaky {
+        fail: u32,
+        calls: AtomicU32,
+    }
+
+    #[async_trait::async_trait]
+    impl ResourceFill for Flaky {
+        async fn fill(&self, config: &ClusterConfig) -> Result<ClusterConfig, String> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail {
+                return Err("EC2 said no".into());
+            }
+            let mut raw = config.raw.clone();
+            raw["available_node_types"]["w"]["resources"] = serde_json::json!({"CPU": 7});
+            ClusterConfig::from_value(&raw, "").map_err(|e| e.to_string())
+        }
+    }
+
+    fn cpus(r: &Reloaded) -> Option<f64> {
+        r.config
+            .node_type("w")
+            .and_then(|t| t.resources.get("CPU"))
+            .map(rayscale_core::model::resources::to_f64)
+    }
+
+    #[tokio::test]
+    async fn a_failed_fill_in_keeps_the_yamls_resources_and_is_tried_again_until_it_succeeds() {
+        let dir = std::env::temp_dir().join(format!("rayscale-fill-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.join("c.yaml");
+        std::fs::write(
+            &path,
+            "cluster_name: f\nprovider: {type: local_processes}\nhead_node_type: h\n\
+             available_node_types:\n  h: {resources: {}, node_config: {}}\n  \
+             w: {resources: {}, node_config: {}}\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let fill = Arc::new(Flaky {
+            fail: 2,
+            calls: AtomicU32::new(0),
+        });
+        let mut source =
+            FileConfig::open(path.clone(), ExpanderArgs::default(), Some(fill.clone()))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        // The first read's fill-in failed: the YAML's (empty) resources.
+        let first = source.poll().await.ok().flatten();
+        assert_eq!(first.as_ref().map(cpus), Some(None));
+        // The file did not change, the fill-in fails again: nothing new.
+        assert!(source.poll().await.ok().flatten().is_none());
+        // It succeeds: the filled config, once.
+        let filled = source.poll().await.ok().flatten();
+        assert_eq!(filled.as_ref().map(cpus), Some(Some(7.0)));
+        assert!(source.poll().await.ok().flatten().is_none());
+        assert_eq!(
+            fill.calls.load(Ordering::SeqCst),
+            3,
+            "no fill-in once it succeeded"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

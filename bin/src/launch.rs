@@ -43,6 +43,9 @@ pub async fn up(
     path: &std::path::Path,
     wait: Option<Wait>,
 ) -> Result<String> {
+    // As `ray up`: the head gets the config with its resources filled in (on AWS).
+    let filled = crate::providers::filled(config.clone()).await?;
+    let config = &filled;
     let provider = crate::providers::build_for_launcher(config).await?;
     let port = head_port(config)?;
     let request_id = format!(

@@ -253,6 +253,57 @@ async fn adapter(
     Ok(Arc::new(a::NodeProviderAdapter::new(bridge, cfg, config)))
 }
 
+/// Fills in node types' resources the cluster YAML leaves out, from the cloud's
+/// description of their machines, as Ray's `ray up` does (on AWS only in Ray 2.60:
+/// `fillout_available_node_types_resources`); the YAML's own keys win.
+#[async_trait::async_trait]
+pub trait ResourceFill: Send + Sync {
+    /// `config` filled in, or why it cannot be (one line).
+    async fn fill(&self, config: &ClusterConfig) -> Result<ClusterConfig, String>;
+}
+
+#[cfg(feature = "aws")]
+#[async_trait::async_trait]
+impl ResourceFill for rayscale_provider_aws::resources::InstanceTypes {
+    async fn fill(&self, config: &ClusterConfig) -> Result<ClusterConfig, String> {
+        rayscale_provider_aws::resources::InstanceTypes::fill(self, config)
+            .await
+            .map_err(|e| format!("filling in resources from EC2's instance types: {e}"))
+    }
+}
+
+/// The resource fill-in of `config`'s cloud, if Ray fills resources in on it (AWS).
+pub async fn resource_fill(config: &ClusterConfig) -> Result<Option<Arc<dyn ResourceFill>>> {
+    match config.provider_type.as_str() {
+        #[cfg(feature = "aws")]
+        "aws" => Ok(Some(Arc::new(
+            rayscale_provider_aws::resources::InstanceTypes::from_environment(config).await?,
+        ))),
+        _ => Ok(None),
+    }
+}
+
+/// `config` with its resources filled in where its cloud does that (see [`ResourceFill`]);
+/// an error is the command's (what `up` does, as `ray up` fails).
+pub async fn filled(config: ClusterConfig) -> Result<ClusterConfig> {
+    match resource_fill(&config).await? {
+        Some(f) => f.fill(&config).await.map_err(anyhow::Error::msg),
+        None => Ok(config),
+    }
+}
+
+/// `config` filled in where its cloud does that, else as it is, with a warning (for
+/// commands that read a cluster without changing it: `snapshot`, `explain`).
+pub async fn filled_or_as_is(config: ClusterConfig) -> ClusterConfig {
+    match filled(config.clone()).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("{e:#}; using the resources the YAML gives");
+            config
+        }
+    }
+}
+
 /// The provider of a cloud cluster for the launcher (`up`, `down`) on this machine: it
 /// launches the head and removes the cluster; the head's own rayscale launches workers.
 pub async fn build_for_launcher(config: &ClusterConfig) -> Result<Arc<dyn CloudInstanceProvider>> {

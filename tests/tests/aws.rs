@@ -847,3 +847,96 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
     }
     assert!(launched >= 6, "{launched} node types launched");
 }
+
+/// Ray's fill-in (`scripts/ray_aws_fillout.py`) of `yaml` on `moto`: each type's
+/// resources, or Ray's error.
+fn rays_fillout(moto: &MotoEc2, yaml: &std::path::Path) -> Result<serde_json::Value, String> {
+    let (python, _) = rayscale_tests::ray_head::ray_from_env();
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/ray_aws_fillout.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .args(["--endpoint", &moto.endpoint(), "--config"])
+        .arg(yaml)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    // Ray logs to stdout before the answer: the answer is the last line.
+    Ok(serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_are_filled_in_from_ec2_as_rays_ray_up_fills_them() {
+    use rayscale_provider_aws::resources::InstanceTypes;
+    let moto = MotoEc2::start();
+    let yaml =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/aws/fillout.yaml");
+    let theirs = rays_fillout(&moto, &yaml).unwrap_or_else(|e| panic!("Ray's fill-in: {e}"));
+    let config =
+        ClusterConfig::from_yaml_str(&std::fs::read_to_string(&yaml).unwrap(), "fillout").unwrap();
+    let types = InstanceTypes::new(moto.client(), REGION);
+    let before = moto.calls("DescribeInstanceTypes");
+    let filled = types.fill(&config).await.unwrap_or_else(|e| panic!("{e}"));
+    let ours: serde_json::Map<String, serde_json::Value> = filled.raw["available_node_types"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(t, v)| (t.clone(), v["resources"].clone()))
+        .collect();
+    assert_eq!(serde_json::Value::Object(ours), theirs);
+    assert_eq!(theirs.as_object().map(|m| m.len()), Some(7));
+    // The scheduler's view is the filled one: a g5.xlarge worker has its GPU.
+    let g5 = filled.node_type("g5").unwrap();
+    assert_eq!(
+        g5.resources
+            .get("GPU")
+            .map(rayscale_core::model::resources::to_f64),
+        Some(1.0)
+    );
+    assert_eq!(
+        moto.calls("DescribeInstanceTypes") - before,
+        1,
+        "one call for 7 types"
+    );
+    // Every type is known now: a reload asks EC2 nothing.
+    types.fill(&config).await.unwrap();
+    assert_eq!(moto.calls("DescribeInstanceTypes") - before, 1);
+
+    // An instance type EC2 does not offer fails in both, naming the type.
+    let bad_yaml =
+        std::env::temp_dir().join(format!("rayscale-fillout-{}.yaml", std::process::id()));
+    std::fs::write(
+        &bad_yaml,
+        std::fs::read_to_string(&yaml)
+            .unwrap()
+            .replace("c5.large", "c5.gigantic"),
+    )
+    .unwrap();
+    let rays = rays_fillout(&moto, &bad_yaml);
+    assert!(rays.is_err(), "Ray refuses it too: {rays:?}");
+    let bad =
+        ClusterConfig::from_yaml_str(&std::fs::read_to_string(&bad_yaml).unwrap(), "bad").unwrap();
+    let _ = std::fs::remove_file(&bad_yaml);
+    let e = InstanceTypes::new(moto.client(), REGION)
+        .fill(&bad)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("c5.gigantic"), "{e}");
+
+    // EC2 throttling every try: an error, nothing filled in (the caller keeps the YAML's).
+    moto.faults(r#"{"throttle_next": 10, "throttle_action": "DescribeInstanceTypes"}"#);
+    let e = InstanceTypes::new(moto.client(), REGION)
+        .fill(&config)
+        .await;
+    assert!(
+        e.as_ref()
+            .is_err_and(|e| e.kind() == ProviderErrorKind::Throttled),
+        "{:?}",
+        e.map(|_| ())
+    );
+}

@@ -113,6 +113,8 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).expect("scratch");
     let config = scratch.join("cluster.yaml");
+    // The worker type's `resources: {}` is filled in by `up` from EC2's m5.large (2 CPUs),
+    // as `ray up` does: without that fill-in no worker would ever be launched.
     // Ray's AWS YAML keys; the start commands add only what one machine needs: a loopback
     // node address, a temp dir per node (raylets sharing one collide), --block on workers
     // so the simulator owns their processes, and no `ray stop` (it would stop every Ray
@@ -126,7 +128,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
              head_start_ray_commands:\n  - ray start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsh-$RAY_CLOUD_INSTANCE_ID\n\
              worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-$RAY_CLOUD_INSTANCE_ID --disable-usage-stats\n\
              available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n  \
-             worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n",
+             worker: {{resources: {{}}, max_workers: 4, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n",
         ),
     )
     .expect("config");

@@ -69,7 +69,8 @@ pub async fn run(args: RunArgs) -> Result<String> {
         },
     )
     .await?;
-    let source = FileConfig::open(args.config.clone(), args.expander)?;
+    let fill = crate::providers::resource_fill(&config).await?;
+    let source = FileConfig::open(args.config.clone(), args.expander, fill).await?;
     if !(args.interval.is_finite() && args.interval > 0.0) {
         bail!("--interval: expected a positive number of seconds");
     }

@@ -36,7 +36,8 @@ pub async fn snapshot(args: &SnapshotArgs) -> Result<String> {
 pub async fn scenario(gcs: &str, config: &Path) -> Result<serde_json::Value> {
     let origin = config.display().to_string();
     let text = std::fs::read_to_string(config).with_context(|| format!("cannot read {origin}"))?;
-    let config = ClusterConfig::from_yaml_str(&text, &origin)?;
+    let config =
+        crate::providers::filled_or_as_is(ClusterConfig::from_yaml_str(&text, &origin)?).await;
     let gcs = one_shot_client(gcs)?;
     let state = gcs.get_cluster_resource_state(0).await?;
     let mut store = KvTable::new(&config.cluster_name);

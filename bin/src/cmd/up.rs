@@ -65,7 +65,7 @@ pub async fn up(args: UpArgs) -> Result<String> {
     let provider = local_provider(&config, &addr, &ray).await?;
     // Bad flags fail here, before the head starts; the loop rebuilds the chain from the
     // file on every change.
-    let source = FileConfig::open(args.config.clone(), args.expander)?;
+    let source = FileConfig::open(args.config.clone(), args.expander, None).await?;
     // Autostop stops the head only if `up` started it.
     let started = if gcs_answers(&addr).await {
         tracing::info!("a Ray GCS already answers at {addr}: using it");

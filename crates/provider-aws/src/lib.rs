@@ -12,13 +12,17 @@
 //!
 //! Files: `config` (the YAML), `mapping` (pure: node_config -> RunInstances, instance ->
 //! `CloudInstance`), `client` (the SDK client and its error translation), `errors` (the
-//! EC2 error-code table), `provider` (the trait implementation).
+//! EC2 error-code table), `provider` (the trait implementation), and `resources` (Ray's
+//! fill-in of node types' resources from DescribeInstanceTypes, which `ray up` does on
+//! AWS: a pure part and a cached lookup; it is not part of the provider trait, so it
+//! has its own file).
 
 pub mod client;
 pub mod config;
 pub mod errors;
 pub mod mapping;
 pub mod provider;
+pub mod resources;
 
 pub use config::{AwsConfig, NodeConfig};
 pub use errors::AwsError;
