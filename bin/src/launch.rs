@@ -9,6 +9,7 @@ use rayscale_core::config::install::InstallSettings;
 use rayscale_core::driver::NAMESPACE;
 use rayscale_core::driver::lease::lease_prefix;
 use rayscale_core::launcher::{self, LauncherSettings};
+use rayscale_core::provider::CloudInstanceState;
 use rayscale_core::provider::boot::{boot_status_key, head_port};
 
 use crate::gcs::one_shot_client;
@@ -216,6 +217,43 @@ async fn boot_state(cluster: &str, gcs: &str) -> Result<Boot> {
         .await?
         .map(|v| String::from_utf8_lossy(&v).chars().take(500).collect());
     Ok(Boot { lease, failed })
+}
+
+/// `rayscale down --workers-only [--keep-min-workers]` for a cloud cluster: the workers
+/// (or all but each type's `min_workers`) go, the head stays.
+pub async fn down_workers(config: &ClusterConfig, keep_min_workers: bool) -> Result<String> {
+    let provider = crate::providers::build_for_launcher(config).await?;
+    let r =
+        launcher::down_workers(provider.as_ref(), config, keep_min_workers, &settings()).await?;
+    Ok(format!(
+        "cluster {}: {} workers terminated, the head left running{}",
+        config.cluster_name,
+        r.workers.len(),
+        if keep_min_workers {
+            " with each node type's min_workers"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// The private addresses of a cloud cluster's running head (`head`) or workers, one per
+/// line, as `ray get-head-ip` / `ray get-worker-ips` print them with `use_internal_ips`.
+pub async fn ips(config: &ClusterConfig, head: bool) -> Result<String> {
+    let provider = crate::providers::build_for_launcher(config).await?;
+    let all = provider.list().await?;
+    let ips: Vec<String> = all
+        .iter()
+        .filter(|i| i.is_head() == head && i.state == CloudInstanceState::Running)
+        .filter_map(|i| i.private_ip.clone())
+        .collect();
+    if head && ips.is_empty() {
+        bail!(
+            "cluster {} has no running head with an address: start one with `rayscale up`",
+            config.cluster_name
+        );
+    }
+    Ok(ips.join("\n"))
 }
 
 /// `rayscale down` for a cloud cluster: workers, then the head, then late workers.

@@ -47,9 +47,17 @@ enum Command {
         after_help = "Examples:\n  rayscale up examples/local-cluster.yaml --port 6379\n  rayscale up aws-cluster.yaml --wait"
     )]
     Up(up::UpArgs),
-    /// Terminate a cluster's workers, then its head.
-    #[command(after_help = "Example:\n  rayscale down examples/local-cluster.yaml --port 6379")]
+    /// Terminate a cluster's workers, then its head (or only workers: --workers-only).
+    #[command(
+        after_help = "Examples:\n  rayscale down examples/local-cluster.yaml --port 6379\n  rayscale down aws-cluster.yaml --workers-only --keep-min-workers"
+    )]
     Down(down::DownArgs),
+    /// Print the head's private address (like `ray get-head-ip` with use_internal_ips).
+    #[command(after_help = "Example:\n  ssh ubuntu@$(rayscale get-head-ip aws-cluster.yaml)")]
+    GetHeadIp(down::IpsArgs),
+    /// Print the running workers' private addresses, one per line (like `ray get-worker-ips`).
+    #[command(after_help = "Example:\n  rayscale get-worker-ips aws-cluster.yaml")]
+    GetWorkerIps(down::IpsArgs),
     /// Run the autoscaling loop alone against a running cluster (like Ray's monitor.py).
     #[command(
         after_help = "Example (on the head, started with RAY_enable_autoscaler_v2=1 ray start --head --no-monitor):\n  rayscale run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:6379 --head-ip auto"
@@ -133,6 +141,8 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(&args),
         Command::Up(args) => run_async("up", up::up(args)),
         Command::Down(args) => run_async("down", down::down(args)),
+        Command::GetHeadIp(args) => run_async("get-head-ip", down::ips(args, true)),
+        Command::GetWorkerIps(args) => run_async("get-worker-ips", down::ips(args, false)),
         Command::Run(args) => run_async("run", run::run(args)),
         Command::Status(args) => run_async("status", async move { status::status(&args).await }),
         Command::RequestResources(args) => run_async("request-resources", async move {

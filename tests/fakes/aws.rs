@@ -69,6 +69,39 @@ impl MotoEc2 {
             .expect("a loopback endpoint")
     }
 
+    /// The standard AWS chain's variables, pointed at this server: test credentials, no
+    /// instance metadata lookups, no profile files.
+    pub fn cli_env(&self) -> Vec<(String, String)> {
+        [
+            ("AWS_ENDPOINT_URL", self.endpoint()),
+            ("AWS_ACCESS_KEY_ID", "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+            ("AWS_CONFIG_FILE", "/dev/null".into()),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// Runs the workspace's `rayscale` with `args` against this server (the launcher
+    /// polling every 0.5 s): whether it succeeded, and its stdout then stderr.
+    pub fn rayscale(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new(crate::workspace_bin("rayscale"))
+            .args(args)
+            .envs(self.cli_env())
+            .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
+            .stdin(Stdio::null())
+            .output()
+            .expect("rayscale runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+
     /// Empties moto (instances, VPCs recreated with new ids) and the switch.
     pub fn reset(&self) {
         self.post("/moto-api/reset", "{}");

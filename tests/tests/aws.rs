@@ -940,3 +940,87 @@ async fn resources_are_filled_in_from_ec2_as_rays_ray_up_fills_them() {
         e.map(|_| ())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers() {
+    let moto = MotoEc2::start();
+    let cluster = format!("ips{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("rayscale-aws-ips-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cluster.yaml");
+    let yaml = format!(
+        "cluster_name: {cluster}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
+         head_node_type: head\nmax_workers: 10\n\
+         available_node_types:\n  head: {{resources: {{}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
+         cpu: {{resources: {{CPU: 2}}, min_workers: 1, max_workers: 10, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
+    );
+    std::fs::write(&path, &yaml).unwrap();
+    let arg = path.display().to_string();
+    let cfg = ClusterConfig::from_yaml_str(&yaml, &arg).unwrap();
+    let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();
+
+    // No head yet: get-head-ip fails, saying how to start one.
+    let (ok, out) = moto.rayscale(&["get-head-ip", &arg]);
+    assert!(
+        !ok && out.contains("has no running head") && out.contains("rayscale up"),
+        "{out}"
+    );
+    let (ok, out) = moto.rayscale(&["up", &arg]);
+    assert!(ok, "{out}");
+    p.launch(&LaunchRequest {
+        request_id: "lr-ips".into(),
+        node_type: "cpu".into(),
+        count: 3,
+        launch_config_hash: cfg.node_type("cpu").unwrap().launch_config_hash.clone(),
+        avoid_zones: Vec::new(),
+        all_or_nothing: false,
+    })
+    .await
+    .unwrap();
+    let listed = p.list().await.unwrap();
+    let ip_of = |head: bool| {
+        let mut v: Vec<String> = listed
+            .iter()
+            .filter(|i| i.is_head() == head)
+            .filter_map(|i| i.private_ip.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    let (ok, out) = moto.rayscale(&["get-head-ip", &arg]);
+    assert!(ok, "{out}");
+    assert_eq!(vec![out.trim().to_string()], ip_of(true));
+    let (ok, out) = moto.rayscale(&["get-worker-ips", &arg]);
+    assert!(ok, "{out}");
+    let mut got: Vec<String> = out.lines().map(str::to_string).collect();
+    got.sort();
+    assert_eq!(got, ip_of(false));
+    assert_eq!(got.len(), 3);
+
+    // --keep-min-workers needs --workers-only (it would orphan workers without a head).
+    let (ok, out) = moto.rayscale(&["down", &arg, "--keep-min-workers"]);
+    assert!(!ok && out.contains("--workers-only"), "{out}");
+    // Two of three go; the head and the type's one minimum stay.
+    let (ok, out) = moto.rayscale(&["down", &arg, "--workers-only", "--keep-min-workers", "-y"]);
+    assert!(
+        ok && out.contains("2 workers terminated, the head left running"),
+        "{out}"
+    );
+    let live = p.list().await.unwrap();
+    assert_eq!(live.iter().filter(|i| i.is_head()).count(), 1, "{live:?}");
+    assert_eq!(live.iter().filter(|i| !i.is_head()).count(), 1, "{live:?}");
+    let (ok, out) = moto.rayscale(&["down", &arg, "--workers-only"]);
+    assert!(ok && out.contains("1 workers terminated"), "{out}");
+    let (ok, out) = moto.rayscale(&["get-worker-ips", &arg]);
+    assert!(ok && out.trim().is_empty(), "{out}");
+    assert_eq!(
+        moto.calls("TerminateInstances"),
+        2,
+        "the head was never asked to go"
+    );
+    // Then the whole cluster.
+    let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
+    assert!(ok, "{out}");
+    assert!(p.list().await.unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}

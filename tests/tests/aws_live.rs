@@ -71,36 +71,6 @@ fn instances(moto: &MotoEc2, cluster: &str, states: &[&str]) -> Vec<String> {
     })
 }
 
-/// `rayscale <args>` with the standard AWS chain pointed at moto.
-fn rayscale(moto: &MotoEc2, args: &[&str]) -> (bool, String) {
-    let out = Command::new(rayscale_tests::workspace_bin("rayscale"))
-        .args(args)
-        .envs(aws_env(moto))
-        .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
-        .stdin(Stdio::null())
-        .output()
-        .expect("rayscale runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
-/// The standard AWS chain, pointed at moto; no instance metadata lookups.
-fn aws_env(moto: &MotoEc2) -> Vec<(String, String)> {
-    [
-        ("AWS_ENDPOINT_URL", moto.endpoint()),
-        ("AWS_ACCESS_KEY_ID", "testing".into()),
-        ("AWS_SECRET_ACCESS_KEY", "testing".into()),
-        ("AWS_EC2_METADATA_DISABLED", "true".into()),
-        ("AWS_CONFIG_FILE", "/dev/null".into()),
-        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
-}
-
 #[test]
 fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     let _turn = serial();
@@ -139,7 +109,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
         venv_bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut env = aws_env(&moto);
+    let mut env = moto.cli_env();
     env.push(("PATH".into(), path));
     env.push((
         "RAYSCALE_BIN".into(),
@@ -163,7 +133,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     };
 
     // `up`: the head instance, found again by a second `up`.
-    let (ok, out) = rayscale(&moto, &["up", &config_arg]);
+    let (ok, out) = moto.rayscale(&["up", &config_arg]);
     assert!(
         ok && out.contains("launched and running"),
         "{out}\n{}",
@@ -174,7 +144,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
         .cloned()
         .expect("a head instance");
     assert!(out.contains(&head_id), "{out}");
-    let (ok, again) = rayscale(&moto, &["up", &config_arg]);
+    let (ok, again) = moto.rayscale(&["up", &config_arg]);
     assert!(ok && again.contains("already running"), "{again}");
     assert_eq!(moto.calls("RunInstances"), 1, "one head, launched once");
     // The head boots Ray's head and rayscale.
@@ -211,7 +181,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     );
 
     // `down`: the head goes, and with it Ray's head and rayscale.
-    let (ok, out) = rayscale(&moto, &["down", &config_arg]);
+    let (ok, out) = moto.rayscale(&["down", &config_arg]);
     assert!(ok && out.contains(&format!("head {head_id}")), "{out}");
     assert!(instances(&moto, &cluster, &["pending", "running"]).is_empty());
     assert_eq!(
@@ -297,7 +267,7 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
             "iam.create_instance_profile(InstanceProfileName='ray-autoscaler-v1')\n",
             "iam.add_role_to_instance_profile(InstanceProfileName='ray-autoscaler-v1', RoleName='ray-autoscaler-v1')\n",
         ))
-        .envs(aws_env(&moto))
+        .envs(moto.cli_env())
         .env("AWS_DEFAULT_REGION", REGION)
         .output()
         .expect("python");
@@ -329,7 +299,7 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
         sim.metadata_url("head"),
         head.0,
     );
-    for (k, v) in aws_env(&moto) {
+    for (k, v) in moto.cli_env() {
         bashrc.push_str(&format!("export {k}={v}\n"));
     }
     std::fs::write(head_home.join(".bashrc"), bashrc).expect(".bashrc");
@@ -359,7 +329,7 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
         let child = Command::new(venv_bin.join("ray"))
             .args(args)
             .arg(&config)
-            .envs(aws_env(&moto))
+            .envs(moto.cli_env())
             .env("AWS_DEFAULT_REGION", REGION)
             .env(
                 "PATH",
@@ -480,7 +450,7 @@ impl Moto {
 
 impl Cloud for Moto {
     fn env(&self) -> Vec<(String, String)> {
-        aws_env(&self.0)
+        self.0.cli_env()
     }
     fn provider(&self) -> String {
         format!(

@@ -7,12 +7,39 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::Args;
 
+use rayscale_core::launcher::kept_min_workers;
+use rayscale_core::provider::CloudInstanceState;
+
 use crate::driver::load_config;
 use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider, mentions_dir};
 
 /// Arguments of `rayscale down`.
 #[derive(Args)]
 pub struct DownArgs {
+    /// The cluster config.
+    config: PathBuf,
+    /// local_processes: GCS port of the head on 127.0.0.1.
+    #[arg(long, default_value_t = 6379)]
+    port: u16,
+    /// The `ray` binary (default: found on PATH).
+    #[arg(long)]
+    ray: Option<PathBuf>,
+    /// Terminate only the workers; the head (and its autoscaler, which may launch
+    /// workers again for pending work or min_workers) keeps running.
+    #[arg(long)]
+    workers_only: bool,
+    /// With --workers-only: leave each node type's min_workers running (Ray's flag reads
+    /// the legacy top-level min_workers instead, and picks at random).
+    #[arg(long, requires = "workers_only")]
+    keep_min_workers: bool,
+    /// Accepted for Ray's `ray down -y`; rayscale never asks.
+    #[arg(short = 'y', long)]
+    yes: bool,
+}
+
+/// Arguments of `rayscale get-head-ip` and `rayscale get-worker-ips`.
+#[derive(Args)]
+pub struct IpsArgs {
     /// The cluster config.
     config: PathBuf,
     /// local_processes: GCS port of the head on 127.0.0.1.
@@ -55,12 +82,71 @@ fn signal(pids: &[u32], sig: &str) {
 
 /// `rayscale down`.
 pub async fn down(args: DownArgs) -> Result<String> {
+    let _ = args.yes;
     let config = load_config(&args.config)?;
     if config.provider_type != LOCAL {
+        if args.workers_only {
+            return crate::launch::down_workers(&config, args.keep_min_workers).await;
+        }
         return crate::launch::down(&config).await;
     }
     let ray = find_ray(args.ray.as_ref())?;
+    if args.workers_only {
+        return down_local_workers(&config, args.port, &ray, args.keep_min_workers).await;
+    }
     down_local(&config, args.port, &ray).await
+}
+
+/// `rayscale get-head-ip` (`head`) or `rayscale get-worker-ips`: the private addresses,
+/// one per line.
+pub async fn ips(args: IpsArgs, head: bool) -> Result<String> {
+    let config = load_config(&args.config)?;
+    if config.provider_type != LOCAL {
+        return crate::launch::ips(&config, head).await;
+    }
+    if head {
+        return Ok("127.0.0.1".into());
+    }
+    let ray = find_ray(args.ray.as_ref())?;
+    let provider = local_provider(&config, &format!("127.0.0.1:{}", args.port), &ray).await?;
+    Ok(provider
+        .list()
+        .await?
+        .iter()
+        .filter(|c| !c.is_head() && c.state == CloudInstanceState::Running)
+        .filter_map(|c| c.private_ip.clone())
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// `down --workers-only` of a local_processes cluster: this host's workers terminated
+/// (all, or all but each type's min_workers), the head left running.
+async fn down_local_workers(
+    config: &rayscale_core::config::ClusterConfig,
+    port: u16,
+    ray: &std::path::Path,
+    keep_min_workers: bool,
+) -> Result<String> {
+    let provider = local_provider(config, &format!("127.0.0.1:{port}"), ray).await?;
+    let all = provider.list().await?;
+    let kept = if keep_min_workers {
+        kept_min_workers(&all, config)
+    } else {
+        Default::default()
+    };
+    let ids: Vec<String> = all
+        .iter()
+        .filter(|c| !c.is_head() && !kept.contains(&c.cloud_instance_id))
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    if !ids.is_empty() {
+        provider.terminate(&ids, "down").await?;
+    }
+    Ok(format!(
+        "cluster {}: {} workers terminated, the head left running",
+        config.cluster_name,
+        ids.len()
+    ))
 }
 
 /// `down` of a local_processes cluster whose head's GCS is on 127.0.0.1:`port`: this

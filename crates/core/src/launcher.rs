@@ -7,11 +7,13 @@
 //!   and `rayscale run`: [`crate::provider::boot::render_head`]), and waits until the
 //!   cloud runs it and knows its address. Run again, it finds the same head.
 //! - [`down`] terminates the workers, then the head, then any worker the head's
-//!   autoscaler launched meanwhile, and waits until the cloud lists nothing.
+//!   autoscaler launched meanwhile, and waits until the cloud lists nothing;
+//!   [`down_workers`] only the workers (or all but each type's `min_workers`).
 //!
 //! It waits on tokio's clock (paused in tests); it never talks to Ray: the head's Ray and
 //! its autoscaler are the head's own business, as in Ray's `ray up`.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::CoreError;
@@ -174,10 +176,15 @@ async fn sweep_workers(
     settings: &LauncherSettings,
     started: tokio::time::Instant,
     until_empty: bool,
+    keep_min_of: Option<&ClusterConfig>,
 ) -> Result<(), CoreError> {
     loop {
         let all = provider.list().await.map_err(provider_err)?;
-        let workers: Vec<&CloudInstance> = all.iter().filter(|i| !i.is_head()).collect();
+        let kept = keep_min_of.map_or_else(BTreeSet::new, |c| kept_min_workers(&all, c));
+        let workers: Vec<&CloudInstance> = all
+            .iter()
+            .filter(|i| !i.is_head() && !kept.contains(&i.cloud_instance_id))
+            .collect();
         let left = if until_empty {
             all.len()
         } else {
@@ -222,7 +229,15 @@ pub async fn down(
 ) -> Result<DownReport, CoreError> {
     let started = tokio::time::Instant::now();
     let mut report = DownReport::default();
-    sweep_workers(provider, &mut report.workers, settings, started, false).await?;
+    sweep_workers(
+        provider,
+        &mut report.workers,
+        settings,
+        started,
+        false,
+        None,
+    )
+    .await?;
     let all = provider.list().await.map_err(provider_err)?;
     for h in live_heads(&all) {
         tracing::info!("terminating the head {}", h.cloud_instance_id);
@@ -232,7 +247,60 @@ pub async fn down(
             .map_err(provider_err)?;
         report.heads.push(h.cloud_instance_id.clone());
     }
-    sweep_workers(provider, &mut report.workers, settings, started, true).await?;
+    sweep_workers(provider, &mut report.workers, settings, started, true, None).await?;
+    Ok(report)
+}
+
+/// The workers `down --workers-only --keep-min-workers` leaves running: of each node
+/// type, its `min_workers` live workers, running ones first, then by id (so the same ones
+/// from one look to the next). Ray's `--keep-min-workers` reads the legacy top-level
+/// `min_workers` (absent from today's YAMLs, so it keeps none) and picks at random; the
+/// per-type minimums are what the head's autoscaler would launch again at once.
+pub fn kept_min_workers(all: &[CloudInstance], config: &ClusterConfig) -> BTreeSet<String> {
+    let mut kept = BTreeSet::new();
+    for t in &config.node_types {
+        let mut live: Vec<&CloudInstance> = all
+            .iter()
+            .filter(|i| {
+                !i.is_head() && i.node_type == t.name && i.state != CloudInstanceState::Stopping
+            })
+            .collect();
+        live.sort_by(|a, b| {
+            (a.state != CloudInstanceState::Running, &a.cloud_instance_id)
+                .cmp(&(b.state != CloudInstanceState::Running, &b.cloud_instance_id))
+        });
+        let n = usize::try_from(t.min_workers).unwrap_or(usize::MAX);
+        kept.extend(
+            live.into_iter()
+                .take(n)
+                .map(|i| i.cloud_instance_id.clone()),
+        );
+    }
+    kept
+}
+
+/// `down --workers-only`: terminates the workers (all, or all but each type's
+/// `min_workers` with `keep_min_workers`) and leaves the head; returns when the cloud
+/// lists none of them. The head's autoscaler, still running, may launch workers again
+/// (as after Ray's `ray down --workers-only`); those found while this runs go too.
+pub async fn down_workers(
+    provider: &dyn CloudInstanceProvider,
+    config: &ClusterConfig,
+    keep_min_workers: bool,
+    settings: &LauncherSettings,
+) -> Result<DownReport, CoreError> {
+    let started = tokio::time::Instant::now();
+    let mut report = DownReport::default();
+    let keep = keep_min_workers.then_some(config);
+    sweep_workers(
+        provider,
+        &mut report.workers,
+        settings,
+        started,
+        false,
+        keep,
+    )
+    .await?;
     Ok(report)
 }
 
@@ -388,6 +456,55 @@ mod tests {
         assert!(
             e.contains("1 instances are still listed after 30 s: w1"),
             "{e}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn down_workers_only_leaves_the_head_and_with_keep_min_each_types_minimum() {
+        let c = ClusterConfig::from_yaml_str(
+            "cluster_name: c\nprovider: {type: fake}\nhead_node_type: h\n\
+             available_node_types:\n  h: {resources: {}, node_config: {}}\n  \
+             w: {resources: {CPU: 1}, node_config: {}, min_workers: 2}\n  \
+             g: {resources: {GPU: 1}, node_config: {}, min_workers: 1}\n",
+            "t.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let p = FakeProvider::new();
+        p.insert(CloudInstance::worker("head", "h", None).as_head());
+        for id in ["w3", "w1", "w2"] {
+            p.insert(CloudInstance::worker(id, "w", None));
+        }
+        // A pending worker is kept only after the running ones.
+        p.insert(CloudInstance::worker("w0", "w", None).in_state(CloudInstanceState::Pending));
+        p.insert(CloudInstance::worker("g1", "g", None));
+        let r = down_workers(&p, &c, true, &settings())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.workers, ["w0", "w3"]);
+        assert!(r.heads.is_empty());
+        let mut left: Vec<String> = p
+            .instances()
+            .into_iter()
+            .map(|i| i.cloud_instance_id)
+            .collect();
+        left.sort();
+        assert_eq!(left, ["g1", "head", "w1", "w2"]);
+        // Without --keep-min-workers every worker goes, and the head stays.
+        let r = down_workers(&p, &c, false, &settings())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.workers, ["g1", "w1", "w2"]);
+        let left: Vec<String> = p
+            .instances()
+            .into_iter()
+            .map(|i| i.cloud_instance_id)
+            .collect();
+        assert_eq!(left, ["head"]);
+        assert!(
+            !p.calls()
+                .iter()
+                .any(|c| matches!(c, FakeCall::TerminateHead(_))),
+            "the head is never asked to go"
         );
     }
 }
