@@ -66,6 +66,11 @@ pub fn root() -> PathBuf {
 pub trait Cloud {
     /// The environment that points rayscale at the fake (the endpoint variable).
     fn env(&self) -> Vec<(String, String)>;
+    /// The environment `rayscale up`/`down` run with: [`Cloud::env`], plus what the CLI
+    /// alone needs (a HOME of the test's own where `up` keeps a key pair it makes).
+    fn cli_env(&self) -> Vec<(String, String)> {
+        self.env()
+    }
     /// The `provider:` flow mapping of the cluster YAML.
     fn provider(&self) -> String;
     /// The head's and the worker's `node_config` (flow mappings).
@@ -169,7 +174,7 @@ impl Stage {
     /// `rayscale up` against `cloud`: the head instance, launched, with its GCS
     /// answering; `diag` says what went wrong.
     fn up_head(&self, cloud: &dyn Cloud, diag: impl Fn() -> String) -> String {
-        let (ok, out) = rayscale_with(&cloud.env(), &["up", &self.config_arg]);
+        let (ok, out) = rayscale_with(&cloud.cli_env(), &["up", &self.config_arg]);
         assert!(
             ok && out.contains("launched and running"),
             "{out}\n{}",
@@ -238,7 +243,7 @@ pub fn up_scale_down(name: &str, cloud: &dyn Cloud) {
         head_id.starts_with(&format!("ray-{cluster}-head-")),
         "{head_id}"
     );
-    let (ok, again) = rayscale_with(&cloud.env(), &["up", &config_arg]);
+    let (ok, again) = rayscale_with(&cloud.cli_env(), &["up", &config_arg]);
     assert!(ok && again.contains("already running"), "{again}");
     assert_eq!(cloud.creates(), 1, "one head, created once");
     let (ok, text) = workload(&python, &gcs);
@@ -271,7 +276,7 @@ pub fn up_scale_down(name: &str, cloud: &dyn Cloud) {
     );
 
     // `down`: the head goes, and with it Ray's head and rayscale.
-    let (ok, out) = rayscale_with(&cloud.env(), &["down", &config_arg]);
+    let (ok, out) = rayscale_with(&cloud.cli_env(), &["down", &config_arg]);
     assert!(ok && out.contains(&format!("head {head_id}")), "{out}");
     assert!(
         wait_until(Duration::from_secs(10), || cloud.instances().is_empty()),
@@ -359,7 +364,7 @@ pub fn up_scale_down_from_the_wheel(name: &str, cloud: &dyn Cloud) {
     // `up --wait`; the head's GCS listens on loopback here, not at its cloud address.
     let up_wait = || {
         rayscale_with(
-            &cloud.env(),
+            &cloud.cli_env(),
             &[
                 "up",
                 &stage.config_arg,
@@ -371,7 +376,7 @@ pub fn up_scale_down_from_the_wheel(name: &str, cloud: &dyn Cloud) {
         )
     };
     let down = || {
-        let (ok, out) = rayscale_with(&cloud.env(), &["down", &stage.config_arg]);
+        let (ok, out) = rayscale_with(&cloud.cli_env(), &["down", &stage.config_arg]);
         assert!(ok, "{out}");
         assert!(
             wait_until(Duration::from_secs(30), || stage.sim.live().is_empty()),
@@ -441,7 +446,7 @@ pub fn up_scale_down_from_the_wheel(name: &str, cloud: &dyn Cloud) {
         cloud.instances(),
         diag()
     );
-    let (ok, out) = rayscale_with(&cloud.env(), &["down", &stage.config_arg]);
+    let (ok, out) = rayscale_with(&cloud.cli_env(), &["down", &stage.config_arg]);
     assert!(ok && out.contains(&format!("head {head_id}")), "{out}");
     assert!(
         wait_until(Duration::from_secs(30), || stage.sim.live().is_empty()),
@@ -588,7 +593,7 @@ pub fn preempt_and_replace(name: &str, cloud: &dyn SpotCloud) {
         cloud.instances(),
         diag(&replacement)
     );
-    let (ok, out) = rayscale_with(&cloud.env(), &["down", &config_arg]);
+    let (ok, out) = rayscale_with(&cloud.cli_env(), &["down", &config_arg]);
     assert!(ok, "{out}");
     assert!(
         wait_until(Duration::from_secs(30), || sim.live().is_empty()),
@@ -728,7 +733,7 @@ pub fn gang_whole_or_split(name: &str, cloud: &dyn GangCloud, atomic: bool) {
         );
     }
     eprintln!("{name}: atomic {atomic}: the group placed on a {a:?}, b {b:?}");
-    let (ok, out) = rayscale_with(&cloud.env(), &["down", &config_arg]);
+    let (ok, out) = rayscale_with(&cloud.cli_env(), &["down", &config_arg]);
     assert!(ok, "{out}");
     assert!(
         wait_until(Duration::from_secs(30), || cloud.instances().is_empty()

@@ -46,6 +46,12 @@ pub async fn up(
 ) -> Result<String> {
     // As `ray up`: the head gets the config with its resources filled in (on AWS).
     let filled = crate::providers::filled(config.clone()).await?;
+    // As `ray up`: subnets, the cluster's security group and key pair where the YAML
+    // names none.
+    let (filled, key_note) = crate::providers::bootstrapped(filled).await?;
+    if let Some(note) = key_note {
+        println!("{note}");
+    }
     let config = &filled;
     let provider = crate::providers::build_for_launcher(config).await?;
     let port = head_port(config)?;

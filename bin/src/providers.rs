@@ -292,6 +292,57 @@ pub async fn filled(config: ClusterConfig) -> Result<ClusterConfig> {
     }
 }
 
+/// `config` after the parts of its cloud's `ray up` bootstrap rayscale does (AWS: subnets,
+/// the cluster's security group and key pair for node types that name none; made in the
+/// cloud when missing). Other clouds: as it is. With a line for the user when a key pair
+/// was set.
+pub async fn bootstrapped(config: ClusterConfig) -> Result<(ClusterConfig, Option<String>)> {
+    match config.provider_type.as_str() {
+        #[cfg(feature = "aws")]
+        "aws" => {
+            let region = config
+                .raw
+                .get("provider")
+                .and_then(|p| p.get("region"))
+                .and_then(serde_json::Value::as_str);
+            let client = rayscale_provider_aws::client::from_environment(region).await?;
+            let config = rayscale_provider_aws::bootstrap::bootstrap(&client, &config)
+                .await
+                .map_err(|e| anyhow::anyhow!("bootstrapping the cluster's network in EC2: {e}"))?;
+            let region = client
+                .config()
+                .region()
+                .map(|r| r.to_string())
+                .unwrap_or_default();
+            let ssh_dir =
+                std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".ssh"));
+            let (config, key) = rayscale_provider_aws::keypair::configure_key_pair(
+                &client,
+                &config,
+                &region,
+                ssh_dir.as_deref(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("the cluster's key pair in EC2: {e}"))?;
+            let user = config
+                .raw
+                .get("auth")
+                .and_then(|a| a.get("ssh_user"))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("<ssh_user>")
+                .to_string();
+            let note = key.map(|(name, path)| {
+                format!(
+                    "the nodes take key pair {name} (as ray up's): ssh -i {} {user}@<node ip>",
+                    path.display()
+                )
+            });
+            Ok((config, note))
+        }
+        _ => Ok((config, None)),
+    }
+}
+
 /// `config` filled in where its cloud does that, else as it is, with a warning (for
 /// commands that read a cluster without changing it: `snapshot`, `explain`).
 pub async fn filled_or_as_is(config: ClusterConfig) -> ClusterConfig {

@@ -21,6 +21,9 @@ pub struct MotoEc2 {
     // Held open: the server stops when its stdin closes (even if this process is killed).
     _stdin: Option<ChildStdin>,
     port: u16,
+    /// The HOME [`MotoEc2::rayscale`] runs the CLI with: `rayscale up` writes the key
+    /// pair it makes under `~/.ssh`, which must not be the user's. Removed on drop.
+    home: PathBuf,
 }
 
 /// The region every test uses (moto serves any).
@@ -51,10 +54,15 @@ impl MotoEc2 {
             );
         }
         let port = line[5..].trim().parse().expect("a port number");
+        let home =
+            std::env::temp_dir().join(format!("rayscale-moto-home-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).expect("a temporary HOME");
         MotoEc2 {
             child,
             _stdin: stdin,
             port,
+            home,
         }
     }
 
@@ -70,7 +78,8 @@ impl MotoEc2 {
     }
 
     /// The standard AWS chain's variables, pointed at this server: test credentials, no
-    /// instance metadata lookups, no profile files.
+    /// instance metadata lookups, no profile files. (No HOME: [`MotoEc2::rayscale`] and
+    /// the tests that run `rayscale up` themselves give [`MotoEc2::home`].)
     pub fn cli_env(&self) -> Vec<(String, String)> {
         [
             ("AWS_ENDPOINT_URL", self.endpoint()),
@@ -85,12 +94,18 @@ impl MotoEc2 {
         .collect()
     }
 
+    /// A HOME for `rayscale up` against this server (a fresh directory per server).
+    pub fn home(&self) -> &std::path::Path {
+        &self.home
+    }
+
     /// Runs the workspace's `rayscale` with `args` against this server (the launcher
     /// polling every 0.5 s): whether it succeeded, and its stdout then stderr.
     pub fn rayscale(&self, args: &[&str]) -> (bool, String) {
         let out = Command::new(crate::workspace_bin("rayscale"))
             .args(args)
             .envs(self.cli_env())
+            .env("HOME", &self.home)
             .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
             .stdin(Stdio::null())
             .output()
@@ -178,5 +193,6 @@ impl Drop for MotoEc2 {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.home);
     }
 }

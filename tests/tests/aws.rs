@@ -719,6 +719,8 @@ async fn first_launches_match_rays_own_aws_provider() {
             .arg(&out)
             .arg("--config")
             .arg(&yaml)
+            // Ray's bootstrap writes the key pair it makes under ~/.ssh: not the user's.
+            .env("HOME", moto.home())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status()

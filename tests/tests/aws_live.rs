@@ -452,6 +452,11 @@ impl Cloud for Moto {
     fn env(&self) -> Vec<(String, String)> {
         self.0.cli_env()
     }
+    fn cli_env(&self) -> Vec<(String, String)> {
+        let mut env = self.0.cli_env();
+        env.push(("HOME".into(), self.0.home().display().to_string()));
+        env
+    }
     fn provider(&self) -> String {
         format!(
             "{{type: aws, region: {REGION}, availability_zone: '{REGION}a,{REGION}b', cache_stopped_nodes: false}}"

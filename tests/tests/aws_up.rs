@@ -1,7 +1,7 @@
 //! `rayscale up`, `down` and the other launcher commands on moto's EC2 server, side by
 //! side with what Ray's own `ray up` does on the same emulator (`scripts/ray_aws_up.py`):
-//! Ray's YAMLs launching unchanged, resources filled in from DescribeInstanceTypes, and
-//! Ray's CLI habits (`get-head-ip`,
+//! Ray's YAMLs launching unchanged, resources filled in from DescribeInstanceTypes, the
+//! subnets and security group of Ray's bootstrap, and Ray's CLI habits (`get-head-ip`,
 //! `down --workers-only`). The provider's own behaviour is in `aws.rs`.
 
 #![allow(clippy::unwrap_used)]
@@ -35,15 +35,30 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
     assert!(launched >= 6, "{launched} node types launched");
 }
 
-/// Ray's fill-in (`scripts/ray_aws_fillout.py`) of `yaml` on `moto`: each type's
-/// resources, or Ray's error.
+/// Ray's fill-in (`scripts/ray_aws_up.py`) of `yaml` on `moto`: each type's resources,
+/// or Ray's error.
 fn rays_fillout(moto: &MotoEc2, yaml: &std::path::Path) -> Result<serde_json::Value, String> {
+    rays_up(moto, yaml, "fillout", None)
+}
+
+/// What Ray's `ray up` computes (`scripts/ray_aws_up.py --what <what>`) for `yaml` on
+/// `moto` (`home`: the HOME it runs with, where Ray writes a key pair it makes).
+fn rays_up(
+    moto: &MotoEc2,
+    yaml: &std::path::Path,
+    what: &str,
+    home: Option<&std::path::Path>,
+) -> Result<serde_json::Value, String> {
     let (python, _) = rayscale_tests::ray_head::ray_from_env();
     let script =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/ray_aws_fillout.py");
-    let out = std::process::Command::new(&python)
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/ray_aws_up.py");
+    let mut cmd = std::process::Command::new(&python);
+    if let Some(h) = home {
+        cmd.env("HOME", h);
+    }
+    let out = cmd
         .arg(&script)
-        .args(["--endpoint", &moto.endpoint(), "--config"])
+        .args(["--endpoint", &moto.endpoint(), "--what", what, "--config"])
         .arg(yaml)
         .output()
         .unwrap();
@@ -92,14 +107,16 @@ async fn resources_are_filled_in_from_ec2_as_rays_ray_up_fills_them() {
     types.fill(&config).await.unwrap();
     assert_eq!(moto.calls("DescribeInstanceTypes") - before, 1);
 
-    // An instance type EC2 does not offer fails in both, naming the type.
+    // An instance type EC2 does not offer fails in both, naming the type. A retired one,
+    // so the request itself is valid against botocore's model (the contract check judges
+    // it; a made-up name is refused there as outside the InstanceType enum).
     let bad_yaml =
         std::env::temp_dir().join(format!("rayscale-fillout-{}.yaml", std::process::id()));
     std::fs::write(
         &bad_yaml,
         std::fs::read_to_string(&yaml)
             .unwrap()
-            .replace("c5.large", "c5.gigantic"),
+            .replace("c5.large", "cc2.8xlarge"),
     )
     .unwrap();
     let rays = rays_fillout(&moto, &bad_yaml);
@@ -113,7 +130,7 @@ async fn resources_are_filled_in_from_ec2_as_rays_ray_up_fills_them() {
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
-    assert!(e.contains("c5.gigantic"), "{e}");
+    assert!(e.contains("cc2.8xlarge"), "{e}");
 
     // EC2 throttling every try: an error, nothing filled in (the caller keeps the YAML's).
     moto.faults(r#"{"throttle_next": 10, "throttle_action": "DescribeInstanceTypes"}"#);
@@ -154,6 +171,44 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
     );
     let (ok, out) = moto.rayscale(&["up", &arg]);
     assert!(ok, "{out}");
+    // As `ray up`, `up` put the head in the cluster's own security group, made for it.
+    let groups = moto
+        .client()
+        .describe_security_groups()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("group-name")
+                .values(format!("ray-autoscaler-{cluster}"))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let group = groups.security_groups()[0].group_id().unwrap().to_string();
+    let head = p.list().await.unwrap();
+    let described = moto
+        .client()
+        .describe_instances()
+        .instance_ids(&head[0].cloud_instance_id)
+        .send()
+        .await
+        .unwrap();
+    let head_groups: Vec<&str> = described.reservations()[0].instances()[0]
+        .security_groups()
+        .iter()
+        .filter_map(|g| g.group_id())
+        .collect();
+    assert_eq!(head_groups, [group.as_str()]);
+    // And gave it Ray's key pair, its private key under the HOME `up` ran with, and said
+    // how to use it.
+    let key = format!("ray-autoscaler_{REGION}");
+    assert_eq!(
+        described.reservations()[0].instances()[0].key_name(),
+        Some(key.as_str())
+    );
+    let pem = moto.home().join(format!(".ssh/{key}.pem"));
+    assert!(pem.exists(), "{}", pem.display());
+    assert!(out.contains(&format!("ssh -i {}", pem.display())), "{out}");
     p.launch(&LaunchRequest {
         request_id: "lr-ips".into(),
         node_type: "cpu".into(),
@@ -210,4 +265,257 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
     assert!(ok, "{out}");
     assert!(p.list().await.unwrap().is_empty());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The inbound rules of security group `id` as EC2 describes them, its own id written
+/// `<self>`, sorted: two clusters' groups compare equal when made alike.
+async fn rules_of(moto: &MotoEc2, id: &str) -> Vec<String> {
+    let out = moto
+        .client()
+        .describe_security_groups()
+        .group_ids(id)
+        .send()
+        .await
+        .unwrap();
+    let g = &out.security_groups()[0];
+    let mut rules: Vec<String> = g
+        .ip_permissions()
+        .iter()
+        .map(|p| {
+            let mut groups: Vec<String> = p
+                .user_id_group_pairs()
+                .iter()
+                .map(|u| u.group_id().unwrap_or_default().replace(id, "<self>"))
+                .collect();
+            groups.sort();
+            let ranges: Vec<&str> = p.ip_ranges().iter().filter_map(|r| r.cidr_ip()).collect();
+            format!(
+                "{} {:?}-{:?} groups {groups:?} ranges {ranges:?}",
+                p.ip_protocol().unwrap_or_default(),
+                p.from_port(),
+                p.to_port()
+            )
+        })
+        .collect();
+    rules.sort();
+    rules
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_picks_subnets_and_makes_the_security_group_as_rays_bootstrap_does() {
+    use rayscale_provider_aws::bootstrap::bootstrap;
+    let moto = MotoEc2::start();
+    let dir = std::env::temp_dir().join(format!("rayscale-aws-boot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Ray's IAM step is skipped by naming the head's profile; its key pair step makes one
+    // in moto and writes it under `dir`.
+    let yaml = |cluster: &str| {
+        format!(
+            "cluster_name: {cluster}\n\
+             provider: {{type: aws, region: {REGION}, availability_zone: 'us-east-1b,us-east-1a',\n  \
+               security_group: {{IpPermissions: [{{IpProtocol: tcp, FromPort: 8265, ToPort: 8265, IpRanges: [{{CidrIp: 10.0.0.0/8}}]}}]}}}}\n\
+             head_node_type: head\nmax_workers: 4\n\
+             available_node_types:\n  \
+               head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}, \
+                 IamInstanceProfile: {{Arn: 'arn:aws:iam::123456789012:instance-profile/ray-head'}}}}}}\n  \
+               cpu: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
+        )
+    };
+    let cluster = "bootgold";
+    let cfg = ClusterConfig::from_yaml_str(&yaml(cluster), "t.yaml").unwrap();
+    // rayscale first: it picks the subnets and makes the group.
+    let ours = bootstrap(&moto.client(), &cfg).await.unwrap();
+    assert_eq!(moto.calls("CreateSecurityGroup"), 1);
+    assert_eq!(moto.calls("AuthorizeSecurityGroupIngress"), 1);
+    // Run again, it finds the same group and adds nothing.
+    let again = bootstrap(&moto.client(), &cfg).await.unwrap();
+    assert_eq!(again.raw, ours.raw);
+    assert_eq!(
+        moto.calls("CreateSecurityGroup"),
+        1,
+        "found, not made twice"
+    );
+    assert_eq!(moto.calls("AuthorizeSecurityGroupIngress"), 1);
+    // Ray's bootstrap of the same YAML on the same account picks the same subnets and
+    // finds rayscale's group as its own.
+    let path = dir.join("c.yaml");
+    std::fs::write(&path, yaml(cluster)).unwrap();
+    let theirs = rays_up(&moto, &path, "bootstrap", Some(&dir)).unwrap();
+    assert_eq!(
+        moto.calls("CreateSecurityGroup"),
+        1,
+        "Ray found rayscale's group"
+    );
+    for t in ["head", "cpu"] {
+        let nc = &ours.raw["available_node_types"][t]["node_config"];
+        assert_eq!(nc["SubnetIds"], theirs[t]["SubnetIds"], "{t}: subnets");
+        assert_eq!(
+            nc["SecurityGroupIds"], theirs[t]["SecurityGroupIds"],
+            "{t}: group"
+        );
+        assert!(
+            nc["SubnetIds"].as_array().map(Vec::len).unwrap_or(0) >= 2,
+            "{nc}"
+        );
+    }
+    // The group is Ray's in name, tags and rules: Ray makes a second cluster's group, and
+    // the two groups' rules match.
+    let group = ours.raw["available_node_types"]["cpu"]["node_config"]["SecurityGroupIds"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let desc = moto
+        .client()
+        .describe_security_groups()
+        .group_ids(&group)
+        .send()
+        .await
+        .unwrap();
+    let g = &desc.security_groups()[0];
+    assert_eq!(g.group_name(), Some("ray-autoscaler-bootgold"));
+    assert!(
+        g.tags()
+            .iter()
+            .any(|t| t.key() == Some("ray-cluster-name") && t.value() == Some(cluster)),
+        "{g:?}"
+    );
+    let path2 = dir.join("c2.yaml");
+    std::fs::write(&path2, yaml("bootgold2")).unwrap();
+    let theirs2 = rays_up(&moto, &path2, "bootstrap", Some(&dir)).unwrap();
+    let rays_group = theirs2["cpu"]["SecurityGroupIds"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(rays_group, group);
+    let ours_rules = rules_of(&moto, &group).await;
+    assert_eq!(ours_rules.len(), 3, "{ours_rules:?}");
+    assert_eq!(ours_rules, rules_of(&moto, &rays_group).await);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The key pair `rayscale up` finds or makes is the one `ray up` finds or makes: the same
+/// names in the same order, the private key under `~/.ssh` with mode 0600, so a cluster
+/// either launched is reached with the same `ssh -i`. Machines A, B and C are three HOMEs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_pair_is_found_or_made_as_rays_bootstrap_does_with_its_key_under_ssh() {
+    use rayscale_provider_aws::keypair::configure_key_pair;
+    let moto = MotoEc2::start();
+    let base = std::env::temp_dir().join(format!("rayscale-aws-kp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let home = |m: &str| base.join(m);
+    for m in ["a", "b", "c"] {
+        std::fs::create_dir_all(home(m)).unwrap();
+    }
+    let yaml = |provider_extra: &str, auth_extra: &str, cpu_extra: &str| {
+        format!(
+            "cluster_name: kp\n\
+             provider: {{type: aws, region: {REGION}{provider_extra}}}\n\
+             auth: {{ssh_user: ubuntu{auth_extra}}}\n\
+             head_node_type: head\nmax_workers: 4\n\
+             available_node_types:\n  \
+               head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}, \
+                 IamInstanceProfile: {{Arn: 'arn:aws:iam::123456789012:instance-profile/ray-head'}}}}}}\n  \
+               cpu: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {{InstanceType: m5.large, ImageId: {AMI}{cpu_extra}}}}}\n"
+        )
+    };
+    let yaml_file = base.join("kp.yaml");
+    std::fs::write(&yaml_file, yaml("", "", "")).unwrap();
+    let cfg = ClusterConfig::from_yaml_str(&yaml("", "", ""), "kp.yaml").unwrap();
+    let ours = |m: &str| {
+        let cfg = cfg.clone();
+        let ssh = home(m).join(".ssh");
+        let client = moto.client();
+        async move {
+            configure_key_pair(&client, &cfg, REGION, Some(&ssh))
+                .await
+                .unwrap()
+        }
+    };
+    let key_of = |v: &serde_json::Value, t: &str| {
+        v["available_node_types"][t]["node_config"]["KeyName"]
+            .as_str()
+            .unwrap_or("-")
+            .to_string()
+    };
+    let first = format!("ray-autoscaler_{REGION}");
+
+    // Machine A, rayscale first: Ray's first name, made, its private key written 0600.
+    let (on_a, key) = ours("a").await;
+    let (name, path) = key.unwrap();
+    assert_eq!(name, first);
+    assert_eq!(path, home("a").join(format!(".ssh/{first}.pem")));
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("PRIVATE KEY")
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    assert_eq!(key_of(&on_a.raw, "head"), first);
+    assert_eq!(key_of(&on_a.raw, "cpu"), first);
+    assert_eq!(moto.calls("CreateKeyPair"), 1);
+    // Again on A: found, nothing made.
+    let (again, _) = ours("a").await;
+    assert_eq!(again.raw, on_a.raw);
+    assert_eq!(moto.calls("CreateKeyPair"), 1);
+    // Ray's bootstrap on A uses rayscale's key.
+    let theirs = rays_up(&moto, &yaml_file, "bootstrap", Some(&home("a"))).unwrap();
+    assert_eq!(theirs["cpu"]["KeyName"], serde_json::json!(first));
+    assert_eq!(moto.calls("CreateKeyPair"), 1, "Ray found rayscale's key");
+
+    // Machine B has no private key for that name: Ray makes the next one there, and
+    // rayscale on B finds Ray's.
+    let theirs = rays_up(&moto, &yaml_file, "bootstrap", Some(&home("b"))).unwrap();
+    let second = format!("ray-autoscaler_1_{REGION}");
+    assert_eq!(theirs["cpu"]["KeyName"], serde_json::json!(second));
+    assert_eq!(moto.calls("CreateKeyPair"), 2);
+    let (on_b, key) = ours("b").await;
+    assert_eq!(key.map(|k| k.0), Some(second.clone()));
+    assert_eq!(key_of(&on_b.raw, "cpu"), second);
+    assert_eq!(moto.calls("CreateKeyPair"), 2, "rayscale found Ray's key");
+
+    // Machine C, rayscale first: the third name, made there.
+    let (on_c, _) = ours("c").await;
+    assert_eq!(
+        key_of(&on_c.raw, "cpu"),
+        format!("ray-autoscaler_2_{REGION}")
+    );
+    assert_eq!(moto.calls("CreateKeyPair"), 3);
+
+    // provider.key_pair.key_name names it; a type's own KeyName is kept.
+    let named = ClusterConfig::from_yaml_str(
+        &yaml(", key_pair: {key_name: mine}", "", ", KeyName: theirs"),
+        "kp.yaml",
+    )
+    .unwrap();
+    let (named, key) = configure_key_pair(
+        &moto.client(),
+        &named,
+        REGION,
+        Some(&home("a").join(".ssh")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(key.map(|k| k.0).as_deref(), Some("mine"));
+    assert_eq!(key_of(&named.raw, "head"), "mine");
+    assert_eq!(key_of(&named.raw, "cpu"), "theirs");
+    assert!(home("a").join(".ssh/mine.pem").exists());
+    // With auth.ssh_private_key the user manages keys: nothing asked, nothing set.
+    let described = moto.calls("DescribeKeyPairs");
+    let own = ClusterConfig::from_yaml_str(
+        &yaml("", ", ssh_private_key: ~/.ssh/own.pem", ""),
+        "kp.yaml",
+    )
+    .unwrap();
+    let (same, key) = configure_key_pair(&moto.client(), &own, REGION, None)
+        .await
+        .unwrap();
+    assert!(key.is_none());
+    assert_eq!(same.raw, own.raw);
+    assert_eq!(moto.calls("DescribeKeyPairs"), described);
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -43,25 +43,16 @@ const PROVIDER_KEYS: &[&str] = &[
     "availability_zone",
     "cache_stopped_nodes",
     "use_internal_ips",
+    "security_group",
+    "key_pair",
 ];
 
-/// Provider keys that configure Ray's one-time bootstrap (creating a security group, a
-/// key pair, an IAM role): rayscale does not bootstrap, so the resources must exist and
-/// be named in `node_config`.
-const BOOTSTRAP_KEYS: &[(&str, &str)] = &[
-    (
-        "security_group",
-        "rayscale does not create security groups: create it and list it in node_config.SecurityGroupIds",
-    ),
-    (
-        "key_pair",
-        "rayscale does not create key pairs: create one and set node_config.KeyName",
-    ),
-    (
-        "aws_credentials",
-        "credentials come from the standard AWS chain (environment, profile, instance role)",
-    ),
-];
+/// Provider keys of Ray's that rayscale does not act on (`security_group` and `key_pair`
+/// are `rayscale up`'s, see `bootstrap` and `keypair`), with what to do instead.
+const BOOTSTRAP_KEYS: &[(&str, &str)] = &[(
+    "aws_credentials",
+    "credentials come from the standard AWS chain (environment, profile, instance role)",
+)];
 
 /// Provider keys of Ray's schema that change nothing for rayscale (it starts Ray at boot,
 /// not through node updaters), and `_config_cache_path`, which `ray up` adds to the
@@ -88,6 +79,8 @@ impl AwsConfig {
         }
         .check(provider)
         .map_err(|(path, message)| AwsError::config(path, message))?;
+        crate::bootstrap::check_security_group(config)?;
+        crate::keypair::key_name(config)?;
         let region = match provider.get("region") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
@@ -589,11 +582,26 @@ mod tests {
         }
         let e = cluster(
             "{InstanceType: m5.large}",
-            "{type: aws, security_group: {GroupName: g}}",
+            "{type: aws, aws_credentials: {aws_access_key_id: k}}",
         )
         .err()
         .unwrap_or_default();
-        assert!(e.starts_with("provider.security_group"), "{e}");
+        assert!(e.starts_with("provider.aws_credentials"), "{e}");
+        // security_group is read (by `rayscale up`'s bootstrap), and checked at load.
+        assert!(
+            cluster(
+                "{InstanceType: m5.large}",
+                "{type: aws, security_group: {GroupName: g}}"
+            )
+            .is_ok()
+        );
+        let e = cluster(
+            "{InstanceType: m5.large}",
+            "{type: aws, security_group: {GroupName: 3}}",
+        )
+        .err()
+        .unwrap_or_default();
+        assert!(e.starts_with("provider.security_group.GroupName"), "{e}");
         let e = cluster("{InstanceType: m5.large}", "{type: aws, region: 3}")
             .err()
             .unwrap_or_default();

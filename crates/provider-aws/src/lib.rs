@@ -15,11 +15,15 @@
 //! EC2 error-code table), `provider` (the trait implementation), and `resources` (Ray's
 //! fill-in of node types' resources from DescribeInstanceTypes, which `ray up` does on
 //! AWS: a pure part and a cached lookup; it is not part of the provider trait, so it
-//! has its own file).
+//! has its own file), and `bootstrap` (the subnets and security group `ray up` picks or
+//! makes for node types that name none, which `rayscale up` does before the head), and
+//! `keypair` (the key pair it finds or makes, with its private key under `~/.ssh`).
 
+pub mod bootstrap;
 pub mod client;
 pub mod config;
 pub mod errors;
+pub mod keypair;
 pub mod mapping;
 pub mod provider;
 pub mod resources;
