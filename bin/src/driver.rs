@@ -50,6 +50,8 @@ pub struct FileConfig {
     fill_error: Option<String>,
     /// The config read at start, handed to the first poll (its chain is built once).
     first: Option<Reloaded>,
+    /// Where workers fetch the file mounts (the head's server), set on every config read.
+    mounts: Option<rayscale_core::config::mounts::MountsSource>,
 }
 
 impl FileConfig {
@@ -69,10 +71,22 @@ impl FileConfig {
             unfilled: None,
             fill_error: None,
             first: None,
+            mounts: None,
         };
         let first = source.read().await.map_err(anyhow::Error::msg)?;
         source.first = first;
         Ok(source)
+    }
+}
+
+impl FileConfig {
+    /// Every config read from now on (and the one read at start) says where workers fetch
+    /// the file mounts.
+    pub fn set_mounts(&mut self, mounts: Option<rayscale_core::config::mounts::MountsSource>) {
+        if let Some(first) = &mut self.first {
+            first.config.mounts_source = mounts.clone();
+        }
+        self.mounts = mounts;
     }
 }
 
@@ -116,6 +130,14 @@ impl FileConfig {
                 }
             }
         };
+        let mut config = config;
+        config.mounts_source = self.mounts.clone();
+        if self.mounts.is_none() && crate::mounts::wanted(&config) && self.last.is_some() {
+            tracing::warn!(
+                "{origin}: file_mounts or cluster_synced_files were added after rayscale run \
+                 started: restart it to serve them to the workers (new workers boot without them)"
+            );
+        }
         let chain = build_chain(&self.expander, &config)
             .map_err(|e| format!("{origin}: {}", format!("{e:#}").replace('\n', " ")))?;
         self.last = Some(text);

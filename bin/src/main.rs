@@ -7,6 +7,7 @@ mod gcs;
 mod launch;
 mod local_head;
 mod logging;
+mod mounts;
 mod ops;
 mod providers;
 

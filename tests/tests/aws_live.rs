@@ -239,7 +239,8 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
     let wheels = rayscale_tests::e2e::wheel_dir().display().to_string();
     let version = env!("CARGO_PKG_VERSION");
     let moto = Arc::new(MotoEc2::start());
-    let port = free_ports(1)[0];
+    let ports = free_ports(2);
+    let (port, mounts_port) = (ports[0], ports[1]);
     let gcs = format!("127.0.0.1:{port}");
     let pid = std::process::id();
     let cluster = format!("rayup{pid}");
@@ -303,6 +304,30 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
         bashrc.push_str(&format!("export {k}={v}\n"));
     }
     std::fs::write(head_home.join(".bashrc"), bashrc).expect(".bashrc");
+    // What the user's machine ships with `file_mounts` (a code directory with what
+    // rsync_exclude leaves out, a credentials file); Ray's `ray up` copies them to the
+    // head, rayscale's head serves them to the workers it boots.
+    let local = scratch.join("local");
+    for d in ["code/sub", "code/.git"] {
+        std::fs::create_dir_all(local.join(d)).expect("scratch");
+    }
+    for (f, text) in [
+        ("code/a.py", "print('a')\n"),
+        ("code/sub/c.txt", "c\n"),
+        ("code/.git/HEAD", "ref\n"),
+        ("code/b.pyc", "pyc\n"),
+        ("cred.json", "{\"k\": 1}\n"),
+    ] {
+        std::fs::write(local.join(f), text).expect("scratch");
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            local.join("cred.json"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .expect("chmod");
+    }
     let config = scratch.join("cluster.yaml");
     // The docs' head_setup_commands (the wheel, from a local directory here) and
     // head_start_ray_commands, with what one machine needs (a loopback address, a temp
@@ -315,12 +340,17 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
              auth: {{ssh_user: ubuntu}}\nhead_node_type: head\n\
              available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n  \
              worker: {{resources: {{CPU: 2}}, max_workers: 4, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n\
-             file_mounts: {{}}\ninitialization_commands: []\nsetup_commands: []\nworker_setup_commands: []\n\
-             head_setup_commands:\n  - pip install --quiet --upgrade --target ~/.rayscale --no-index --find-links {wheels} 'rayscale=={version}'\n\
+             file_mounts: {{'~/code': '{code}', '~/cred.json': '{cred}'}}\n\
+             cluster_synced_files: ['~/synced']\nrsync_exclude: ['**/.git', '**/.git/**', '*.pyc']\n\
+             initialization_commands: []\nsetup_commands: []\nworker_setup_commands: []\n\
+             head_setup_commands:\n  - pip install --quiet --upgrade --target ~/.rayscale --no-index --find-links {wheels} 'rayscale=={version}'\n  \
+             - mkdir -p ~/synced && echo s > ~/synced/s.txt\n\
              head_start_ray_commands:\n  - ray stop\n  \
              - RAY_enable_autoscaler_v2=1 ray start --head --no-monitor --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsu-{pid} --autoscaling-config=~/ray_bootstrap_config.yaml\n  \
-             - nohup ~/.rayscale/bin/rayscale run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{port} --head-ip auto --interval 2 >> ~/rayscale.log 2>&1 < /dev/null &\n\
+             - nohup ~/.rayscale/bin/rayscale run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{port} --head-ip auto --interval 2 --file-mounts-port {mounts_port} >> ~/rayscale.log 2>&1 < /dev/null &\n\
              worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-$RAY_CLOUD_INSTANCE_ID --disable-usage-stats\n",
+            code = local.join("code").display(),
+            cred = local.join("cred.json").display(),
         ),
     )
     .expect("config");
@@ -376,6 +406,34 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
     );
     let booted = sim.ever_booted();
     assert!(!booted.is_empty(), "{}", rayscale_log());
+    // Every worker got the file mounts from the head before Ray started: the directory
+    // without what rsync_exclude leaves out, the file with its mode, and the head's own
+    // cluster_synced_files.
+    for id in &booted {
+        let home = scratch.join("sim").join(id).join("home");
+        let read = |f: &str| std::fs::read_to_string(home.join(f)).unwrap_or_default();
+        assert_eq!(read("code/a.py"), "print('a')\n", "{id}: {}", sim.log(id));
+        assert_eq!(read("code/sub/c.txt"), "c\n", "{id}");
+        assert!(!home.join("code/.git").exists(), "{id}: rsync_exclude");
+        assert!(!home.join("code/b.pyc").exists(), "{id}: rsync_exclude");
+        assert_eq!(read("cred.json"), "{\"k\": 1}\n", "{id}");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(home.join("cred.json"))
+                .map(|m| m.permissions().mode() & 0o777)
+                .unwrap_or(0);
+            assert_eq!(mode, 0o600, "{id}");
+        }
+        assert_eq!(read("synced/s.txt"), "s\n", "{id}");
+        let log = sim.log(id);
+        let fetched = log.find("file mount ~/code fetched from the head");
+        // (The start command blocks: Ray's own line says it started.)
+        let started = log.find("Ray runtime started");
+        assert!(
+            fetched.is_some() && started.is_some() && fetched < started,
+            "{id}: {log}"
+        );
+    }
     let joined = alive_workers_at(&gcs);
     assert!(
         !joined.is_empty() && joined.iter().all(|id| booted.contains(id)),

@@ -26,7 +26,13 @@ pub fn boot_script(args: &BootScriptArgs) -> Result<String> {
     use rayscale_core::provider::boot;
     let text = std::fs::read_to_string(&args.config)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
-    let config = ClusterConfig::from_yaml_str(&text, &args.config.display().to_string())?;
+    let mut config = ClusterConfig::from_yaml_str(&text, &args.config.display().to_string())?;
+    // A worker fetches the file mounts from its head's `rayscale run`, with the token that
+    // head makes (shown here as a placeholder).
+    config.mounts_source = Some(rayscale_core::config::mounts::MountsSource {
+        port: rayscale_core::config::mounts::DEFAULT_PORT,
+        token: "HEAD_TOKEN".into(),
+    });
     let m = metadata_commands(&config.provider_type)?;
     let script = if config.head_node_type.as_deref() == Some(args.node_type.as_str()) {
         boot::render_head(

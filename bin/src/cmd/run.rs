@@ -41,6 +41,10 @@ pub struct RunArgs {
     /// launched runs; a cloud provider's head call).
     #[arg(long)]
     autostop_head: bool,
+    /// The port the head serves `file_mounts` and `cluster_synced_files` on, to the
+    /// workers it boots (AWS, GCP, Azure; only when the config has them).
+    #[arg(long, value_name = "PORT", default_value_t = rayscale_core::config::mounts::DEFAULT_PORT)]
+    file_mounts_port: u16,
     #[command(flatten)]
     expander: ExpanderArgs,
     #[command(flatten)]
@@ -49,9 +53,9 @@ pub struct RunArgs {
 
 /// `rayscale run`.
 pub async fn run(args: RunArgs) -> Result<String> {
-    let config = load_config(&args.config)?;
+    let mut config = load_config(&args.config)?;
     let gcs_address = crate::gcs::address(args.gcs.as_deref())?;
-    for line in config.keys_not_acted_on() {
+    for line in config.keys_not_acted_on(false) {
         tracing::warn!("{}: {line}", args.config.display());
     }
     let head_ip = match args.head_ip.as_deref() {
@@ -60,6 +64,15 @@ pub async fn run(args: RunArgs) -> Result<String> {
         }
         other => other.map(str::to_string),
     };
+    // The workers this head boots fetch the file mounts from it (as Ray's head rsyncs
+    // them): served from this user's home, where `ray up` put them.
+    if crate::mounts::wanted(&config) {
+        let home = std::env::var_os("HOME").map(PathBuf::from).ok_or_else(|| {
+            anyhow::anyhow!("HOME is not set: the file mounts' `~` is read there")
+        })?;
+        config.mounts_source =
+            Some(crate::mounts::serve(&args.config, &home, args.file_mounts_port).await?);
+    }
     let provider = crate::providers::build(
         &config,
         &ProviderEnv {
@@ -70,7 +83,8 @@ pub async fn run(args: RunArgs) -> Result<String> {
     )
     .await?;
     let fill = crate::providers::resource_fill(&config).await?;
-    let source = FileConfig::open(args.config.clone(), args.expander, fill).await?;
+    let mut source = FileConfig::open(args.config.clone(), args.expander, fill).await?;
+    source.set_mounts(config.mounts_source.clone());
     if !(args.interval.is_finite() && args.interval > 0.0) {
         bail!("--interval: expected a positive number of seconds");
     }

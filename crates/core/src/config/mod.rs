@@ -11,6 +11,7 @@ pub mod gangs;
 pub mod install;
 pub mod keys;
 pub mod limits;
+pub mod mounts;
 pub mod preemption;
 pub mod schema;
 
@@ -84,6 +85,9 @@ pub struct ClusterConfig {
     pub gangs: Option<gangs::Gangs>,
     /// The whole document as given.
     pub raw: Value,
+    /// Where workers fetch `file_mounts` (the head's `rayscale run` sets it when it
+    /// serves them; never from the YAML): see [`mounts`].
+    pub mounts_source: Option<mounts::MountsSource>,
 }
 
 impl ClusterConfig {
@@ -257,6 +261,7 @@ impl ClusterConfig {
             disable_launch_config_check,
             node_types,
             raw: v.clone(),
+            mounts_source: None,
         })
     }
 
@@ -271,11 +276,14 @@ impl ClusterConfig {
     }
 
     /// Keys of Ray's schema this config sets that rayscale does not act on with its
-    /// provider, one line each naming the key and what to do instead: `up` and `run`
-    /// say them at start, so nothing is dropped silently. Ray's v1 providers (through
-    /// the adapter) run Ray's own node updater, which acts on them all.
-    pub fn keys_not_acted_on(&self) -> Vec<String> {
+    /// provider, one line each naming the key and what to do instead: `up` (`launcher`)
+    /// and `run` say them at start, so nothing is dropped silently. Ray's v1 providers
+    /// (through the adapter) run Ray's own node updater, which acts on them all. On AWS,
+    /// GCP and Azure the head's `rayscale run` serves the mounts to the workers it boots
+    /// ([`mounts`]); `rayscale up` does not copy them to the head.
+    pub fn keys_not_acted_on(&self, launcher: bool) -> Vec<String> {
         const V1: &[&str] = &["local", "vsphere", "aliyun", "external", "fake_multinode"];
+        const BOOTED: &[&str] = &["aws", "gcp", "azure"];
         if V1.contains(&self.provider_type.as_str()) {
             return Vec::new();
         }
@@ -285,6 +293,22 @@ impl ClusterConfig {
             Some(Value::Array(a)) => !a.is_empty(),
             Some(_) => true,
         };
+        if BOOTED.contains(&self.provider_type.as_str()) {
+            let mut out = Vec::new();
+            if launcher && set("file_mounts") {
+                out.push(
+                    "file_mounts: rayscale up does not copy them to the head: the head's                      rayscale serves the head's copies (at the remote paths) to each worker                      at boot, and a worker whose mount the head lacks fails its boot; put                      them on the head (its image or head_setup_commands), or launch the head                      with ray up and run rayscale there"
+                        .to_string(),
+                );
+            }
+            if set("file_mounts_sync_continuously") {
+                out.push(
+                    "file_mounts_sync_continuously: not acted on: workers get the head's                      mounts when they boot; a change on the head reaches new workers only"
+                        .to_string(),
+                );
+            }
+            return out;
+        }
         [
             "file_mounts",
             "cluster_synced_files",

@@ -131,7 +131,7 @@ fn a_huge_or_impossible_min_workers_is_refused_at_load_in_one_line() {
 }
 
 #[test]
-fn file_mounts_are_said_to_be_not_acted_on_except_through_rays_v1_providers() {
+fn keys_rayscale_does_not_act_on_are_said_at_start() {
     let text = |provider: &str, extra: &str| {
         format!(
             "cluster_name: c\nprovider: {{type: {provider}}}\nhead_node_type: head\n\
@@ -146,7 +146,7 @@ fn file_mounts_are_said_to_be_not_acted_on_except_through_rays_v1_providers() {
         "c.yaml",
     )
     .expect("loads");
-    let said = c.keys_not_acted_on();
+    let said = c.keys_not_acted_on(false);
     assert_eq!(said.len(), 2, "{said:?}");
     assert!(said[0].starts_with("file_mounts: not acted on"), "{said:?}");
     assert!(
@@ -156,8 +156,30 @@ fn file_mounts_are_said_to_be_not_acted_on_except_through_rays_v1_providers() {
     let v1 =
         ClusterConfig::from_yaml_str(&text("local", "file_mounts: {/code: ./code}\n"), "c.yaml")
             .expect("loads");
-    assert!(v1.keys_not_acted_on().is_empty());
+    assert!(v1.keys_not_acted_on(true).is_empty());
     let none =
         ClusterConfig::from_yaml_str(&text("aws", "file_mounts: {}\n"), "c.yaml").expect("loads");
-    assert!(none.keys_not_acted_on().is_empty());
+    assert!(none.keys_not_acted_on(true).is_empty());
+    // On a booted cloud the head serves the mounts: only `up` (which does not copy them to
+    // the head) and continuous syncing are said.
+    let aws = ClusterConfig::from_yaml_str(
+        &text(
+            "aws",
+            "file_mounts: {/code: ./code}\nfile_mounts_sync_continuously: true\ncluster_synced_files: [/data]\nrsync_exclude: ['*.pyc']\n",
+        ),
+        "c.yaml",
+    )
+    .expect("loads");
+    let run = aws.keys_not_acted_on(false);
+    assert_eq!(run.len(), 1, "{run:?}");
+    assert!(
+        run[0].starts_with("file_mounts_sync_continuously:"),
+        "{run:?}"
+    );
+    let up = aws.keys_not_acted_on(true);
+    assert_eq!(up.len(), 2, "{up:?}");
+    assert!(
+        up[0].starts_with("file_mounts: rayscale up does not copy"),
+        "{up:?}"
+    );
 }

@@ -20,6 +20,16 @@ pub(super) struct Docker {
     pub(super) shm_detection: bool,
     /// Add `--runtime=nvidia` when the NVIDIA container runtime and a GPU are there.
     pub(super) runtime_detection: bool,
+    /// The file mounts bind-mounted into the container, as Ray's `docker_start_cmds`
+    /// mounts them: (the host path they were fetched to, the remote path; `~` is the
+    /// image's `HOME`).
+    pub(super) mounts: Vec<(String, String)>,
+}
+
+/// Where a node's file mounts go on the host when they are bind-mounted into a
+/// container (Ray's `get_docker_host_mount_location`, the remote path appended as is).
+pub(super) fn host_mount_prefix(cluster: &str) -> String {
+    format!("/tmp/ray_tmp_mount/{cluster}")
 }
 
 /// The object store's share of available memory and its cap, Ray 2.60's defaults
@@ -58,8 +68,31 @@ impl Docker {
                  DOCKER_DETECTED=\"$DOCKER_DETECTED --runtime=nvidia\"\nfi\n",
             );
         }
+        let mounts = if self.mounts.is_empty() {
+            ""
+        } else {
+            // The image's HOME (Ray reads it the same way; /root when it sets none).
+            s.push_str(&format!("DOCKER_IMAGE={}\n", quote(&self.image)));
+            s.push_str(concat!(
+                "DOCKER_HOME=\"$(\"$DOCKER\" inspect -f '{{json .Config.Env}}' \"$DOCKER_IMAGE\" 2>/dev/null ",
+                "| tr ',' '\\n' | sed -n 's/^.*\"HOME=\\([^\"]*\\)\".*$/\\1/p' | head -n 1)\"\n",
+                "[ -n \"$DOCKER_HOME\" ] || DOCKER_HOME=/root\n",
+                "DOCKER_MOUNTS=()\n",
+            ));
+            for (host, remote) in &self.mounts {
+                let inside = if remote == "~" {
+                    "\"$DOCKER_HOME\"".to_string()
+                } else if let Some(rest) = remote.strip_prefix("~/") {
+                    format!("\"$DOCKER_HOME\"{}", quote(&format!("/{rest}")))
+                } else {
+                    quote(remote)
+                };
+                s.push_str(&format!("DOCKER_MOUNTS+=(-v {}:{inside})\n", quote(host)));
+            }
+            " \"${DOCKER_MOUNTS[@]}\""
+        };
         s.push_str(&format!(
-            "\"$DOCKER\" run --rm --name \"$CONTAINER\" -d -it -e LC_ALL=C.UTF-8 -e LANG=C.UTF-8 \
+            "\"$DOCKER\" run --rm --name \"$CONTAINER\" -d -it{mounts} -e LC_ALL=C.UTF-8 -e LANG=C.UTF-8 \
              {} $DOCKER_DETECTED --net=host {} bash\n",
             self.run_options.join(" "),
             quote(&self.image)
@@ -113,5 +146,6 @@ pub(super) fn docker_settings(
         },
         shm_detection: !shm_set && !flag("disable_shm_size_detection"),
         runtime_detection: !flag("disable_automatic_runtime_detection"),
+        mounts: Vec::new(),
     }))
 }

@@ -328,12 +328,36 @@ fn render(
         .and_then(|a| a.get("ssh_user"))
         .and_then(Value::as_str)
         .map(str::to_string);
-    let docker = docker_settings(
+    let mut docker = docker_settings(
         raw.get("docker"),
         type_raw.and_then(|v| v.get("docker")),
         is_head,
     )?;
+    // A worker fetches the head's copies of the file mounts first (see `config::mounts`);
+    // with a container, to the host directory Ray bind-mounts them from.
+    let host_prefix = docker
+        .as_ref()
+        .map(|_| docker::host_mount_prefix(&config.cluster_name));
+    let fetch = match (&role, &config.mounts_source) {
+        (Role::Worker { .. }, Some(src)) => {
+            mount_fetch_commands(&config.raw, src, host_prefix.as_deref())
+        }
+        _ => Vec::new(),
+    };
+    if let (Some(d), Some(prefix)) = (docker.as_mut(), &host_prefix)
+        && !fetch.is_empty()
+    {
+        // Ray does not bind-mount its bootstrap files (it copies them in).
+        d.mounts = crate::config::mounts::mount_paths(raw)
+            .into_iter()
+            .filter(|p| {
+                !["~/ray_bootstrap_config.yaml", "~/ray_bootstrap_key.pem"].contains(&p.as_str())
+            })
+            .map(|p| (format!("{prefix}/{p}"), p))
+            .collect();
+    }
     for (what, cmds) in [
+        ("file mount", &fetch),
         ("initialization", &init),
         ("setup", &setup),
         ("start", &start),
@@ -472,6 +496,9 @@ fn render(
         "  fi\n",
         "}\n",
     ));
+    if !fetch.is_empty() {
+        step(&mut s, "file-mounts", &fetch, false);
+    }
     if !init.is_empty() {
         step(&mut s, "initialization", &init, false);
     }
@@ -562,6 +589,66 @@ fn commands(v: &Value, path: &str) -> Result<Vec<String>, CoreError> {
 }
 
 /// `v` single-quoted for the shell.
+/// The commands of a worker's file-mounts step: each of the head's mounts fetched from
+/// its server into the same path here (`~` the SSH user's home), or with a container
+/// under `host_prefix` (Ray's host mount location, bind-mounted into it): a directory's tar
+/// unpacked into it (over what is there, as rsync copies), a file put in place with its
+/// mode; a mount the head does not serve fails the boot, with the head's reason.
+fn mount_fetch_commands(
+    raw: &Value,
+    src: &crate::config::mounts::MountsSource,
+    host_prefix: Option<&str>,
+) -> Vec<String> {
+    use crate::config::mounts::{KIND_HEADER, MODE_HEADER, hex_of, mount_paths};
+    let paths = mount_paths(raw);
+    if paths.is_empty() {
+        return Vec::new();
+    }
+    let function = [
+        "fetch_mount() {",
+        "  local n=\"$1\" dest=\"$3\" tmp code",
+        "  case \"$dest\" in \"~\") dest=\"$HOME\" ;; \"~/\"*) dest=\"$HOME/${dest#\"~/\"}\" ;; esac",
+        "  tmp=\"$(mktemp -d)\"",
+        "  code=\"$(curl -sS --retry 10 --retry-connrefused --retry-delay 3 -H \"Authorization: Bearer $MOUNTS_TOKEN\" \\",
+        "    -D \"$tmp/headers\" -o \"$tmp/body\" -w '%{http_code}' \"http://$RAY_HEAD_IP:$MOUNTS_PORT/file-mounts/$n\")\" || code=000",
+        "  if [ \"$code\" != 200 ]; then",
+        "    echo \"rayscale: file mount $2: the head ($RAY_HEAD_IP:$MOUNTS_PORT) answered $code: $(head -c 400 \"$tmp/body\" 2>/dev/null)\" >&2",
+        "    rm -rf \"$tmp\"; return 1",
+        "  fi",
+        "  mkdir -p \"$(dirname \"$dest\")\"",
+        "  if grep -qi '^KIND: *dir' \"$tmp/headers\"; then",
+        "    mkdir -p \"$dest\" && tar -xzf \"$tmp/body\" -C \"$dest\"",
+        "  else",
+        "    chmod \"$(sed -n 's/^MODE: *\\([0-7]*\\).*/\\1/Ip' \"$tmp/headers\" | head -n 1)\" \"$tmp/body\" 2>/dev/null || true",
+        "    mv -f \"$tmp/body\" \"$dest\"",
+        "  fi",
+        "  rm -rf \"$tmp\"",
+        "  echo \"rayscale: file mount $2 fetched from the head\"",
+        "}",
+    ]
+    .join("\n")
+    .replace("KIND", KIND_HEADER)
+    .replace("MODE", MODE_HEADER);
+    let mut out = vec![
+        format!("MOUNTS_PORT={}", src.port),
+        format!("MOUNTS_TOKEN={}", quote(&src.token)),
+        function,
+    ];
+    for p in &paths {
+        let dest = match host_prefix {
+            Some(prefix) => format!("{prefix}/{p}"),
+            None => p.clone(),
+        };
+        out.push(format!(
+            "fetch_mount {} {} {}",
+            hex_of(p),
+            quote(p),
+            quote(&dest)
+        ));
+    }
+    out
+}
+
 fn quote(v: &str) -> String {
     format!("'{}'", v.replace('\'', "'\\''"))
 }

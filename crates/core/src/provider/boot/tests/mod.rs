@@ -4,6 +4,7 @@ use super::*;
 
 mod docker;
 mod install;
+mod mounts;
 
 fn cfg(extra: &str) -> ClusterConfig {
     let yaml = format!(

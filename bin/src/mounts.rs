@@ -1,0 +1,353 @@
+//! The head's file-mounts server: what Ray's head does over SSH with rsync
+//! (`NodeUpdater.sync_file_mounts`), rayscale's head does over HTTP for the workers it
+//! boots (`rayscale_core::config::mounts`). `rayscale run` starts it on AWS, GCP and
+//! Azure when the config has `file_mounts` or `cluster_synced_files`.
+//!
+//! `GET /file-mounts/<hex of the remote path>` with `Authorization: Bearer <token>`
+//! answers a directory as a gzipped tar of its contents (`tar -czf - -C <dir> .`, with
+//! `rsync_exclude`/`rsync_filter` as tar excludes) and a file as its bytes with its mode.
+//! Only the paths the cluster config names are served (the config file is read again for
+//! each request, so the answer follows the config the boot scripts were rendered from);
+//! anything else is a 404. The token is made once per head (`~/.rayscale/file-mounts.token`,
+//! mode 0600) so that workers booted before a restart of rayscale, or restarted from a
+//! stopped state, still fetch. At most [`MAX_TRANSFERS`] answers stream at once (a boot
+//! retries a refused connection); a client that does not send its request headers within
+//! 10 s is dropped.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::config::mounts::{
+    KIND_HEADER, MODE_HEADER, MountsSource, expand_home, from_hex, mount_paths, tar_excludes,
+};
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Answers streamed at once.
+pub const MAX_TRANSFERS: usize = 8;
+
+/// Connections served at once (a new one waits).
+const MAX_CONNECTIONS: usize = 128;
+
+/// Whether `config` has mounts for workers to fetch on a provider whose workers boot from
+/// rayscale's boot script.
+pub fn wanted(config: &ClusterConfig) -> bool {
+    ["aws", "gcp", "azure"].contains(&config.provider_type.as_str())
+        && !mount_paths(&config.raw).is_empty()
+}
+
+/// The head's token: read from `path`, else made (16 random bytes as hex) and written
+/// there with mode 0600.
+pub fn token(path: &Path) -> Result<String> {
+    if let Ok(t) = std::fs::read_to_string(path) {
+        let t = t.trim().to_string();
+        if t.len() >= 32 && t.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Ok(t);
+        }
+        anyhow::bail!(
+            "{}: not a file-mounts token (32 hex digits); remove it to have a new one made",
+            path.display()
+        );
+    }
+    let mut raw = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw))
+        .context("reading /dev/urandom for the file-mounts token")?;
+    let t: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut f = options
+        .open(path)
+        .with_context(|| format!("writing the file-mounts token to {}", path.display()))?;
+    f.write_all(t.as_bytes())
+        .with_context(|| format!("writing the file-mounts token to {}", path.display()))?;
+    Ok(t)
+}
+
+/// An answer's body: whatever a reader gives, in chunks (a file, tar's output, a message).
+struct ReaderBody {
+    reader: Box<dyn AsyncRead + Unpin + Send + Sync>,
+    /// Held while the answer streams.
+    _permit: Option<OwnedSemaphorePermit>,
+    /// tar, killed if the client goes away.
+    _child: Option<tokio::process::Child>,
+}
+
+impl hyper::body::Body for ReaderBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut rb = ReadBuf::new(&mut buf);
+        match Pin::new(&mut self.reader).poll_read(cx, &mut rb) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(Ok(())) if rb.filled().is_empty() => Poll::Ready(None),
+            Poll::Ready(Ok(())) => {
+                Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(rb.filled())))))
+            }
+        }
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<ReaderBody> {
+    let mut r = Response::new(ReaderBody {
+        reader: Box::new(std::io::Cursor::new(body.into_bytes())),
+        _permit: None,
+        _child: None,
+    });
+    *r.status_mut() = status;
+    r
+}
+
+/// What the server needs for each request.
+struct Served {
+    config_path: PathBuf,
+    home: PathBuf,
+    token: String,
+    transfers: Arc<Semaphore>,
+}
+
+async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> {
+    if req.method() != Method::GET {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into());
+    }
+    let authorized = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), s.token.as_bytes()));
+    if !authorized {
+        return text(
+            StatusCode::UNAUTHORIZED,
+            "a bearer token is needed\n".into(),
+        );
+    }
+    let Some(remote) = req
+        .uri()
+        .path()
+        .strip_prefix("/file-mounts/")
+        .and_then(from_hex)
+    else {
+        return text(
+            StatusCode::NOT_FOUND,
+            "not found: /file-mounts/<hex of the path>\n".into(),
+        );
+    };
+    // The config as it is now: only its mounts are served.
+    let config = match crate::driver::load_config(&s.config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the head cannot read its config: {e:#}\n"),
+            );
+        }
+    };
+    if !mount_paths(&config.raw).contains(&remote) {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!(
+                "{remote}: not a file mount of cluster {}\n",
+                config.cluster_name
+            ),
+        );
+    }
+    let local = expand_home(&remote, &s.home);
+    let Ok(permit) = s.transfers.clone().acquire_owned().await else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());
+    };
+    let meta = match tokio::fs::metadata(&local).await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(
+                "file mounts: a worker asked for {remote}: {}: {e}",
+                local.display()
+            );
+            return text(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "the head has no {remote} ({}: {e}); ray up copies file_mounts to the head, rayscale up does not\n",
+                    local.display()
+                ),
+            );
+        }
+    };
+    let mut r = if meta.is_dir() {
+        let mut cmd = tokio::process::Command::new("tar");
+        cmd.arg("-czf")
+            .arg("-")
+            .arg("-C")
+            .arg(&local)
+            .args(tar_excludes(&config.raw))
+            .arg(".")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("the head cannot run tar: {e}\n"),
+                );
+            }
+        };
+        let Some(out) = child.stdout.take() else {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "tar has no output\n".into(),
+            );
+        };
+        let mut r = Response::new(ReaderBody {
+            reader: Box::new(out),
+            _permit: Some(permit),
+            _child: Some(child),
+        });
+        r.headers_mut()
+            .insert(KIND_HEADER, hyper::header::HeaderValue::from_static("dir"));
+        r
+    } else {
+        let f = match tokio::fs::File::open(&local).await {
+            Ok(f) => f,
+            Err(e) => {
+                return text(
+                    StatusCode::FORBIDDEN,
+                    format!("the head cannot read {}: {e}\n", local.display()),
+                );
+            }
+        };
+        let mode = {
+            use std::os::unix::fs::PermissionsExt;
+            meta.permissions().mode() & 0o7777
+        };
+        let mut r = Response::new(ReaderBody {
+            reader: Box::new(f),
+            _permit: Some(permit),
+            _child: None,
+        });
+        r.headers_mut()
+            .insert(KIND_HEADER, hyper::header::HeaderValue::from_static("file"));
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("{mode:o}")) {
+            r.headers_mut().insert(MODE_HEADER, v);
+        }
+        r
+    };
+    tracing::info!("file mounts: serving {remote} ({})", local.display());
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/octet-stream"),
+    );
+    r
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// Binds `0.0.0.0:port` now (a port in use fails here, in one line), serves `config_path`'s
+/// mounts from under `home` on a task, and returns where workers fetch them.
+pub async fn serve(config_path: &Path, home: &Path, port: u16) -> Result<MountsSource> {
+    let token = token(&home.join(".rayscale/file-mounts.token"))?;
+    let addr = SocketAddr::from(([0, 0, 0, 0], port));
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!(
+            "the file-mounts server cannot listen on {addr} (workers fetch file_mounts there): \
+             give another port with --file-mounts-port"
+        )
+    })?;
+    let bound = listener
+        .local_addr()
+        .context("the file-mounts listener has no address")?;
+    let served = Arc::new(Served {
+        config_path: config_path.to_path_buf(),
+        home: home.to_path_buf(),
+        token: token.clone(),
+        transfers: Arc::new(Semaphore::new(MAX_TRANSFERS)),
+    });
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    tokio::spawn(async move {
+        loop {
+            let Ok(slot) = connections.clone().acquire_owned().await else {
+                return;
+            };
+            let (stream, _) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("file-mounts server: cannot accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let served = served.clone();
+            tokio::spawn(async move {
+                let _slot = slot;
+                let service = hyper::service::service_fn(move |req| {
+                    let served = served.clone();
+                    async move { Ok::<_, std::convert::Infallible>(answer(req, served).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(std::time::Duration::from_secs(10))
+                    .serve_connection(TokioIo::new(stream), service);
+                if let Err(e) = conn.await {
+                    tracing::debug!("file-mounts server: connection ended: {e}");
+                }
+            });
+        }
+    });
+    tracing::info!("file mounts: served to the workers on {bound}");
+    Ok(MountsSource {
+        port: bound.port(),
+        token,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_token_is_made_once_owner_only_and_kept() {
+        let dir = std::env::temp_dir().join(format!("rayscale-token-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let p = dir.join(".rayscale/file-mounts.token");
+        let t = token(&p).unwrap();
+        assert_eq!(t.len(), 32);
+        assert_eq!(token(&p).unwrap(), t, "kept across restarts");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+        std::fs::write(&p, "short").unwrap();
+        assert!(token(&p).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+}

@@ -1,0 +1,188 @@
+//! Ray's `file_mounts` and `cluster_synced_files` on the nodes rayscale boots (AWS, GCP,
+//! Azure). Ray's head rsyncs them to each worker over SSH before its setup commands
+//! (`NodeUpdater.sync_file_mounts`); rayscale boots workers without SSH, so the head's
+//! `rayscale run` serves its copies over HTTP to the cluster's nodes (with a token the
+//! workers' boot scripts carry) and each worker's boot fetches them first, before its
+//! `initialization_commands`, as Ray orders it.
+//!
+//! On the head a mount is at its remote path (Ray's `ray up` copies each `file_mounts`
+//! entry there and rewrites the head's config to `{remote: remote}`), and a
+//! `cluster_synced_files` entry is a path on the head by definition; a worker gets each at
+//! the same remote path, `~` being its SSH user's home. `rsync_exclude` patterns become
+//! tar `--exclude` patterns and `rsync_filter` files tar `--exclude-ignore` files (read in
+//! each directory, as rsync's `dir-merge` reads them).
+//!
+//! This module is pure: what to serve and fetch, from the config. The server is the
+//! binary's (`bin/src/mounts.rs`), the fetch is a step of the boot script (`boot`).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The head's port for the mounts server unless `rayscale run --file-mounts-port` says
+/// otherwise (Ray's cluster security group lets the cluster's nodes reach every port).
+pub const DEFAULT_PORT: u16 = 8079;
+
+/// The server's answer header saying whether a mount is a `dir` or a `file`.
+pub const KIND_HEADER: &str = "x-rayscale-mount-kind";
+/// The server's answer header giving a file mount's permission bits (octal).
+pub const MODE_HEADER: &str = "x-rayscale-mount-mode";
+
+/// Where a worker's boot fetches the mounts: the head's server (at `RAY_HEAD_IP`) and its
+/// token. Set by `rayscale run` on the head when it serves them; never read from YAML.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountsSource {
+    /// The head's port.
+    pub port: u16,
+    /// The bearer token the server asks for (hex).
+    pub token: String,
+}
+
+/// The paths a worker gets, in order: `file_mounts`' remote paths (sorted), then
+/// `cluster_synced_files` not already among them. The server's
+/// `/file-mounts/<hex of the path>` answers a directory as a gzipped tar
+/// of its contents ([`KIND_HEADER`] `dir`) and a file as its bytes (`file`, with its
+/// permission bits in [`MODE_HEADER`]).
+pub fn mount_paths(raw: &Value) -> Vec<String> {
+    let mut out: Vec<String> = raw
+        .get("file_mounts")
+        .and_then(Value::as_object)
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    out.sort();
+    for p in raw
+        .get("cluster_synced_files")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if !out.iter().any(|o| o == p) {
+            out.push(p.to_string());
+        }
+    }
+    out.retain(|p| !p.trim().is_empty());
+    out
+}
+
+/// The tar arguments that leave out of a directory mount (archived as `tar -C <dir> .`)
+/// what `rsync_exclude` and `rsync_filter` leave out: each exclude pattern as `--exclude=`
+/// (rsync's anchor to the transfer's top, `/x`, as `./x`; a trailing `/` dropped, so a
+/// file of that name goes too; tar matches `*` and `**` across `/` in excludes, as rsync's
+/// `**` does), each filter file as `--exclude-ignore=`.
+pub fn tar_excludes(raw: &Value) -> Vec<String> {
+    let strings = |k: &str| -> Vec<String> {
+        raw.get(k)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let mut out: Vec<String> = strings("rsync_exclude")
+        .into_iter()
+        .map(|p| {
+            let p = p.trim_end_matches('/');
+            let p = match p.strip_prefix('/') {
+                Some(rest) => format!("./{rest}"),
+                None => p.to_string(),
+            };
+            format!("--exclude={p}")
+        })
+        .collect();
+    out.extend(
+        strings("rsync_filter")
+            .into_iter()
+            .map(|f| format!("--exclude-ignore={f}")),
+    );
+    out
+}
+
+/// The hex of a remote path, as the boot script puts it in the URL.
+pub fn hex_of(path: &str) -> String {
+    path.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The path back from [`hex_of`]'s hex (`None`: not such hex).
+pub fn from_hex(s: &str) -> Option<String> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+/// `path` with a leading `~` as `home` (what the head's server reads).
+pub fn expand_home(path: &str, home: &Path) -> PathBuf {
+    if path == "~" {
+        home.to_path_buf()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        home.join(rest)
+    } else {
+        PathBuf::from(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_are_the_mounts_then_the_synced_files() {
+        let raw = json!({
+            "file_mounts": {"~/z": "./z", "/etc/a.conf": "./a.conf", "~/code": "."},
+            "cluster_synced_files": ["/data/x", "~/code", ""],
+        });
+        assert_eq!(
+            mount_paths(&raw),
+            ["/etc/a.conf", "~/code", "~/z", "/data/x"]
+        );
+        assert!(mount_paths(&json!({"file_mounts": {}})).is_empty());
+        assert!(mount_paths(&json!({})).is_empty());
+    }
+
+    #[test]
+    fn rsync_patterns_become_tar_excludes() {
+        let raw = json!({
+            "rsync_exclude": ["**/.git", "**/.git/**", "/build/", "*.pyc", " "],
+            "rsync_filter": [".gitignore"],
+        });
+        assert_eq!(
+            tar_excludes(&raw),
+            [
+                "--exclude=**/.git",
+                "--exclude=**/.git/**",
+                "--exclude=./build",
+                "--exclude=*.pyc",
+                "--exclude-ignore=.gitignore"
+            ]
+        );
+        assert!(tar_excludes(&json!({})).is_empty());
+    }
+
+    #[test]
+    fn paths_go_through_hex_and_back() {
+        for p in ["~/code", "/etc/a b.conf", "~/ü"] {
+            assert_eq!(from_hex(&hex_of(p)).as_deref(), Some(p));
+        }
+        assert_eq!(from_hex("7"), None);
+        assert_eq!(from_hex("zz"), None);
+    }
+
+    #[test]
+    fn home_is_expanded_only_at_the_start() {
+        let home = Path::new("/home/u");
+        assert_eq!(expand_home("~/code", home), Path::new("/home/u/code"));
+        assert_eq!(expand_home("~", home), Path::new("/home/u"));
+        assert_eq!(expand_home("/etc/x", home), Path::new("/etc/x"));
+        assert_eq!(expand_home("a/~/b", home), Path::new("a/~/b"));
+    }
+}

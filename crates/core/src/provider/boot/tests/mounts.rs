@@ -1,0 +1,261 @@
+//! A worker's file-mounts step, run by bash against a stand-in `curl` that answers as the
+//! head's server does (`bin/src/mounts.rs`): a directory as a tar of its contents, a file
+//! with its mode, an unknown mount as a 404 that fails the boot with the head's reason.
+
+use super::*;
+use crate::config::mounts::{MountsSource, hex_of};
+
+const FAKE_CURL: &str = r#"#!/bin/bash
+# Stand-in for curl: -D HEADERS -o BODY -w FMT ... URL; answers from $FAKE_CURL_ROOT/<hex>.
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -D) h="$2"; shift 2 ;;
+    -o) b="$2"; shift 2 ;;
+    -w|-H|--retry|--retry-delay) shift 2 ;;
+    -*) shift ;;
+    *) url="$1"; shift ;;
+  esac
+done
+echo "$url" >>"$FAKE_CURL_LOG"
+d="$FAKE_CURL_ROOT/${url##*/}"
+if [ -d "$d" ]; then cp "$d/headers" "$h"; cp "$d/body" "$b"; printf 200
+else printf 'HTTP/1.1 404 Not Found\r\n\r\n' >"$h"; echo 'the head has no such path' >"$b"; printf 404; fi
+"#;
+
+fn answer(root: &std::path::Path, path: &str, headers: &str, body: &[u8]) {
+    let d = root.join(hex_of(path));
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(d.join("headers"), headers).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(d.join("body"), body).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn run(script: &str, dir: &std::path::Path) -> (bool, String) {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
+        .env("HOME", dir.join("home"))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                dir.join("bin").display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("FAKE_CURL_ROOT", dir.join("answers"))
+        .env("FAKE_CURL_LOG", dir.join("curl.log"))
+        .env("RAYSCALE_TRACE", dir.join("trace"))
+        .output()
+        .unwrap_or_else(|e| panic!("bash: {e}"));
+    let log = std::fs::read_to_string(dir.join("boot/boot.log")).unwrap_or_default();
+    (out.status.success(), log)
+}
+
+#[test]
+fn a_worker_fetches_the_heads_mounts_before_its_initialization_commands() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("rayscale-boot-mounts-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["bin", "home", "answers", "src/sub"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    std::fs::write(dir.join("bin/curl"), FAKE_CURL).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(dir.join("bin/curl"), std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The head's answers: ~/code as a tar of its contents, a credentials file with 0600.
+    std::fs::write(dir.join("src/a.py"), "print('a')\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.join("src/sub/b.txt"), "b\n").unwrap_or_else(|e| panic!("{e}"));
+    let tar = std::process::Command::new("tar")
+        .arg("-czf")
+        .arg(dir.join("code.tgz"))
+        .arg("-C")
+        .arg(dir.join("src"))
+        .arg(".")
+        .status()
+        .unwrap_or_else(|e| panic!("tar: {e}"));
+    assert!(tar.success());
+    let tgz = std::fs::read(dir.join("code.tgz")).unwrap_or_else(|e| panic!("{e}"));
+    answer(
+        &dir.join("answers"),
+        "~/code",
+        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: dir\r\n\r\n",
+        &tgz,
+    );
+    let cred = dir.join("etc/cred.json");
+    let cred_path = cred.display().to_string();
+    answer(
+        &dir.join("answers"),
+        &cred_path,
+        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: file\r\nx-rayscale-mount-mode: 600\r\n\r\n",
+        b"{\"k\": 1}\n",
+    );
+    let yaml = format!(
+        "file_mounts: {{'~/code': ./code, '{cred_path}': ./cred.json}}\n\
+         initialization_commands: ['test -f ~/code/sub/b.txt && echo init-saw-the-mounts >> $RAYSCALE_TRACE']\n\
+         worker_start_ray_commands: ['echo start >> $RAYSCALE_TRACE']\n"
+    );
+    let mut c = cfg(&yaml);
+    // Without a source (no head serving) the step is not there.
+    let without = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(step_commands(&without, "file-mounts").is_empty());
+    c.mounts_source = Some(MountsSource {
+        port: 8079,
+        token: "ab".repeat(16),
+    });
+    let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+    let steps: Vec<usize> = ["file-mounts", "initialization", "start"]
+        .iter()
+        .map(|n| s.find(&format!("/{n}.sh\" <<")).unwrap_or(usize::MAX))
+        .collect();
+    assert!(steps[0] < steps[1] && steps[1] < steps[2], "{steps:?}");
+    let (ok, log) = run(&s, &dir);
+    assert!(ok, "{log}");
+    let home = dir.join("home");
+    assert_eq!(
+        std::fs::read_to_string(home.join("code/a.py")).unwrap_or_default(),
+        "print('a')\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join("code/sub/b.txt")).unwrap_or_default(),
+        "b\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&cred).unwrap_or_default(),
+        "{\"k\": 1}\n"
+    );
+    let mode = std::fs::metadata(&cred)
+        .map(|m| m.permissions().mode() & 0o777)
+        .unwrap_or(0);
+    assert_eq!(mode, 0o600);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("trace")).unwrap_or_default(),
+        "init-saw-the-mounts\nstart\n"
+    );
+    let asked = std::fs::read_to_string(dir.join("curl.log")).unwrap_or_default();
+    assert!(
+        asked.contains(&format!(
+            "http://10.0.0.1:8079/file-mounts/{}",
+            hex_of("~/code")
+        )),
+        "{asked}"
+    );
+
+    // A mount the head does not serve: the boot stops before Ray, with the head's reason.
+    let _ = std::fs::remove_file(dir.join("trace"));
+    let yaml = format!("{yaml}cluster_synced_files: ['~/missing']\n");
+    let mut c = cfg(&yaml);
+    c.mounts_source = Some(MountsSource {
+        port: 8079,
+        token: "ab".repeat(16),
+    });
+    let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+    let (ok, log) = run(&s, &dir);
+    assert!(!ok, "{log}");
+    assert!(
+        log.contains(
+            "file mount ~/missing: the head (10.0.0.1:8079) answered 404: the head has no such path"
+        ),
+        "{log}"
+    );
+    assert!(
+        std::fs::read_to_string(dir.join("trace")).is_err(),
+        "Ray did not start"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn with_a_container_the_mounts_go_to_rays_host_location_and_are_bind_mounted() {
+    use std::os::unix::fs::PermissionsExt;
+    let pid = std::process::id();
+    let dir = std::env::temp_dir().join(format!("rayscale-boot-mounts-docker-{pid}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["bin", "home", "answers", "src"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    std::fs::write(dir.join("bin/curl"), FAKE_CURL).unwrap_or_else(|e| panic!("{e}"));
+    // A stand-in docker: the image's environment for `inspect`, every call traced.
+    std::fs::write(
+        dir.join("bin/docker"),
+        "#!/bin/bash\necho \"docker $*\" >>\"$RAYSCALE_TRACE\"\n\
+         [ \"$1\" = inspect ] && echo '[\"PATH=/usr/bin:/bin\",\"HOME=/home/ray\"]'\nexit 0\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    for f in ["bin/curl", "bin/docker"] {
+        std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    std::fs::write(dir.join("src/a.py"), "a\n").unwrap_or_else(|e| panic!("{e}"));
+    let tar = std::process::Command::new("tar")
+        .arg("-czf")
+        .arg(dir.join("code.tgz"))
+        .arg("-C")
+        .arg(dir.join("src"))
+        .arg(".")
+        .status()
+        .unwrap_or_else(|e| panic!("tar: {e}"));
+    assert!(tar.success());
+    let tgz = std::fs::read(dir.join("code.tgz")).unwrap_or_else(|e| panic!("{e}"));
+    answer(
+        &dir.join("answers"),
+        "~/code",
+        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: dir\r\n\r\n",
+        &tgz,
+    );
+    answer(
+        &dir.join("answers"),
+        "/opt/data",
+        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: file\r\nx-rayscale-mount-mode: 644\r\n\r\n",
+        b"d\n",
+    );
+    let mut c = cfg(
+        "file_mounts: {'~/code': ./code, '/opt/data': ./data, '~/ray_bootstrap_key.pem': k.pem}\n\
+         docker: {image: img, container_name: rc, disable_shm_size_detection: true, \
+         disable_automatic_runtime_detection: true}\n\
+         worker_start_ray_commands: ['echo start']\n",
+    );
+    c.cluster_name = format!("mounts-{pid}");
+    c.mounts_source = Some(MountsSource {
+        port: 8079,
+        token: "ab".repeat(16),
+    });
+    answer(
+        &dir.join("answers"),
+        "~/ray_bootstrap_key.pem",
+        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: file\r\nx-rayscale-mount-mode: 600\r\n\r\n",
+        b"key\n",
+    );
+    let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+    let (ok, log) = run(&s, &dir);
+    assert!(ok, "{log}");
+    let host = format!("/tmp/ray_tmp_mount/mounts-{pid}");
+    assert_eq!(
+        std::fs::read_to_string(format!("{host}/~/code/a.py")).unwrap_or_default(),
+        "a\n",
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(format!("{host}//opt/data")).unwrap_or_default(),
+        "d\n"
+    );
+    assert!(
+        !dir.join("home/code").exists(),
+        "not in the host user's home"
+    );
+    let trace = std::fs::read_to_string(dir.join("trace")).unwrap_or_default();
+    let started = trace
+        .lines()
+        .find(|l| l.contains(" run --rm"))
+        .unwrap_or_else(|| panic!("no container: {trace}"));
+    // Ray's order and paths: the mounts after -it, `~` as the image's HOME, no bootstrap key.
+    assert_eq!(
+        started,
+        format!(
+            "docker run --rm --name rc -d -it -v {host}//opt/data:/opt/data \
+             -v {host}/~/code:/home/ray/code -e LC_ALL=C.UTF-8 -e LANG=C.UTF-8 --net=host img bash"
+        )
+    );
+    let _ = std::fs::remove_dir_all(&host);
+    let _ = std::fs::remove_dir_all(&dir);
+}
