@@ -94,6 +94,34 @@ impl MotoEc2 {
         .collect()
     }
 
+    /// Ray's IAM role and instance profile (`ray-autoscaler-v1`), made with boto3 as
+    /// `ray up` makes them: Ray's bootstrap makes them unless they exist, then sleeps 30 s
+    /// "for propagation", so a test that runs Ray's CLI makes them first, as an account
+    /// that ran `ray up` before has them. Panics with boto3's error.
+    pub fn make_rays_iam_role(&self) {
+        let (python, _) = ray_from_env();
+        let out = Command::new(&python)
+            .arg("-c")
+            .arg(concat!(
+                "import boto3, json\n",
+                "iam = boto3.client('iam')\n",
+                "doc = {'Statement': [{'Effect': 'Allow', 'Principal': {'Service': 'ec2.amazonaws.com'}, 'Action': 'sts:AssumeRole'}]}\n",
+                "iam.create_role(RoleName='ray-autoscaler-v1', AssumeRolePolicyDocument=json.dumps(doc))\n",
+                "iam.attach_role_policy(RoleName='ray-autoscaler-v1', PolicyArn='arn:aws:iam::aws:policy/AmazonEC2FullAccess')\n",
+                "iam.create_instance_profile(InstanceProfileName='ray-autoscaler-v1')\n",
+                "iam.add_role_to_instance_profile(InstanceProfileName='ray-autoscaler-v1', RoleName='ray-autoscaler-v1')\n",
+            ))
+            .envs(self.cli_env())
+            .env("AWS_DEFAULT_REGION", REGION)
+            .output()
+            .expect("python");
+        assert!(
+            out.status.success(),
+            "making Ray's IAM role: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// A HOME for `rayscale up` against this server (a fresh directory per server).
     pub fn home(&self) -> &std::path::Path {
         &self.home

@@ -255,28 +255,7 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
         std::fs::create_dir_all(d).expect("scratch");
     }
     let head = FakeHead(format!("rayup-head-{pid}"));
-    // Ray's bootstrap makes its IAM role unless it exists, then sleeps 30 s "for
-    // propagation": made first, as an account that ran `ray up` before has it.
-    let iam = Command::new(&python)
-        .arg("-c")
-        .arg(concat!(
-            "import boto3, json\n",
-            "iam = boto3.client('iam')\n",
-            "doc = {'Statement': [{'Effect': 'Allow', 'Principal': {'Service': 'ec2.amazonaws.com'}, 'Action': 'sts:AssumeRole'}]}\n",
-            "iam.create_role(RoleName='ray-autoscaler-v1', AssumeRolePolicyDocument=json.dumps(doc))\n",
-            "iam.attach_role_policy(RoleName='ray-autoscaler-v1', PolicyArn='arn:aws:iam::aws:policy/AmazonEC2FullAccess')\n",
-            "iam.create_instance_profile(InstanceProfileName='ray-autoscaler-v1')\n",
-            "iam.add_role_to_instance_profile(InstanceProfileName='ray-autoscaler-v1', RoleName='ray-autoscaler-v1')\n",
-        ))
-        .envs(moto.cli_env())
-        .env("AWS_DEFAULT_REGION", REGION)
-        .output()
-        .expect("python");
-    assert!(
-        iam.status.success(),
-        "{}",
-        String::from_utf8_lossy(&iam.stderr)
-    );
+    moto.make_rays_iam_role();
     let sim = BootSimulator::start(
         Arc::new(Ec2Plane::new(moto.client(), &cluster)),
         vec![(

@@ -519,3 +519,87 @@ async fn the_key_pair_is_found_or_made_as_rays_bootstrap_does_with_its_key_under
     assert_eq!(moto.calls("DescribeKeyPairs"), described);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// The hand-off to Ray's own commands on a cluster `rayscale up` launched: `ray exec`
+/// finds rayscale's head by Ray's tags and SSHes in with the key pair `up` made (Ray's
+/// bootstrap finds the same key under the same HOME). SSH is `tests/fakes/ray_up/ssh`,
+/// which runs the "remote" command in a directory standing for the head's home.
+/// Ray's `rsync-up`, `rsync-down` and `submit` want a head tagged `up-to-date` (Ray's
+/// node updater tags it so after setup), which rayscale does not tag yet: they say the
+/// head is not found, as asserted here so the docs stay true.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rays_exec_reaches_the_head_rayscale_up_launched_with_the_key_pair_up_made() {
+    let moto = MotoEc2::start();
+    moto.make_rays_iam_role();
+    let pid = std::process::id();
+    let dir = std::env::temp_dir().join(format!("rayscale-aws-exec-{pid}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let head_home = dir.join("head");
+    std::fs::create_dir_all(&head_home).unwrap();
+    std::fs::write(head_home.join("marker.txt"), "hello from the head\n").unwrap();
+    let path = dir.join("cluster.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "cluster_name: exec{pid}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
+             auth: {{ssh_user: ubuntu}}\nhead_node_type: head\nmax_workers: 2\n\
+             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
+             cpu: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
+        ),
+    )
+    .unwrap();
+    let arg = path.display().to_string();
+    let (ok, out) = moto.rayscale(&["up", &arg]);
+    assert!(ok, "{out}");
+    let (python, _) = rayscale_tests::ray_head::ray_from_env();
+    let venv_bin = python.parent().unwrap().to_path_buf();
+    let fakes = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fakes/ray_up");
+    let ssh_log = dir.join("ssh.log");
+    let ray = |args: &[&str]| {
+        let out = std::process::Command::new(venv_bin.join("ray"))
+            .args(args)
+            .envs(moto.cli_env())
+            .env("HOME", moto.home())
+            .env("AWS_DEFAULT_REGION", REGION)
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}:{}",
+                    fakes.display(),
+                    venv_bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .env("FAKE_HEAD_HOME", &head_home)
+            .env("FAKE_HEAD_PATH", "/usr/bin:/bin")
+            .env("FAKE_HEAD_MARKER", format!("no-such-head-{pid}"))
+            .env("FAKE_SSH_LOG", &ssh_log)
+            .env("RAY_USAGE_STATS_ENABLED", "0")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, out) = ray(&["exec", &arg, "cat ~/marker.txt"]);
+    assert!(ok && out.contains("hello from the head"), "{out}");
+    let key = moto
+        .home()
+        .join(format!(".ssh/ray-autoscaler_{REGION}.pem"));
+    let ssh = std::fs::read_to_string(&ssh_log).unwrap_or_default();
+    assert!(
+        ssh.contains(&format!("-i {}", key.display())) && ssh.contains("ubuntu@"),
+        "{ssh}"
+    );
+    // Not yet: the head is not `up-to-date` in Ray's tag.
+    let up = dir.join("up.txt");
+    std::fs::write(&up, "up\n").unwrap();
+    let (ok, out) = ray(&["rsync-up", &arg, &up.display().to_string(), "~/up.txt"]);
+    assert!(!ok && out.contains("not found"), "{out}");
+    let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
+    assert!(ok, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
