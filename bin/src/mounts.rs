@@ -329,6 +329,113 @@ pub async fn serve(config_path: &Path, home: &Path, port: u16) -> Result<MountsS
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use rayscale_core::config::mounts::hex_of;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// One HTTP/1.0 request (the answer is not chunked and ends with the connection):
+    /// the head of the answer and its body.
+    async fn get(port: u16, path: &str, token: Option<&str>) -> (String, Vec<u8>) {
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        c.write_all(format!("GET {path} HTTP/1.0\r\n{auth}\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        c.read_to_end(&mut out).await.unwrap();
+        let at = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        (
+            String::from_utf8_lossy(&out[..at]).to_lowercase(),
+            out[at + 4..].to_vec(),
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_the_configs_mounts_are_served_and_only_with_the_token() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("rayscale-mounts-srv-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let home = dir.join("home");
+        for d in ["code/sub", "code/.git"] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        for (f, text) in [
+            ("code/a.py", "a"),
+            ("code/b.pyc", "b"),
+            ("code/.git/HEAD", "h"),
+            ("code/sub/c.txt", "c"),
+            ("cred.json", "{}"),
+            ("secret.txt", "not a mount"),
+        ] {
+            std::fs::write(home.join(f), text).unwrap();
+        }
+        std::fs::set_permissions(
+            home.join("cred.json"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let config = dir.join("cluster.yaml");
+        std::fs::write(
+            &config,
+            "cluster_name: m\nprovider: {type: aws, region: us-east-1}\nhead_node_type: h\n\
+             available_node_types:\n  h: {resources: {}, node_config: {InstanceType: m5.large}}\n\
+             file_mounts: {'~/code': ./code, '~/cred.json': ./cred.json, '~/gone': ./gone}\n\
+             rsync_exclude: ['**/.git', '**/.git/**', '*.pyc']\n",
+        )
+        .unwrap();
+        let src = serve(&config, &home, 0).await.unwrap();
+        let t = Some(src.token.as_str());
+        let url = |p: &str| format!("/file-mounts/{}", hex_of(p));
+
+        let (head, _) = get(src.port, &url("~/code"), None).await;
+        assert!(head.starts_with("http/1.0 401"), "{head}");
+        let (head, _) = get(src.port, &url("~/code"), Some("0123")).await;
+        assert!(head.starts_with("http/1.0 401"), "{head}");
+        // A file of the head's that is not a mount is never served.
+        let (head, body) = get(src.port, &url("~/secret.txt"), t).await;
+        assert!(head.starts_with("http/1.0 404"), "{head}");
+        assert!(String::from_utf8_lossy(&body).contains("not a file mount"));
+        let (head, _) = get(src.port, "/file-mounts/../../etc/passwd", t).await;
+        assert!(head.starts_with("http/1.0 404"), "{head}");
+        // A mount the head lacks: 404 with the reason the worker's boot prints.
+        let (head, body) = get(src.port, &url("~/gone"), t).await;
+        assert!(head.starts_with("http/1.0 404"), "{head}");
+        assert!(String::from_utf8_lossy(&body).contains("the head has no ~/gone"));
+        // A file: its bytes and mode.
+        let (head, body) = get(src.port, &url("~/cred.json"), t).await;
+        assert!(head.starts_with("http/1.0 200"), "{head}");
+        assert!(head.contains("x-rayscale-mount-kind: file"), "{head}");
+        assert!(head.contains("x-rayscale-mount-mode: 600"), "{head}");
+        assert_eq!(body, b"{}");
+        // A directory: a tar of its contents without what rsync_exclude leaves out.
+        let (head, body) = get(src.port, &url("~/code"), t).await;
+        assert!(head.contains("x-rayscale-mount-kind: dir"), "{head}");
+        let tgz = dir.join("code.tgz");
+        std::fs::write(&tgz, &body).unwrap();
+        let listed = std::process::Command::new("tar")
+            .arg("-tzf")
+            .arg(&tgz)
+            .output()
+            .unwrap();
+        let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+        assert!(
+            listed.contains("./a.py") && listed.contains("./sub/c.txt"),
+            "{listed}"
+        );
+        assert!(
+            !listed.contains(".git") && !listed.contains("b.pyc"),
+            "{listed}"
+        );
+        // The token is kept for the next start.
+        assert_eq!(
+            token(&home.join(".rayscale/file-mounts.token")).unwrap(),
+            src.token
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn the_token_is_made_once_owner_only_and_kept() {
