@@ -6,10 +6,13 @@ mod docker;
 mod install;
 mod mounts;
 
+/// A cluster whose SSH user exists on no machine: the scripts these tests run with bash
+/// run as the test's own user (on a machine with an `ubuntu` user, `ubuntu` would make
+/// them `sudo -u ubuntu`, with another HOME and without the test's environment).
 fn cfg(extra: &str) -> ClusterConfig {
     let yaml = format!(
         "cluster_name: demo\nprovider: {{type: aws, region: us-west-2}}\nhead_node_type: h\n\
-         auth: {{ssh_user: ubuntu}}\n{extra}\
+         auth: {{ssh_user: rayscale-no-such-user}}\n{extra}\
          available_node_types:\n  h: {{resources: {{}}, node_config: {{}}}}\n  \
          w: {{resources: {{CPU: 2, GPU: 1}}, labels: {{zone: a}}, node_config: {{}}}}\n"
     );
@@ -51,7 +54,7 @@ fn ray_keys_in_ray_order_with_ray_env() {
         "{s}"
     );
     assert!(s.contains("RAY_CLOUD_INSTANCE_ID=\"$(echo i-123)\""));
-    assert!(s.contains("SSH_USER='ubuntu'"));
+    assert!(s.contains("SSH_USER='rayscale-no-such-user'"));
     assert!(!s.contains("docker"), "no docker block, no docker");
 }
 
