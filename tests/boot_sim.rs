@@ -364,6 +364,9 @@ fn boot(
         .env("RAYSCALE_PER_BOOT_DIR", &per_boot)
         .env("HOME", d.join("home"))
         .env("RAYSCALE_SIM_INSTANCE", id)
+        // Every step as this process's user, even where a user named as the YAML's
+        // `auth.ssh_user` (ubuntu) exists: a simulated node has no other user.
+        .env("RAYSCALE_SSH_USER", "")
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -12,7 +12,8 @@
 //! 3. `worker_start_ray_commands`;
 //!
 //! each step's commands as `auth.ssh_user` (when that user exists; else as the user the
-//! script runs as), under `set -e`, with `RAY_HEAD_IP`, `RAY_CLOUD_INSTANCE_ID`,
+//! script runs as; `RAYSCALE_SSH_USER` in the script's environment overrides it, empty
+//! for the user the script runs as: the tests' boot simulator sets it so), under `set -e`, with `RAY_HEAD_IP`, `RAY_CLOUD_INSTANCE_ID`,
 //! `RAY_NODE_TYPE_NAME`, and the type's resources and labels as `RAY_OVERRIDE_RESOURCES`
 //! / `RAY_OVERRIDE_LABELS` (Ray's `ray_installer.py` and `updater.py`). With a `docker:`
 //! block, steps 2 and 3 run inside the container, started as Ray's `DockerCommandRunner`
@@ -486,6 +487,10 @@ fn render(
         "SSH_USER={}\n",
         quote(user.as_deref().unwrap_or(""))
     ));
+    // A stand-in machine (the tests' boot simulator) runs every step as its own user.
+    s.push_str(
+        "if [ -n \"${RAYSCALE_SSH_USER+set}\" ]; then SSH_USER=\"$RAYSCALE_SSH_USER\"; fi\n",
+    );
     s.push_str(concat!(
         "run_as_user() {\n",
         "  if [ -n \"$SSH_USER\" ] && [ \"$(id -un)\" != \"$SSH_USER\" ] && id \"$SSH_USER\" >/dev/null 2>&1; then\n",

@@ -55,6 +55,11 @@ fn ray_keys_in_ray_order_with_ray_env() {
     );
     assert!(s.contains("RAY_CLOUD_INSTANCE_ID=\"$(echo i-123)\""));
     assert!(s.contains("SSH_USER='rayscale-no-such-user'"));
+    // A stand-in machine's override (the boot simulator's) comes after it.
+    assert!(
+        s.find("SSH_USER='rayscale-no-such-user'") < s.find("${RAYSCALE_SSH_USER+set}"),
+        "{s}"
+    );
     assert!(!s.contains("docker"), "no docker block, no docker");
 }
 
