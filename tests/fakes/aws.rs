@@ -26,6 +26,18 @@ pub struct MotoEc2 {
     home: PathBuf,
 }
 
+/// The "remote" head of `tests/fakes/ray_up`'s ssh and rsync ([`MotoEc2::ray_cli`]).
+pub struct FakeSshHead<'a> {
+    /// The head's home: `~` of every command and copy.
+    pub home: &'a std::path::Path,
+    /// The PATH its commands run with.
+    pub path: String,
+    /// The value of `RAYSCALE_SIM_INSTANCE` its processes carry (`ray stop` stops those).
+    pub marker: &'a str,
+    /// Where each ssh and rsync call is written down.
+    pub ssh_log: &'a std::path::Path,
+}
+
 /// The region every test uses (moto serves any).
 pub const REGION: &str = "us-east-1";
 
@@ -120,6 +132,35 @@ impl MotoEc2 {
             "making Ray's IAM role: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// Ray's own CLI (`ray`, from the venv) pointed at this server, with HOME `home` and
+    /// SSH and rsync played by `tests/fakes/ray_up` against `head` (its "remote" side).
+    /// Add the arguments and run it.
+    pub fn ray_cli(&self, home: &std::path::Path, head: &FakeSshHead<'_>) -> Command {
+        let (python, _) = ray_from_env();
+        let venv_bin = python.parent().map(PathBuf::from).unwrap_or_default();
+        let fakes = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fakes/ray_up");
+        let mut cmd = Command::new(venv_bin.join("ray"));
+        cmd.envs(self.cli_env())
+            .env("HOME", home)
+            .env("AWS_DEFAULT_REGION", REGION)
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}:{}",
+                    fakes.display(),
+                    venv_bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .env("FAKE_HEAD_HOME", head.home)
+            .env("FAKE_HEAD_PATH", &head.path)
+            .env("FAKE_HEAD_MARKER", head.marker)
+            .env("FAKE_SSH_LOG", head.ssh_log)
+            .env("RAY_USAGE_STATS_ENABLED", "0")
+            .stdin(Stdio::null());
+        cmd
     }
 
     /// A HOME for `rayscale up` against this server (a fresh directory per server).

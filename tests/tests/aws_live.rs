@@ -23,9 +23,9 @@ use std::time::Duration;
 use rayscale_tests::boot_sim::{BootSimulator, DataPlane, Ec2Plane, Notice};
 use rayscale_tests::e2e::{
     Cloud, GangCloud, SpotCloud, finish, gang_whole_or_split, gcs_answers, preempt_and_replace,
-    root, workload,
+    workload,
 };
-use rayscale_tests::fakes::aws::{MotoEc2, REGION};
+use rayscale_tests::fakes::aws::{FakeSshHead, MotoEc2, REGION};
 use rayscale_tests::ray_head::{alive_workers_at, free_ports};
 use rayscale_tests::wait_until;
 
@@ -333,33 +333,19 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
         ),
     )
     .expect("config");
-    let fakes = root().join("tests/fakes/ray_up");
+    let ssh_log = scratch.join("ssh.log");
+    let fake_head = FakeSshHead {
+        home: &head_home,
+        path: format!("{}:/usr/bin:/bin", venv_bin.display()),
+        marker: &head.0,
+        ssh_log: &ssh_log,
+    };
     let ray = |args: &[&str]| {
-        let child = Command::new(venv_bin.join("ray"))
+        let child = moto
+            .ray_cli(&home, &fake_head)
             .args(args)
             .arg(&config)
-            .envs(moto.cli_env())
-            .env("AWS_DEFAULT_REGION", REGION)
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}:{}",
-                    fakes.display(),
-                    venv_bin.display(),
-                    std::env::var("PATH").unwrap_or_default()
-                ),
-            )
-            .env("HOME", &home)
             .env("TMPDIR", &tmp)
-            .env("FAKE_HEAD_HOME", &head_home)
-            .env(
-                "FAKE_HEAD_PATH",
-                format!("{}:/usr/bin:/bin", venv_bin.display()),
-            )
-            .env("FAKE_HEAD_MARKER", &head.0)
-            .env("FAKE_SSH_LOG", scratch.join("ssh.log"))
-            .env("RAY_USAGE_STATS_ENABLED", "0")
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -9,7 +9,7 @@
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::provider::{CloudInstanceProvider, LaunchRequest, ProviderErrorKind};
 use rayscale_provider_aws::AwsProvider;
-use rayscale_tests::fakes::aws::{MotoEc2, REGION};
+use rayscale_tests::fakes::aws::{FakeSshHead, MotoEc2, REGION};
 
 /// A moto AMI (moto 5.2.5 ships it).
 const AMI: &str = "ami-12c6146b";
@@ -551,31 +551,18 @@ async fn rays_exec_reaches_the_head_rayscale_up_launched_with_the_key_pair_up_ma
     let arg = path.display().to_string();
     let (ok, out) = moto.rayscale(&["up", &arg]);
     assert!(ok, "{out}");
-    let (python, _) = rayscale_tests::ray_head::ray_from_env();
-    let venv_bin = python.parent().unwrap().to_path_buf();
-    let fakes = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fakes/ray_up");
     let ssh_log = dir.join("ssh.log");
+    let marker = format!("no-such-head-{pid}");
+    let fake_head = FakeSshHead {
+        home: &head_home,
+        path: "/usr/bin:/bin".into(),
+        marker: &marker,
+        ssh_log: &ssh_log,
+    };
     let ray = |args: &[&str]| {
-        let out = std::process::Command::new(venv_bin.join("ray"))
+        let out = moto
+            .ray_cli(moto.home(), &fake_head)
             .args(args)
-            .envs(moto.cli_env())
-            .env("HOME", moto.home())
-            .env("AWS_DEFAULT_REGION", REGION)
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}:{}",
-                    fakes.display(),
-                    venv_bin.display(),
-                    std::env::var("PATH").unwrap_or_default()
-                ),
-            )
-            .env("FAKE_HEAD_HOME", &head_home)
-            .env("FAKE_HEAD_PATH", "/usr/bin:/bin")
-            .env("FAKE_HEAD_MARKER", format!("no-such-head-{pid}"))
-            .env("FAKE_SSH_LOG", &ssh_log)
-            .env("RAY_USAGE_STATS_ENABLED", "0")
-            .stdin(std::process::Stdio::null())
             .output()
             .unwrap();
         (

@@ -29,6 +29,73 @@ fn answer(root: &std::path::Path, path: &str, headers: &str, body: &[u8]) {
     std::fs::write(d.join("body"), body).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// A fresh directory for one test: `bin/` with the stand-in curl, `home/`, `answers/`.
+fn stage(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["bin", "home", "answers"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    executable(&dir.join("bin/curl"), FAKE_CURL);
+    dir
+}
+
+fn executable(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The head's answer for directory mount `path`: a gzipped tar of `files` (the server's
+/// `tar -czf - -C <dir> .`).
+fn dir_answer(dir: &std::path::Path, path: &str, files: &[(&str, &str)]) {
+    let src = dir.join("src").join(hex_of(path));
+    for (f, text) in files {
+        let f = src.join(f);
+        if let Some(parent) = f.parent() {
+            std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(f, text).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let tgz = dir.join("code.tgz");
+    let tar = std::process::Command::new("tar")
+        .arg("-czf")
+        .arg(&tgz)
+        .arg("-C")
+        .arg(&src)
+        .arg(".")
+        .status()
+        .unwrap_or_else(|e| panic!("tar: {e}"));
+    assert!(tar.success());
+    let body = std::fs::read(&tgz).unwrap_or_else(|e| panic!("{e}"));
+    answer(
+        &dir.join("answers"),
+        path,
+        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: dir\r\n\r\n",
+        &body,
+    );
+}
+
+/// The head's answer for file mount `path`: its bytes with `mode`.
+fn file_answer(dir: &std::path::Path, path: &str, mode: &str, body: &[u8]) {
+    answer(
+        &dir.join("answers"),
+        path,
+        &format!(
+            "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: file\r\nx-rayscale-mount-mode: {mode}\r\n\r\n"
+        ),
+        body,
+    );
+}
+
+fn source() -> Option<MountsSource> {
+    Some(MountsSource {
+        port: 8079,
+        token: "ab".repeat(16),
+    })
+}
+
 fn run(script: &str, dir: &std::path::Path) -> (bool, String) {
     let out = std::process::Command::new("bash")
         .arg("-c")
@@ -55,41 +122,16 @@ fn run(script: &str, dir: &std::path::Path) -> (bool, String) {
 #[test]
 fn a_worker_fetches_the_heads_mounts_before_its_initialization_commands() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("rayscale-boot-mounts-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    for d in ["bin", "home", "answers", "src/sub"] {
-        std::fs::create_dir_all(dir.join(d)).unwrap_or_else(|e| panic!("{e}"));
-    }
-    std::fs::write(dir.join("bin/curl"), FAKE_CURL).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::set_permissions(dir.join("bin/curl"), std::fs::Permissions::from_mode(0o755))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = stage("rayscale-boot-mounts");
     // The head's answers: ~/code as a tar of its contents, a credentials file with 0600.
-    std::fs::write(dir.join("src/a.py"), "print('a')\n").unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(dir.join("src/sub/b.txt"), "b\n").unwrap_or_else(|e| panic!("{e}"));
-    let tar = std::process::Command::new("tar")
-        .arg("-czf")
-        .arg(dir.join("code.tgz"))
-        .arg("-C")
-        .arg(dir.join("src"))
-        .arg(".")
-        .status()
-        .unwrap_or_else(|e| panic!("tar: {e}"));
-    assert!(tar.success());
-    let tgz = std::fs::read(dir.join("code.tgz")).unwrap_or_else(|e| panic!("{e}"));
-    answer(
-        &dir.join("answers"),
+    dir_answer(
+        &dir,
         "~/code",
-        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: dir\r\n\r\n",
-        &tgz,
+        &[("a.py", "print('a')\n"), ("sub/b.txt", "b\n")],
     );
     let cred = dir.join("etc/cred.json");
     let cred_path = cred.display().to_string();
-    answer(
-        &dir.join("answers"),
-        &cred_path,
-        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: file\r\nx-rayscale-mount-mode: 600\r\n\r\n",
-        b"{\"k\": 1}\n",
-    );
+    file_answer(&dir, &cred_path, "600", b"{\"k\": 1}\n");
     let yaml = format!(
         "file_mounts: {{'~/code': ./code, '{cred_path}': ./cred.json}}\n\
          initialization_commands: ['test -f ~/code/sub/b.txt && echo init-saw-the-mounts >> $RAYSCALE_TRACE']\n\
@@ -99,10 +141,7 @@ fn a_worker_fetches_the_heads_mounts_before_its_initialization_commands() {
     // Without a source (no head serving) the step is not there.
     let without = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
     assert!(step_commands(&without, "file-mounts").is_empty());
-    c.mounts_source = Some(MountsSource {
-        port: 8079,
-        token: "ab".repeat(16),
-    });
+    c.mounts_source = source();
     let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
     let steps: Vec<usize> = ["file-mounts", "initialization", "start"]
         .iter()
@@ -145,10 +184,7 @@ fn a_worker_fetches_the_heads_mounts_before_its_initialization_commands() {
     let _ = std::fs::remove_file(dir.join("trace"));
     let yaml = format!("{yaml}cluster_synced_files: ['~/missing']\n");
     let mut c = cfg(&yaml);
-    c.mounts_source = Some(MountsSource {
-        port: 8079,
-        token: "ab".repeat(16),
-    });
+    c.mounts_source = source();
     let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
     let (ok, log) = run(&s, &dir);
     assert!(!ok, "{log}");
@@ -167,48 +203,16 @@ fn a_worker_fetches_the_heads_mounts_before_its_initialization_commands() {
 
 #[test]
 fn with_a_container_the_mounts_go_to_rays_host_location_and_are_bind_mounted() {
-    use std::os::unix::fs::PermissionsExt;
     let pid = std::process::id();
-    let dir = std::env::temp_dir().join(format!("rayscale-boot-mounts-docker-{pid}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    for d in ["bin", "home", "answers", "src"] {
-        std::fs::create_dir_all(dir.join(d)).unwrap_or_else(|e| panic!("{e}"));
-    }
-    std::fs::write(dir.join("bin/curl"), FAKE_CURL).unwrap_or_else(|e| panic!("{e}"));
+    let dir = stage("rayscale-boot-mounts-docker");
     // A stand-in docker: the image's environment for `inspect`, every call traced.
-    std::fs::write(
-        dir.join("bin/docker"),
+    executable(
+        &dir.join("bin/docker"),
         "#!/bin/bash\necho \"docker $*\" >>\"$RAYSCALE_TRACE\"\n\
          [ \"$1\" = inspect ] && echo '[\"PATH=/usr/bin:/bin\",\"HOME=/home/ray\"]'\nexit 0\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    for f in ["bin/curl", "bin/docker"] {
-        std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o755))
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-    std::fs::write(dir.join("src/a.py"), "a\n").unwrap_or_else(|e| panic!("{e}"));
-    let tar = std::process::Command::new("tar")
-        .arg("-czf")
-        .arg(dir.join("code.tgz"))
-        .arg("-C")
-        .arg(dir.join("src"))
-        .arg(".")
-        .status()
-        .unwrap_or_else(|e| panic!("tar: {e}"));
-    assert!(tar.success());
-    let tgz = std::fs::read(dir.join("code.tgz")).unwrap_or_else(|e| panic!("{e}"));
-    answer(
-        &dir.join("answers"),
-        "~/code",
-        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: dir\r\n\r\n",
-        &tgz,
     );
-    answer(
-        &dir.join("answers"),
-        "/opt/data",
-        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: file\r\nx-rayscale-mount-mode: 644\r\n\r\n",
-        b"d\n",
-    );
+    dir_answer(&dir, "~/code", &[("a.py", "a\n")]);
+    file_answer(&dir, "/opt/data", "644", b"d\n");
     let mut c = cfg(
         "file_mounts: {'~/code': ./code, '/opt/data': ./data, '~/ray_bootstrap_key.pem': k.pem}\n\
          docker: {image: img, container_name: rc, disable_shm_size_detection: true, \
@@ -216,16 +220,8 @@ fn with_a_container_the_mounts_go_to_rays_host_location_and_are_bind_mounted() {
          worker_start_ray_commands: ['echo start']\n",
     );
     c.cluster_name = format!("mounts-{pid}");
-    c.mounts_source = Some(MountsSource {
-        port: 8079,
-        token: "ab".repeat(16),
-    });
-    answer(
-        &dir.join("answers"),
-        "~/ray_bootstrap_key.pem",
-        "HTTP/1.1 200 OK\r\nx-rayscale-mount-kind: file\r\nx-rayscale-mount-mode: 600\r\n\r\n",
-        b"key\n",
-    );
+    c.mounts_source = source();
+    file_answer(&dir, "~/ray_bootstrap_key.pem", "600", b"key\n");
     let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
     let (ok, log) = run(&s, &dir);
     assert!(ok, "{log}");
