@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use rayscale_core::provider::{
     CloudInstance, CloudInstanceProvider, LaunchOutcome, LaunchRequest, NodeKind, ProviderError,
-    ProviderErrorKind, ProviderOp,
+    ProviderErrorKind, ProviderOp, tags,
 };
 
 /// What a subject can be made to do, beyond plain calls.
@@ -173,6 +173,7 @@ pub async fn run_all(s: &Subject) -> Report {
     list_is_complete(s, &mut r).await;
     terminate_of_a_gone_instance_succeeds(s, &mut r).await;
     the_head_is_never_a_worker(s, &mut r).await;
+    the_head_is_tagged_up_to_date(s, &mut r).await;
     heads_only_through_the_launcher(s, &mut r).await;
     partial_fill_is_reported(s, &mut r).await;
     all_or_nothing_launch(s, &mut r).await;
@@ -286,6 +287,61 @@ async fn the_head_is_never_a_worker(s: &Subject, r: &mut Report) {
     assert_eq!(e.kind, ProviderErrorKind::InvalidConfig, "{e}");
     assert!(list(s).await.iter().any(|c| &c.cloud_instance_id == head));
     r.pass("the_head_is_never_a_worker");
+}
+
+/// `mark_head_up_to_date` sets the head's `ray-node-status` to `up-to-date` and leaves its
+/// other tags; asked for a worker, it is refused and the worker's tags stay.
+async fn the_head_is_tagged_up_to_date(s: &Subject, r: &mut Report) {
+    const NAME: &str = "the_head_is_tagged_up_to_date";
+    let labels = |l: &[CloudInstance], id: &str| {
+        l.iter()
+            .find(|c| c.cloud_instance_id == id)
+            .map(|c| c.labels.clone())
+            .unwrap_or_else(|| panic!("{id} is not listed"))
+    };
+    let Some(head) = &s.head_id else {
+        r.skip(NAME, "this provider lists no head");
+        return;
+    };
+    let before = list(s).await;
+    if !labels(&before, head).contains_key(tags::NODE_STATUS) {
+        r.skip(NAME, "this cloud's instances carry no Ray status");
+        return;
+    }
+    let worker = workers(&before)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no worker to try the tag on"));
+    let e = s
+        .provider
+        .mark_head_up_to_date(&worker)
+        .await
+        .expect_err("tagging a worker as the head must be refused");
+    assert_eq!(e.kind, ProviderErrorKind::NotFound, "{e}");
+    if let Err(e) = s.provider.mark_head_up_to_date(head).await {
+        panic!("tagging head {head} failed: {e}");
+    }
+    let t0 = Instant::now();
+    let after = loop {
+        let l = list(s).await;
+        if labels(&l, head).get(tags::NODE_STATUS).map(String::as_str)
+            == Some(tags::STATUS_UP_TO_DATE)
+        {
+            break l;
+        }
+        assert!(
+            t0.elapsed() < s.settle + Duration::from_secs(20),
+            "head {head} not listed up-to-date: {:?}",
+            labels(&l, head)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (mut was, mut now) = (labels(&before, head), labels(&after, head));
+    was.remove(tags::NODE_STATUS);
+    now.remove(tags::NODE_STATUS);
+    assert_eq!(was, now, "the head's other tags changed");
+    assert_eq!(labels(&before, &worker), labels(&after, &worker));
+    r.pass(NAME);
 }
 
 /// `launch_head` makes one head (of kind head, once per request id), `terminate` refuses

@@ -142,7 +142,13 @@ async fn a_python_v1_provider_through_the_bridge_conforms() {
     };
     let report = run_all(&subject).await;
     report.print("v1 bridge");
-    assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+    // Ray's node updater tags a v1 provider's head (`ray up`), not rayscale.
+    assert_eq!(
+        report.skipped_names(),
+        ["the_head_is_tagged_up_to_date"],
+        "{:?}",
+        report.skipped
+    );
     assert_eq!(bridge.starts(), 1, "one child served the whole suite");
 }
 

@@ -49,6 +49,7 @@ async fn make_head(moto: &MotoEc2, cluster: &str) -> String {
                 .tags(tag("ray-cluster-name", cluster))
                 .tags(tag("ray-node-type", "head"))
                 .tags(tag("ray-user-node-type", "head"))
+                .tags(tag("ray-node-status", "uninitialized"))
                 .tags(tag("Name", &format!("ray-{cluster}-head")))
                 .build(),
         )

@@ -39,13 +39,23 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// Instances of `cluster` in moto in `states`.
 fn instances(moto: &MotoEc2, cluster: &str, states: &[&str]) -> Vec<String> {
+    instances_tagged(moto, cluster, states, &[])
+}
+
+/// Instances of `cluster` in moto in `states` carrying each of `tags` (key, value).
+fn instances_tagged(
+    moto: &MotoEc2,
+    cluster: &str,
+    states: &[&str],
+    tags: &[(&str, &str)],
+) -> Vec<String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async {
         use aws_sdk_ec2::types::Filter;
-        let out = moto
+        let mut req = moto
             .client()
             .describe_instances()
             .filters(
@@ -59,10 +69,16 @@ fn instances(moto: &MotoEc2, cluster: &str, states: &[&str]) -> Vec<String> {
                     .name("instance-state-name")
                     .set_values(Some(states.iter().map(|s| s.to_string()).collect()))
                     .build(),
-            )
-            .send()
-            .await
-            .expect("DescribeInstances");
+            );
+        for (k, v) in tags {
+            req = req.filters(
+                Filter::builder()
+                    .name(format!("tag:{k}"))
+                    .values(*v)
+                    .build(),
+            );
+        }
+        let out = req.send().await.expect("DescribeInstances");
         out.reservations()
             .iter()
             .flat_map(|r| r.instances())
@@ -150,6 +166,17 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     // The head boots Ray's head and rayscale.
     let up = wait_until(Duration::from_secs(90), || gcs_answers(&gcs));
     assert!(up, "the head's GCS does not answer at {gcs}\n{}", diag());
+    // The head's rayscale tags its head as Ray's node updater would once set up, so
+    // Ray's rsync-up and submit find it (aws_up checks Ray's side).
+    let tagged = wait_until(Duration::from_secs(30), || {
+        instances_tagged(
+            &moto,
+            &cluster,
+            &["running"],
+            &[("ray-node-type", "head"), ("ray-node-status", "up-to-date")],
+        ) == [head_id.clone()]
+    });
+    assert!(tagged, "the head is not tagged up-to-date\n{}", diag());
     let (ok, text) = workload(&python, &gcs);
     assert!(ok, "workload: {text}\n{}", diag());
     let booted = sim.ever_booted();

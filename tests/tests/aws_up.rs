@@ -522,13 +522,13 @@ async fn the_key_pair_is_found_or_made_as_rays_bootstrap_does_with_its_key_under
 
 /// The hand-off to Ray's own commands on a cluster `rayscale up` launched: `ray exec`
 /// finds rayscale's head by Ray's tags and SSHes in with the key pair `up` made (Ray's
-/// bootstrap finds the same key under the same HOME). SSH is `tests/fakes/ray_up/ssh`,
-/// which runs the "remote" command in a directory standing for the head's home.
-/// Ray's `rsync-up`, `rsync-down` and `submit` want a head tagged `up-to-date` (Ray's
-/// node updater tags it so after setup), which rayscale does not tag yet: they say the
-/// head is not found, as asserted here so the docs stay true.
+/// bootstrap finds the same key under the same HOME). SSH and rsync are
+/// `tests/fakes/ray_up/{ssh,rsync}`, which act on a directory standing for the head's
+/// home. Ray's `rsync-up`, `rsync-down` and `submit` want a head tagged `up-to-date`
+/// (Ray's node updater tags it so after setup; rayscale's loop on the head does): refused
+/// before the tag, working after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rays_exec_reaches_the_head_rayscale_up_launched_with_the_key_pair_up_made() {
+async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
     let moto = MotoEc2::start();
     moto.make_rays_iam_role();
     let pid = std::process::id();
@@ -537,6 +537,14 @@ async fn rays_exec_reaches_the_head_rayscale_up_launched_with_the_key_pair_up_ma
     let head_home = dir.join("head");
     std::fs::create_dir_all(&head_home).unwrap();
     std::fs::write(head_home.join("marker.txt"), "hello from the head\n").unwrap();
+    // Ray's `submit` runs `python` in a login shell after `source ~/.bashrc`: the head
+    // has one, this machine may not.
+    let venv = std::path::PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
+    std::fs::write(
+        head_home.join(".bashrc"),
+        format!("export PATH={}:$PATH\n", venv.parent().unwrap().display()),
+    )
+    .unwrap();
     let path = dir.join("cluster.yaml");
     std::fs::write(
         &path,
@@ -581,11 +589,50 @@ async fn rays_exec_reaches_the_head_rayscale_up_launched_with_the_key_pair_up_ma
         ssh.contains(&format!("-i {}", key.display())) && ssh.contains("ubuntu@"),
         "{ssh}"
     );
-    // Not yet: the head is not `up-to-date` in Ray's tag.
+    // Ray's rsync-up, rsync-down and submit act only on a head tagged `up-to-date`: not
+    // before the tag...
     let up = dir.join("up.txt");
     std::fs::write(&up, "up\n").unwrap();
-    let (ok, out) = ray(&["rsync-up", &arg, &up.display().to_string(), "~/up.txt"]);
+    let up_arg = up.display().to_string();
+    let (ok, out) = ray(&["rsync-up", &arg, &up_arg, "~/up.txt"]);
     assert!(!ok && out.contains("not found"), "{out}");
+    // ... and after it. The head's own `rayscale run` makes this call once its GCS
+    // answers (`rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it` in
+    // aws_live checks that it does); this head has no Ray, so the test makes it.
+    let cfg = ClusterConfig::from_yaml_str(&std::fs::read_to_string(&path).unwrap(), &arg).unwrap();
+    let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();
+    let head = p
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.is_head())
+        .unwrap();
+    p.mark_head_up_to_date(&head.cloud_instance_id)
+        .await
+        .unwrap();
+    let (ok, out) = ray(&["rsync-up", &arg, &up_arg, "~/up.txt"]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(head_home.join("up.txt")).unwrap(),
+        "up\n"
+    );
+    let down = dir.join("down.txt");
+    let (ok, out) = ray(&[
+        "rsync-down",
+        &arg,
+        "~/marker.txt",
+        &down.display().to_string(),
+    ]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(&down).unwrap(),
+        "hello from the head\n"
+    );
+    let script = dir.join("job.py");
+    std::fs::write(&script, "print('submitted', 6 * 7)\n").unwrap();
+    let (ok, out) = ray(&["submit", &arg, &script.display().to_string()]);
+    assert!(ok && out.contains("submitted 42"), "{out}");
     let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
     assert!(ok, "{out}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::provider::{LaunchRequest, ProviderErrorKind};
+use rayscale_core::provider::{CloudInstance, LaunchRequest, ProviderErrorKind, tags};
 use rayscale_core::testing::{FakeProvider, FaultOn};
 use rayscale_provider_local::{LocalProcessConfig, LocalProcessProvider};
 use rayscale_tests::conformance::{Provoke, Subject, run_all};
@@ -45,7 +45,12 @@ impl Provoke for FakeProvoke {
 
 #[tokio::test]
 async fn fake_provider_conforms() {
-    let fake = Arc::new(FakeProvider::new().with_head("head"));
+    // The head as `ray up` tags one, before its setup ran.
+    let fake = Arc::new(FakeProvider::new());
+    let mut head = CloudInstance::worker("head", "head", None).as_head();
+    head.labels
+        .insert(tags::NODE_STATUS.into(), "uninitialized".into());
+    fake.insert(head);
     let subject = Subject {
         provider: fake.clone(),
         node_type: "cpu".into(),

@@ -741,6 +741,36 @@ impl CloudInstanceProvider for AwsProvider {
         Vec::new()
     }
 
+    /// `CreateTags` (one key; the others stay), after a look that `cloud_instance_id`
+    /// is the cluster's running head.
+    async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        let state = self.state();
+        let found = self
+            .describe(
+                &state.cfg,
+                &["running"],
+                vec![filter("instance-id", [cloud_instance_id])],
+            )
+            .await
+            .map_err(|e| e.into_provider(ProviderOp::Other))?;
+        if !found
+            .iter()
+            .filter_map(mapping::cloud_instance)
+            .any(|c| c.is_head() && c.cloud_instance_id == cloud_instance_id)
+        {
+            return Err(cloud::refuse_mark(cloud_instance_id));
+        }
+        self.calls.create_tags.fetch_add(1, Ordering::Relaxed);
+        self.client
+            .create_tags()
+            .resources(cloud_instance_id)
+            .tags(tag(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| sdk_error("CreateTags", e, "", None).into_provider(ProviderOp::Other))
+    }
+
     async fn reconfigure(&self, config: &ClusterConfig) -> Result<(), ProviderError> {
         let state = load(config, self.head_ip.as_deref())
             .map_err(|e| e.into_provider(ProviderOp::Other))?;

@@ -408,6 +408,61 @@ impl CloudInstanceProvider for AzureProvider {
             .await
     }
 
+    /// `PATCH` of the head's tags, all of them with the one changed (Azure replaces a
+    /// VM's tags whole), after a list that finds `cloud_instance_id` the cluster's
+    /// running head.
+    async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        let state = self.state();
+        let cfg = &state.cfg;
+        let vms = self
+            .list_raw(cfg)
+            .await
+            .map_err(|e| e.into_provider(ProviderOp::Other))?;
+        let Some(vm) = vms.into_iter().find(|v| v.name == cloud_instance_id) else {
+            return Err(cloud::refuse_mark(cloud_instance_id));
+        };
+        let power = self
+            .powers(cfg, std::slice::from_ref(&vm), false)
+            .await
+            .get(&vm.name)
+            .copied()
+            .unwrap_or(Power::Unknown);
+        if !mapping::cloud_instance(&vm, power).is_some_and(|c| c.is_head() && c.is_running()) {
+            return Err(cloud::refuse_mark(cloud_instance_id));
+        }
+        let mut t = vm.tags.clone();
+        t.insert(
+            tags::NODE_STATUS.to_string(),
+            tags::STATUS_UP_TO_DATE.to_string(),
+        );
+        let acc = self
+            .arm
+            .put_vm(
+                &cfg.subscription_id,
+                &cfg.resource_group,
+                &vm.name,
+                &json!({ "tags": t }),
+                true,
+                "",
+                None,
+            )
+            .await
+            .map_err(|e| e.into_provider(ProviderOp::Other))?;
+        let deadline = Instant::now() + self.polling.launch_wait;
+        self.settle(
+            "virtualMachines.update",
+            &acc,
+            ProviderOp::Other,
+            &vm.name,
+            "",
+            None,
+            deadline,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.into_provider(ProviderOp::Other))
+    }
+
     /// The operations `launch` and `terminate` left running, asked again: each that
     /// ended failed, once (a failed create's VM deleted); each still running stays. VMs
     /// the list saw `Failed` are deleted.

@@ -414,6 +414,49 @@ impl CloudInstanceProvider for GcpProvider {
             .await
     }
 
+    /// `instances.setLabels` with the head's labels and the one changed (the
+    /// fingerprint they were read with guards against a concurrent change), after a
+    /// list that finds `cloud_instance_id` the cluster's running head.
+    async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        let state = self.state();
+        let cfg = &state.cfg;
+        let heads = self
+            .list_raw(
+                cfg,
+                &["RUNNING"],
+                &[(tags::NODE_KIND, tags::NODE_KIND_HEAD)],
+            )
+            .await
+            .map_err(|e| e.into_provider(ProviderOp::Other))?;
+        let Some(inst) = heads.into_iter().find(|i| {
+            i.name.as_deref() == Some(cloud_instance_id)
+                && mapping::cloud_instance(i, &state.types).is_some_and(|c| c.is_head())
+        }) else {
+            return Err(cloud::refuse_mark(cloud_instance_id));
+        };
+        let mut body = model::InstancesSetLabelsRequest::default();
+        body.labels = inst.labels.clone();
+        body.labels.insert(
+            tags::NODE_STATUS.to_string(),
+            tags::STATUS_UP_TO_DATE.to_string(),
+        );
+        body.label_fingerprint = inst.label_fingerprint.clone();
+        self.calls.set_labels.fetch_add(1, Ordering::Relaxed);
+        let poller = self
+            .client
+            .set_labels()
+            .set_project(&cfg.project_id)
+            .set_zone(&cfg.zone)
+            .set_instance(cloud_instance_id)
+            .set_body(body)
+            .poller();
+        let deadline = Instant::now() + self.polling.launch_wait;
+        match self.wait(poller, "instances.setLabels", "", deadline).await {
+            (_, Err(e)) => Err(e.into_provider(ProviderOp::Other)),
+            (_, Ok(_)) => Ok(()),
+        }
+    }
+
     /// The operations `launch` and `terminate` left running, asked again: each that
     /// ended with an error, once; each still running stays.
     async fn poll_errors(&self) -> Vec<ProviderError> {

@@ -23,6 +23,7 @@
 pub mod clock;
 pub mod effects;
 pub mod gcs;
+pub mod head_ready;
 pub mod head_stop;
 mod iterate;
 pub mod lease;
@@ -282,6 +283,7 @@ pub struct Driver<G: Gcs + 'static, C: Clock> {
     lease_stop: watch::Sender<bool>,
     lease_task: Option<tokio::task::JoinHandle<()>>,
     said: BTreeMap<&'static str, BTreeSet<String>>,
+    head_ready: head_ready::HeadReady,
     warned_other: bool,
     warned_v1: bool,
     observers: Vec<Arc<dyn Observer>>,
@@ -316,6 +318,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
             lease_stop,
             lease_task: Some(lease_task),
             said: BTreeMap::new(),
+            head_ready: head_ready::HeadReady::default(),
             warned_other: false,
             warned_v1: false,
             observers: Vec::new(),

@@ -123,6 +123,16 @@ pub fn refuse_terminate(id: &str, as_head: bool) -> ProviderError {
     )
 }
 
+/// The error of a head tag asked for `id`, which is not the cluster's running head
+/// (gone, a worker, another cluster's, or not running).
+pub fn refuse_mark(id: &str) -> ProviderError {
+    ProviderError::new(
+        ProviderOp::Other,
+        ProviderErrorKind::NotFound,
+        format!("refusing to tag {id} up-to-date: it is not the cluster's running head"),
+    )
+}
+
 /// The outcome of a launch of `req` that made `made` and met `failures` (one per
 /// instance not made): all made (failures made up for) is a success; some made is a
 /// success with a shortfall; none made is the error. The error reported is a capacity

@@ -234,6 +234,16 @@ pub trait CloudInstanceProvider: Send + Sync {
             format!("provider {} does not terminate heads", self.provider_type()),
         ))
     }
+    /// Tags the cluster's head `ray-node-status: up-to-date`
+    /// ([`tags::STATUS_UP_TO_DATE`]), as Ray's node updater does once the head's setup
+    /// ran: Ray's CLI (`ray rsync-up`, `rsync-down`, `submit`) finds a cluster's head by
+    /// it. The loop calls it for the one running head whose tag says otherwise, once its
+    /// GCS answers (a head that booted itself, from `rayscale up`). Other tags stay. By
+    /// default nothing: a cloud whose instances carry no Ray status.
+    async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        let _ = cloud_instance_id;
+        Ok(())
+    }
     /// Whether Ray is installed on this provider's instances by the autoscaler (Ray's node
     /// updater over SSH: the v1 node-provider adapter without `disable_node_updaters`),
     /// rather than by the instance's own boot. When true, a running ALLOCATED worker goes

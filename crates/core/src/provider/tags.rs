@@ -17,6 +17,10 @@ pub const LAUNCH_CONFIG: &str = "ray-launch-config";
 /// The launch request id.
 pub const LAUNCH_REQUEST: &str = "ray-launch-request";
 
+/// Value of [`NODE_STATUS`] once a node's setup ran (Ray's `STATUS_UP_TO_DATE`): Ray's CLI
+/// (`ray rsync-up`, `ray submit`, ...) acts only on a head with it.
+pub const STATUS_UP_TO_DATE: &str = "up-to-date";
+
 /// Value of [`NODE_KIND`] for the head.
 pub const NODE_KIND_HEAD: &str = "head";
 /// Value of [`NODE_KIND`] for a worker.

@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::provider::{
     CloudInstance, CloudInstanceProvider, CloudInstanceState, LaunchOutcome, LaunchRequest,
-    NodeKind, ProviderError, ProviderErrorKind, ProviderOp,
+    NodeKind, ProviderError, ProviderErrorKind, ProviderOp, cloud, tags,
 };
 
 /// One call the fake received.
@@ -26,6 +26,8 @@ pub enum FakeCall {
     LaunchHead(LaunchRequest),
     /// `terminate_head`.
     TerminateHead(String),
+    /// `mark_head_up_to_date`.
+    MarkHead(String),
 }
 
 #[derive(Debug, Default)]
@@ -70,6 +72,8 @@ pub enum FaultOn {
     Launch,
     /// The next `terminate`.
     Terminate,
+    /// The next `mark_head_up_to_date`.
+    MarkHead,
 }
 
 /// A fake cloud (see the module docs). Shared by reference; all state behind a mutex.
@@ -502,5 +506,27 @@ impl CloudInstanceProvider for FakeProvider {
 
     async fn poll_errors(&self) -> Vec<ProviderError> {
         std::mem::take(&mut self.lock().async_errors)
+    }
+
+    /// Sets the head's status label (anything but the running head is refused).
+    async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        let mut st = self.lock();
+        st.calls
+            .push(FakeCall::MarkHead(cloud_instance_id.to_string()));
+        if let Some(kind) = Self::take_fault(&mut st, FaultOn::MarkHead) {
+            return Err(ProviderError::new(
+                ProviderOp::Other,
+                kind,
+                format!("fake: tagging {cloud_instance_id} failed"),
+            ));
+        }
+        match st.instances.get_mut(cloud_instance_id) {
+            Some(i) if i.is_head() && i.is_running() => {
+                i.labels
+                    .insert(tags::NODE_STATUS.into(), tags::STATUS_UP_TO_DATE.into());
+                Ok(())
+            }
+            _ => Err(cloud::refuse_mark(cloud_instance_id)),
+        }
     }
 }

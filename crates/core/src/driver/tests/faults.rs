@@ -368,3 +368,55 @@ async fn a_terminate_failing_on_expired_credentials_is_retried_until_they_are_re
         w.cloud.terminate_calls()
     );
 }
+
+/// The head's `ray-node-status` tag (what Ray's CLI finds a head by): set once, while
+/// the loop leads, on the one running head that is not up to date; a refused call is
+/// retried a minute later, not every step; no worker is tagged.
+#[tokio::test(start_paused = true)]
+async fn the_head_is_tagged_up_to_date_once_and_a_refusal_waits_a_minute() {
+    use crate::provider::tags;
+    use crate::testing::FakeCall;
+    let w = World::new();
+    let mut head = CloudInstance::worker("head", "head", None).as_head();
+    head.labels
+        .insert(tags::NODE_STATUS.into(), "uninitialized".into());
+    w.cloud.insert(head);
+    let mut stray = CloudInstance::worker("stray", "cpu", None);
+    stray
+        .labels
+        .insert(tags::NODE_STATUS.into(), "uninitialized".into());
+    w.cloud.insert(stray);
+    let marks = || {
+        w.cloud
+            .calls()
+            .into_iter()
+            .filter(|c| matches!(c, FakeCall::MarkHead(_)))
+            .count()
+    };
+    let status = |id: &str| {
+        w.cloud
+            .instances()
+            .into_iter()
+            .find(|c| c.cloud_instance_id == id)
+            .and_then(|c| c.labels.get(tags::NODE_STATUS).cloned())
+    };
+    w.cloud
+        .fail_next(FaultOn::MarkHead, ProviderErrorKind::Auth);
+    let mut d = w.driver("one", w.gcs.connect());
+    lead(&d).await;
+    steps(&mut d, 30).await;
+    assert_eq!(marks(), 1, "one refused call in the first minute");
+    assert_eq!(status("head").as_deref(), Some("uninitialized"));
+    steps(&mut d, 40).await;
+    assert_eq!(marks(), 2, "tried again after a minute");
+    assert_eq!(status("head").as_deref(), Some(tags::STATUS_UP_TO_DATE));
+    steps(&mut d, 90).await;
+    assert_eq!(marks(), 2, "tagged once");
+    assert!(
+        w.cloud
+            .calls()
+            .iter()
+            .all(|c| !matches!(c, FakeCall::MarkHead(id) if id != "head")),
+        "workers are not tagged"
+    );
+}
