@@ -8,6 +8,9 @@
   role): {<node type>: node_config as bootstrapped}, the oracle of
   crates/provider-aws/src/bootstrap.rs. It makes what is missing in the endpoint's
   account, as `ray up` does.
+- `--what iam`: Ray's `_configure_iam_role` alone: {"head_node": the head's extra
+  node_config, "seconds": how long it took} (Ray sleeps 15 s after making anything), the
+  oracle of crates/provider-aws/src/iam.rs.
 
 Usage: ray_aws_up.py --endpoint http://127.0.0.1:PORT --config cluster.yaml [--what W]
 Output: the JSON on stdout's last line (Ray may log before it), or Ray's error on stderr
@@ -24,7 +27,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--config", required=True)
-    ap.add_argument("--what", choices=["fillout", "bootstrap"], default="fillout")
+    ap.add_argument("--what", choices=["fillout", "bootstrap", "iam"], default="fillout")
     args = ap.parse_args()
     if not args.endpoint.startswith(("http://127.", "http://localhost")):
         sys.exit("only a loopback endpoint may be targeted")
@@ -42,6 +45,18 @@ def main():
 
             filled = AWSNodeProvider.fillout_available_node_types_resources(config)
             out = {t: v.get("resources", {}) for t, v in filled["available_node_types"].items()}
+        elif args.what == "iam":
+            import time
+
+            from ray.autoscaler._private.aws.config import _configure_iam_role
+            from ray.autoscaler._private.util import fillout_defaults
+
+            os.environ.setdefault("AWS_DEFAULT_REGION", config["provider"]["region"])
+            config = fillout_defaults(config)
+            config["head_node"] = {}
+            t0 = time.monotonic()
+            done = _configure_iam_role(config)
+            out = {"head_node": done["head_node"], "seconds": time.monotonic() - t0}
         else:
             from ray.autoscaler._private.aws.config import bootstrap_aws
             from ray.autoscaler._private.util import fillout_defaults

@@ -292,10 +292,24 @@ pub async fn filled(config: ClusterConfig) -> Result<ClusterConfig> {
     }
 }
 
+/// How long `up` gives IAM to spread a profile or role it made: Ray's 15 s, or
+/// `RAYSCALE_IAM_WAIT_S` (tests on an emulator, where nothing needs to spread).
+#[cfg(feature = "aws")]
+fn iam_wait() -> std::time::Duration {
+    std::env::var("RAYSCALE_IAM_WAIT_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(
+            std::time::Duration::from_secs(15),
+            std::time::Duration::from_secs_f64,
+        )
+}
+
 /// `config` after the parts of its cloud's `ray up` bootstrap rayscale does (AWS: subnets,
-/// the cluster's security group and key pair for node types that name none; made in the
-/// cloud when missing). Other clouds: as it is. With a line for the user when a key pair
-/// was set.
+/// the cluster's security group and key pair for node types that name none, and the head's
+/// instance profile when its type names none; made in the cloud when missing). Other
+/// clouds: as it is. With lines for the user when a key pair or profile was set.
 pub async fn bootstrapped(config: ClusterConfig) -> Result<(ClusterConfig, Option<String>)> {
     match config.provider_type.as_str() {
         #[cfg(feature = "aws")]
@@ -331,13 +345,30 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<(ClusterConfig, Optio
                 .and_then(serde_json::Value::as_str)
                 .unwrap_or("<ssh_user>")
                 .to_string();
-            let note = key.map(|(name, path)| {
-                format!(
-                    "the nodes take key pair {name} (as ray up's): ssh -i {} {user}@<node ip>",
-                    path.display()
-                )
-            });
-            Ok((config, note))
+            let mut notes: Vec<String> = key
+                .map(|(name, path)| {
+                    format!(
+                        "the nodes take key pair {name} (as ray up's): ssh -i {} {user}@<node ip>",
+                        path.display()
+                    )
+                })
+                .into_iter()
+                .collect();
+            // As `ray up`: the head's instance profile, so its rayscale may call EC2.
+            let iam = rayscale_provider_aws::client::iam_from_environment(
+                (!region.is_empty()).then_some(region.as_str()),
+            )
+            .await?;
+            let (config, profile) =
+                rayscale_provider_aws::iam::configure_iam_role(&iam, &config, iam_wait())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("the head's IAM instance profile: {e}"))?;
+            if let Some(arn) = profile {
+                notes.push(format!(
+                    "the head takes instance profile {arn} (as ray up's)"
+                ));
+            }
+            Ok((config, (!notes.is_empty()).then(|| notes.join("\n"))))
         }
         _ => Ok((config, None)),
     }

@@ -1,6 +1,6 @@
 """The contract check: every request rayscale's AWS, GCP and Azure providers sent in the
 test suite, and every answer the GCE and ARM fakes gave, judged by the cloud's own
-published API model (botocore's EC2 model; Compute's v1 discovery document; the
+published API model (botocore's EC2 and IAM models; Compute's v1 discovery document; the
 azure-mgmt-compute/-network SDK models), and every error code the fakes answer or the
 providers' error tables name checked against the cloud's documented error list
 (tests/contract/errors/*.txt, each code with its source).
@@ -54,6 +54,7 @@ def checkers():
 
     return {
         "aws": ec2.load_model(),
+        "iam": ec2.load_iam_model(),
         "gcp": gce.Checker(gce.load_model()),
         "azure": arm.Checker(arm.load_model()),
     }
@@ -63,7 +64,12 @@ def check_one(cloud, models, rec, codes):
     if cloud == "aws":
         import ec2
 
-        where, findings = ec2.check_request(models["aws"], rec)
+        if version_of(rec) == ec2.IAM_VERSION:
+            # `rayscale up`'s instance profile: IAM's model, and the codes it declares.
+            where, findings = ec2.check_request(models["iam"], rec, ec2.IAM_VERSION, "query", "IAM")
+            codes = codes | ec2.iam_error_codes(models["iam"])
+        else:
+            where, findings = ec2.check_request(models["aws"], rec)
         code = (rec.get("response") or {}).get("error_code")
         if code and code not in codes:
             findings.append(Finding("aws", where, "Errors.Error.Code", f"{code!r} is not in the documented error list", "error code"))
@@ -71,9 +77,13 @@ def check_one(cloud, models, rec, codes):
     return models[cloud].check(rec, codes)
 
 
-def is_ec2(rec):
+def version_of(rec):
     form = dict(urllib.parse.parse_qsl(rec.get("body") or "", keep_blank_values=True))
-    return form.get("Version") == "2016-11-15"
+    return form.get("Version")
+
+
+def is_ec2(rec):
+    return version_of(rec) == "2016-11-15"
 
 
 def sender(cloud, rec):
@@ -189,6 +199,13 @@ def self_test():
            ("InstanceType", "m5.large"), ("MinCount", "1"), ("MaxCount", "2"),
            ("TagSpecification.1.ResourceType", "instance"), ("TagSpecification.1.Tag.1.Key", "ray-node-type"),
            ("TagSpecification.1.Tag.1.Value", "worker"), ("ClientToken", "abc")]
+    role = [("Action", "CreateRole"), ("Version", "2010-05-08"), ("RoleName", "ray-autoscaler-v1"),
+            ("AssumeRolePolicyDocument", '{"Statement": []}')]
+    expect("aws", "good IAM CreateRole", ec2_form(role), None, "")
+    expect("aws", "IAM member spelled as EC2 would", ec2_form(role + [("Path", "/")] + [("tags.member.1.Key", "k")]), "tags", "unknown member")
+    expect("aws", "IAM list as EC2 flattens it", ec2_form(role + [("Tags.1.Key", "k"), ("Tags.1.Value", "v")]), "Tags.1", "wants Tags.member.N")
+    expect("aws", "good IAM list", ec2_form(role + [("Tags.member.1.Key", "k"), ("Tags.member.1.Value", "v")]), None, "")
+    expect("aws", "IAM required member missing", ec2_form(role[:3]), "AssumeRolePolicyDocument", "required member")
     expect("aws", "good RunInstances", ec2_form(run), None, "")
     expect("aws", "misspelled member", ec2_form(run + [("InstanceTyp", "m5.large")]), "InstanceTyp", "unknown member")
     expect("aws", "misspelled nested member", ec2_form(run + [("TagSpecification.1.Tag.1.Vaule", "x")]), "TagSpecification.1.Tag.1.Vaule", "unknown member")

@@ -1,5 +1,10 @@
 """EC2 requests judged by botocore's EC2 service model (`botocore/data/ec2/2016-11-15/
-service-2.json`, the model AWS's SDKs are generated from).
+service-2.json`, the model AWS's SDKs are generated from), and IAM requests (`rayscale
+up`'s instance profile) by botocore's IAM model (`iam/2010-05-08`).
+
+IAM speaks the plain "query" protocol, which differs from EC2's in two ways that matter
+here: a member's key is its `locationName` else its name (no capitalising), and a list
+that is not `flattened` is `Prefix.member.1`, ... .
 
 EC2 speaks the "ec2" Query protocol: a form-encoded POST to `/` with `Action`, `Version`
 and the input members flattened into keys, as botocore's `EC2Serializer` writes them:
@@ -19,6 +24,7 @@ import urllib.parse
 from common import Finding
 
 MODEL_VERSION = "2016-11-15"
+IAM_VERSION = "2010-05-08"
 
 
 def load_model():
@@ -27,13 +33,42 @@ def load_model():
     return botocore.session.get_session().get_service_model("ec2")
 
 
-def serialized_name(shape, default):
+def load_iam_model():
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("iam")
+
+
+def iam_error_codes(model):
+    """Every error code an operation of botocore's IAM model declares."""
+    codes = set()
+    for name in model.operation_names:
+        for e in model.operation_model(name).error_shapes:
+            codes.add(e.error_code)
+    return codes
+
+
+def serialized_name(shape, default, protocol="ec2"):
     s = shape.serialization
+    if protocol == "query":
+        return s.get("name", default)
     if "queryName" in s:
         return s["queryName"]
     if "name" in s:
         return s["name"][0].upper() + s["name"][1:]
     return default
+
+
+# Java's Unicode classes, which IAM's patterns use (`[\p{L}\p{Z}\p{N}_.:/=+\-@]+`), as
+# Python's `re` reads them inside a character class (letters: ASCII and everything past
+# Latin-1's symbols, a superset; separators: whitespace; numbers: ASCII digits).
+JAVA_CLASSES = {r"\p{L}": r"a-zA-Z\u00C0-\uFFFF", r"\p{Z}": r"\s", r"\p{N}": r"0-9"}
+
+
+def python_pattern(p):
+    for java, py in JAVA_CLASSES.items():
+        p = p.replace(java, py)
+    return p
 
 
 def check_scalar(shape, value, path, out):
@@ -73,7 +108,7 @@ def check_scalar(shape, value, path, out):
         enum = shape.enum
         if enum and value not in enum:
             out.append((path, f"{value!r} is not one of the enum {shape.name} ({', '.join(enum[:12])}{', ...' if len(enum) > 12 else ''})"))
-        if "pattern" in meta and not re.fullmatch(meta["pattern"], value):
+        if "pattern" in meta and not re.fullmatch(python_pattern(meta["pattern"]), value):
             out.append((path, f"{value!r} does not match the pattern {meta['pattern']!r}"))
         if "min" in meta and len(value) < meta["min"]:
             out.append((path, f"shorter than {meta['min']}"))
@@ -93,7 +128,7 @@ def by_head(keys):
     return groups
 
 
-def walk(shape, keys, prefix, out):
+def walk(shape, keys, prefix, out, protocol="ec2"):
     """`keys`: {relative key: value} of every form key under `prefix` (already stripped)."""
     t = shape.type_name
     if t == "structure":
@@ -101,38 +136,33 @@ def walk(shape, keys, prefix, out):
             out.append((prefix or "(root)", f"a value {keys['']!r} where structure {shape.name} is expected"))
         by_name = {}
         for name, member in shape.members.items():
-            by_name[serialized_name(member, name)] = (name, member)
+            by_name[serialized_name(member, name, protocol)] = (name, member)
         groups = by_head(keys)
         for head, sub in groups.items():
             path = f"{prefix}.{head}" if prefix else head
             if head not in by_name:
                 out.append((path, f"unknown member of {shape.name}"))
                 continue
-            walk(by_name[head][1], sub, path, out)
+            walk(by_name[head][1], sub, path, out, protocol)
         for name in shape.required_members:
-            sname = serialized_name(shape.members[name], name)
+            sname = serialized_name(shape.members[name], name, protocol)
             if sname not in groups:
                 out.append((f"{prefix}.{sname}" if prefix else sname, f"required member of {shape.name} missing"))
         return
-    if t == "list":
-        if "" in keys:
-            # An empty list is sent as nothing at all by the EC2 protocol.
-            out.append((prefix, f"a bare value {keys['']!r} where list {shape.name} is expected"))
+    if t == "list" and protocol == "query" and not shape.serialization.get("flattened"):
+        # Prefix.member.N
         groups = by_head(keys)
-        idx = []
-        for head in groups:
-            if not re.fullmatch(r"[1-9][0-9]*", head):
-                out.append((f"{prefix}.{head}", f"list {shape.name} wants indices 1..n, not {head!r}"))
-            else:
-                idx.append(int(head))
-        if idx and sorted(idx) != list(range(1, len(idx) + 1)):
-            out.append((prefix, f"list indices {sorted(idx)} are not 1..{len(idx)}"))
-        meta = shape.metadata
-        if "max" in meta and len(idx) > meta["max"]:
-            out.append((prefix, f"{len(idx)} items, above the maximum {meta['max']}"))
         for head, sub in groups.items():
-            if re.fullmatch(r"[1-9][0-9]*", head):
-                walk(shape.member, sub, f"{prefix}.{head}", out)
+            if head != "member":
+                out.append((f"{prefix}.{head}", f"list {shape.name} wants {prefix}.member.N"))
+            else:
+                walk_list(shape, sub, f"{prefix}.member", out, protocol)
+        if keys.get("", "") != "":
+            # An empty list is `Prefix=` in the query protocol.
+            out.append((prefix, f"a bare value {keys['']!r} where list {shape.name} is expected"))
+        return
+    if t == "list":
+        walk_list(shape, keys, prefix, out, protocol)
         return
     if t == "map":
         out.append((prefix, "a map member (rayscale sends none; not checked)"))
@@ -145,8 +175,31 @@ def walk(shape, keys, prefix, out):
             check_scalar(shape, v, prefix, out)
 
 
-def check_request(model, rec):
-    """Findings for one captured request (a dict from the capture file)."""
+def walk_list(shape, keys, prefix, out, protocol):
+    """The items of list `shape` under `prefix`: `prefix.1`, `prefix.2`, ..."""
+    if "" in keys:
+        # An empty list is sent as nothing at all by the EC2 protocol.
+        out.append((prefix, f"a bare value {keys['']!r} where list {shape.name} is expected"))
+    groups = by_head(keys)
+    idx = []
+    for head in groups:
+        if not re.fullmatch(r"[1-9][0-9]*", head):
+            out.append((f"{prefix}.{head}", f"list {shape.name} wants indices 1..n, not {head!r}"))
+        else:
+            idx.append(int(head))
+    if idx and sorted(idx) != list(range(1, len(idx) + 1)):
+        out.append((prefix, f"list indices {sorted(idx)} are not 1..{len(idx)}"))
+    meta = shape.metadata
+    if "max" in meta and len(idx) > meta["max"]:
+        out.append((prefix, f"{len(idx)} items, above the maximum {meta['max']}"))
+    for head, sub in groups.items():
+        if re.fullmatch(r"[1-9][0-9]*", head):
+            walk(shape.member, sub, f"{prefix}.{head}", out, protocol)
+
+
+def check_request(model, rec, version=MODEL_VERSION, protocol="ec2", service="EC2"):
+    """Findings for one captured request (a dict from the capture file), against `model`
+    (EC2's by default; IAM's with `IAM_VERSION`, "query", "IAM")."""
     where = f"{rec['method']} {rec['path']}"
     form = urllib.parse.parse_qsl(rec.get("body") or "", keep_blank_values=True)
     form += [tuple(kv) for kv in rec.get("query") or []]
@@ -160,13 +213,13 @@ def check_request(model, rec):
     version = keys.pop("Version", None)
     findings = []
     if action is None:
-        return "?", [Finding("aws", where, "Action", "no Action: not an EC2 Query request")]
-    where = f"{action}"
+        return "?", [Finding("aws", where, "Action", f"no Action: not an {service} Query request")]
+    where = action if service == "EC2" else f"{service}:{action}"
     if action not in model.operation_names:
-        return action, [Finding("aws", where, "Action", f"{action!r} is not an EC2 operation")]
+        return where, [Finding("aws", where, "Action", f"{action!r} is not an {service} operation")]
     op = model.operation_model(action)
-    if version != MODEL_VERSION:
-        findings.append(Finding("aws", where, "Version", f"{version!r}, the model is {MODEL_VERSION}"))
+    if version != model.api_version:
+        findings.append(Finding("aws", where, "Version", f"{version!r}, the model is {model.api_version}"))
     http = op.http
     if rec["method"] != http.get("method", "POST"):
         findings.append(Finding("aws", where, "(method)", f"{rec['method']}, the model says {http.get('method')}"))
@@ -176,8 +229,8 @@ def check_request(model, rec):
         findings.append(Finding("aws", where, k, "sent twice"))
     out = []
     if op.input_shape is not None:
-        walk(op.input_shape, keys, "", out)
+        walk(op.input_shape, keys, "", out, protocol)
     elif keys:
         out.append(("(root)", f"{action} takes no input"))
     findings += [Finding("aws", where, p, m) for p, m in out]
-    return action, findings
+    return where, findings

@@ -100,10 +100,18 @@ impl MotoEc2 {
             ("AWS_EC2_METADATA_DISABLED", "true".into()),
             ("AWS_CONFIG_FILE", "/dev/null".into()),
             ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".into()),
+            // Nothing made in moto's IAM needs time to spread.
+            ("RAYSCALE_IAM_WAIT_S", "0".into()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+    }
+
+    /// An IAM client against this server (moto serves IAM beside EC2).
+    pub fn iam_client(&self) -> aws_sdk_iam::Client {
+        rayscale_provider_aws::client::iam_for_endpoint(&self.endpoint(), REGION)
+            .expect("loopback endpoint")
     }
 
     /// Ray's IAM role and instance profile (`ray-autoscaler-v1`), made with boto3 as

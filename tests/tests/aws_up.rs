@@ -557,8 +557,8 @@ async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
     )
     .unwrap();
     let arg = path.display().to_string();
-    let (ok, out) = moto.rayscale(&["up", &arg]);
-    assert!(ok, "{out}");
+    let (ok, up_out) = moto.rayscale(&["up", &arg]);
+    assert!(ok, "{up_out}");
     let ssh_log = dir.join("ssh.log");
     let marker = format!("no-such-head-{pid}");
     let fake_head = FakeSshHead {
@@ -608,6 +608,24 @@ async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
         .into_iter()
         .find(|c| c.is_head())
         .unwrap();
+    // `up` gave the head Ray's instance profile (the one Ray made here).
+    let described = moto
+        .client()
+        .describe_instances()
+        .instance_ids(&head.cloud_instance_id)
+        .send()
+        .await
+        .unwrap();
+    let profile = described.reservations()[0].instances()[0]
+        .iam_instance_profile()
+        .and_then(|p| p.arn())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        profile.ends_with("instance-profile/ray-autoscaler-v1"),
+        "{profile}"
+    );
+    assert!(up_out.contains(&profile), "{up_out}");
     p.mark_head_up_to_date(&head.cloud_instance_id)
         .await
         .unwrap();
@@ -636,4 +654,186 @@ async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
     let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
     assert!(ok, "{out}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The head's instance profile `rayscale up` finds or makes is the one `ray up` finds or
+/// makes: Ray's names, Ray's trust policy and policies, found again rather than made twice,
+/// and found by Ray's own `_configure_iam_role` (which then makes nothing and does not
+/// wait); one Ray made is used as it is. Only the head's launch takes it, not the
+/// workers'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_heads_instance_profile_is_found_or_made_as_rays_bootstrap_does() {
+    use rayscale_provider_aws::iam::{POLICIES, PROFILE, ROLE, configure_iam_role};
+    use std::time::Duration;
+    let dir = std::env::temp_dir().join(format!("rayscale-aws-iam-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let yaml = |head_extra: &str| {
+        format!(
+            "cluster_name: iamgold\nprovider: {{type: aws, region: {REGION}}}\n\
+             head_node_type: head\nmax_workers: 2\n\
+             available_node_types:\n  \
+               head: {{resources: {{CPU: 0}}, max_workers: 2, node_config: {{InstanceType: m5.large, ImageId: {AMI}{head_extra}}}}}\n  \
+               cpu: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
+        )
+    };
+    let moto = MotoEc2::start();
+    let iam = moto.iam_client();
+    let cfg = ClusterConfig::from_yaml_str(&yaml(""), "t.yaml").unwrap();
+    // rayscale first, on an account without them: it makes both.
+    let (ours, arn) = configure_iam_role(&iam, &cfg, Duration::ZERO)
+        .await
+        .unwrap();
+    let arn = arn.expect("the head gets Ray's profile");
+    assert!(
+        arn.ends_with(&format!(":instance-profile/{PROFILE}")),
+        "{arn}"
+    );
+    assert_eq!(ours.head_node["IamInstanceProfile"]["Arn"], arn.as_str());
+    assert_eq!(ours.raw, cfg.raw, "the YAML the head gets is unchanged");
+    let profile = iam
+        .get_instance_profile()
+        .instance_profile_name(PROFILE)
+        .send()
+        .await
+        .unwrap();
+    let roles: Vec<&str> = profile
+        .instance_profile()
+        .unwrap()
+        .roles()
+        .iter()
+        .map(|r| r.role_name())
+        .collect();
+    assert_eq!(roles, [ROLE]);
+    let role = iam.get_role().role_name(ROLE).send().await.unwrap();
+    let trust = role.role().unwrap().assume_role_policy_document().unwrap();
+    let trust = percent_decode(trust);
+    assert!(
+        trust.contains("ec2.amazonaws.com") && trust.contains("sts:AssumeRole"),
+        "{trust}"
+    );
+    let attached = iam
+        .list_attached_role_policies()
+        .role_name(ROLE)
+        .send()
+        .await
+        .unwrap();
+    let mut arns: Vec<&str> = attached
+        .attached_policies()
+        .iter()
+        .filter_map(|p| p.policy_arn())
+        .collect();
+    arns.sort_unstable();
+    assert_eq!(arns, POLICIES);
+    // Run again: found, nothing made.
+    let (again, arn2) = configure_iam_role(&iam, &cfg, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(arn2.as_deref(), Some(arn.as_str()));
+    assert_eq!(again.head_node, ours.head_node);
+    for call in [
+        "CreateInstanceProfile",
+        "CreateRole",
+        "AddRoleToInstanceProfile",
+    ] {
+        assert_eq!(moto.calls(call), 1, "{call}");
+    }
+    assert_eq!(moto.calls("AttachRolePolicy"), 2);
+    // Ray's own step finds rayscale's profile: the same ARN, nothing made, no wait.
+    let path = dir.join("c.yaml");
+    std::fs::write(&path, yaml("")).unwrap();
+    let theirs = rays_up(&moto, &path, "iam", Some(&dir)).unwrap();
+    assert_eq!(
+        theirs["head_node"]["IamInstanceProfile"]["Arn"],
+        arn.as_str()
+    );
+    assert!(theirs["seconds"].as_f64().unwrap() < 10.0, "{theirs}");
+    assert_eq!(moto.calls("CreateInstanceProfile"), 1);
+    assert_eq!(moto.calls("CreateRole"), 1);
+    // A head type naming its own profile is left as it is.
+    let own = ClusterConfig::from_yaml_str(
+        &yaml(", IamInstanceProfile: {Name: my-profile}"),
+        "own.yaml",
+    )
+    .unwrap();
+    let (kept, none) = configure_iam_role(&iam, &own, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(none.is_none() && kept.head_node.is_empty());
+    // Only the head's launch takes it (rayscale launches no worker of the head's type).
+    let provider = AwsProvider::new(moto.client(), &ours, None).unwrap();
+    let req = |id: &str, t: &str| LaunchRequest {
+        request_id: id.into(),
+        node_type: t.into(),
+        count: 1,
+        launch_config_hash: String::new(),
+        avoid_zones: Vec::new(),
+        all_or_nothing: false,
+    };
+    let head = provider
+        .launch_head(&req("h-1", "head"))
+        .await
+        .unwrap()
+        .instances[0]
+        .cloud_instance_id
+        .clone();
+    let worker = provider.launch(&req("w-1", "cpu")).await.unwrap().instances[0]
+        .cloud_instance_id
+        .clone();
+    let profile_of = |id: String| {
+        let c = moto.client();
+        async move {
+            c.describe_instances()
+                .instance_ids(id)
+                .send()
+                .await
+                .unwrap()
+                .reservations()[0]
+                .instances()[0]
+                .iam_instance_profile()
+                .and_then(|p| p.arn())
+                .map(str::to_string)
+        }
+    };
+    assert_eq!(profile_of(head).await.as_deref(), Some(arn.as_str()));
+    assert_eq!(profile_of(worker).await, None);
+
+    // An account where Ray made them (as `ray up` makes them): used as they are.
+    let moto2 = MotoEc2::start();
+    moto2.make_rays_iam_role();
+    let (_, arn) = configure_iam_role(&moto2.iam_client(), &cfg, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(
+        arn.unwrap()
+            .ends_with(&format!(":instance-profile/{PROFILE}"))
+    );
+    for call in [
+        "CreateInstanceProfile",
+        "CreateRole",
+        "AddRoleToInstanceProfile",
+    ] {
+        assert_eq!(moto2.calls(call), 1, "{call}: only Ray's");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// IAM answers policy documents URL-encoded.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

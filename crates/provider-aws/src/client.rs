@@ -43,6 +43,21 @@ fn retries() -> RetryConfig {
 /// An endpoint from the environment (`AWS_ENDPOINT_URL_EC2`, `AWS_ENDPOINT_URL`, or the
 /// loaded config) gets the check [`for_endpoint`] makes: plain http only to loopback.
 pub async fn from_environment(region: Option<&str>) -> Result<Client, AwsError> {
+    Ok(Client::new(&load(region, "AWS_ENDPOINT_URL_EC2").await?))
+}
+
+/// An IAM client from the standard chain, as [`from_environment`] (the endpoint from
+/// `AWS_ENDPOINT_URL_IAM`, `AWS_ENDPOINT_URL` or the loaded config), for `rayscale up`'s
+/// bootstrap of the head's instance profile.
+pub async fn iam_from_environment(region: Option<&str>) -> Result<aws_sdk_iam::Client, AwsError> {
+    Ok(aws_sdk_iam::Client::new(
+        &load(region, "AWS_ENDPOINT_URL_IAM").await?,
+    ))
+}
+
+/// The standard chain's config, with rayscale's retries and timeouts; `service_url` is
+/// the service's own endpoint variable.
+async fn load(region: Option<&str>, service_url: &str) -> Result<aws_config::SdkConfig, AwsError> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .retry_config(retries())
         .timeout_config(timeouts());
@@ -50,7 +65,7 @@ pub async fn from_environment(region: Option<&str>) -> Result<Client, AwsError> 
         loader = loader.region(Region::new(r.to_string()));
     }
     let conf = loader.load().await;
-    let from_env = ["AWS_ENDPOINT_URL_EC2", "AWS_ENDPOINT_URL"]
+    let from_env = [service_url, "AWS_ENDPOINT_URL"]
         .into_iter()
         .filter_map(|v| std::env::var(v).ok().map(|u| (v, u)));
     let loaded = conf
@@ -59,7 +74,7 @@ pub async fn from_environment(region: Option<&str>) -> Result<Client, AwsError> 
     for (what, url) in from_env.chain(loaded) {
         check_endpoint(what, &url)?;
     }
-    Ok(Client::new(&conf))
+    Ok(conf)
 }
 
 /// Plain `http://` only to a loopback address (credentials and user data travel in the
@@ -93,6 +108,23 @@ pub fn for_endpoint(endpoint: &str, region: &str) -> Result<Client, AwsError> {
         .timeout_config(timeouts())
         .build();
     Ok(Client::from_conf(conf))
+}
+
+/// An IAM client for the same kind of endpoint as [`for_endpoint`] (moto serves IAM
+/// beside EC2), with the same checks.
+pub fn iam_for_endpoint(endpoint: &str, region: &str) -> Result<aws_sdk_iam::Client, AwsError> {
+    check_endpoint("endpoint", endpoint)?;
+    let conf = aws_sdk_iam::config::Builder::new()
+        .behavior_version(aws_sdk_iam::config::BehaviorVersion::latest())
+        .region(aws_sdk_iam::config::Region::new(region.to_string()))
+        .credentials_provider(aws_sdk_iam::config::Credentials::new(
+            "testing", "testing", None, None, "static",
+        ))
+        .endpoint_url(endpoint)
+        .retry_config(retries())
+        .timeout_config(timeouts())
+        .build();
+    Ok(aws_sdk_iam::Client::from_conf(conf))
 }
 
 /// The per-call override that turns the SDK's retries off (RunInstances,
@@ -158,5 +190,7 @@ mod tests {
     fn plain_http_only_to_loopback() {
         assert!(for_endpoint("http://ec2.us-east-1.amazonaws.com", "us-east-1").is_err());
         assert!(for_endpoint("https://ec2.us-east-1.amazonaws.com", "us-east-1").is_ok());
+        assert!(iam_for_endpoint("http://iam.amazonaws.com", "us-east-1").is_err());
+        assert!(iam_for_endpoint("http://127.0.0.1:5000", "us-east-1").is_ok());
     }
 }

@@ -34,6 +34,10 @@ pub struct AwsConfig {
     pub node_types: BTreeMap<String, NodeConfig>,
     /// Each node type's launch config hash (the `ray-launch-config` tag).
     pub launch_hashes: BTreeMap<String, String>,
+    /// The head's instance profile when its type names none (`ClusterConfig::head_node`'s
+    /// `IamInstanceProfile`, from `rayscale up`'s bootstrap): the head's launch alone
+    /// takes it.
+    pub head_iam_profile: Option<IamProfile>,
 }
 
 /// Provider keys Ray's AWS provider reads and rayscale does too.
@@ -121,7 +125,20 @@ impl AwsConfig {
             node_types.insert(t.name.clone(), NodeConfig::parse(&t.node_config, &path)?);
             launch_hashes.insert(t.name.clone(), t.launch_config_hash.clone());
         }
+        let head_iam_profile = match config.head_node.get("IamInstanceProfile") {
+            None => None,
+            Some(v) => {
+                let path = "head_node.IamInstanceProfile";
+                let p: IamProfile = serde_json::from_value(v.clone())
+                    .map_err(|e| AwsError::config(path, e.to_string()))?;
+                if p.arn.is_some() == p.name.is_some() {
+                    return Err(AwsError::config(path, "set exactly one of Arn and Name"));
+                }
+                Some(p)
+            }
+        };
         Ok(AwsConfig {
+            head_iam_profile,
             cluster_name: config.cluster_name.clone(),
             region,
             availability_zones,

@@ -17,12 +17,14 @@
 //! AWS: a pure part and a cached lookup; it is not part of the provider trait, so it
 //! has its own file), and `bootstrap` (the subnets and security group `ray up` picks or
 //! makes for node types that name none, which `rayscale up` does before the head), and
-//! `keypair` (the key pair it finds or makes, with its private key under `~/.ssh`).
+//! `keypair` (the key pair it finds or makes, with its private key under `~/.ssh`), and
+//! `iam` (the head's instance profile and role it finds or makes, through `aws-sdk-iam`).
 
 pub mod bootstrap;
 pub mod client;
 pub mod config;
 pub mod errors;
+pub mod iam;
 pub mod keypair;
 pub mod mapping;
 pub mod provider;

@@ -128,7 +128,11 @@ pub fn run_instances_input(
     if let Some(k) = &nc.key_name {
         b = b.key_name(k);
     }
-    if let Some(p) = &nc.iam_instance_profile {
+    let head_profile = match kind {
+        NodeKind::Head => cfg.head_iam_profile.as_ref(),
+        NodeKind::Worker => None,
+    };
+    if let Some(p) = nc.iam_instance_profile.as_ref().or(head_profile) {
         b = b.iam_instance_profile(
             ec2::IamInstanceProfileSpecification::builder()
                 .set_arn(p.arn.clone())

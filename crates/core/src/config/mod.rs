@@ -88,6 +88,11 @@ pub struct ClusterConfig {
     /// Where workers fetch `file_mounts` (the head's `rayscale run` sets it when it
     /// serves them; never from the YAML): see [`mounts`].
     pub mounts_source: Option<mounts::MountsSource>,
+    /// `node_config` members the head's launch alone takes, under its type's own (which
+    /// win): Ray's internal `head_node`, where `ray up`'s AWS bootstrap puts the head's IAM
+    /// instance profile so that workers of the head's type do not get it. Set by `rayscale
+    /// up`'s bootstrap; never read from the YAML (Ray's schema has no such key).
+    pub head_node: serde_json::Map<String, Value>,
 }
 
 impl ClusterConfig {
@@ -262,6 +267,7 @@ impl ClusterConfig {
             node_types,
             raw: v.clone(),
             mounts_source: None,
+            head_node: serde_json::Map::new(),
         })
     }
 
