@@ -108,6 +108,36 @@ impl MotoEc2 {
         .collect()
     }
 
+    /// What Ray's `ray up` computes (`scripts/ray_aws_up.py --what <what>`) for `yaml` on
+    /// this server (`home`: the HOME it runs with, where Ray writes a key pair it makes).
+    pub fn rays_up(
+        &self,
+        yaml: &std::path::Path,
+        what: &str,
+        home: Option<&std::path::Path>,
+    ) -> Result<serde_json::Value, String> {
+        let (python, _) = crate::ray_head::ray_from_env();
+        let script =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/ray_aws_up.py");
+        let mut cmd = std::process::Command::new(&python);
+        if let Some(h) = home {
+            cmd.env("HOME", h);
+        }
+        let out = cmd
+            .arg(&script)
+            .args(["--endpoint", &self.endpoint(), "--what", what, "--config"])
+            .arg(yaml)
+            .output()
+            .map_err(|e| format!("{}: {e}", python.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        // Ray logs to stdout before the answer: the answer is the last line.
+        let last = stdout.lines().last().unwrap_or("");
+        serde_json::from_str(last).map_err(|e| format!("Ray's answer {last:?}: {e}"))
+    }
+
     /// An IAM client against this server (moto serves IAM beside EC2).
     pub fn iam_client(&self) -> aws_sdk_iam::Client {
         rayscale_provider_aws::client::iam_for_endpoint(&self.endpoint(), REGION)
