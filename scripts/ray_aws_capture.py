@@ -9,7 +9,8 @@ created in the emulator), then each type's first launch goes through
 `NodeProviderAdapter` sets. A botocore hook records the parameters of every RunInstances.
 
 Usage: ray_aws_capture.py --endpoint http://127.0.0.1:PORT --config cluster.yaml --out F
-Output (in F): {"bootstrapped": {<type>: node_config}, "calls": {<type>: RunInstances params}}
+Output (in F): {"bootstrapped": {<type>: node_config}, "calls": {<type>: RunInstances params},
+"forms": {<type>: the same call as botocore's EC2 serializer writes its body, {key: value}}}
 """
 
 import argparse
@@ -88,6 +89,15 @@ def main():
         if len(calls) == before:
             sys.exit(f"no RunInstances recorded for {name}")
         out["calls"][name] = calls[before]
+    # The body each call is sent with: botocore's own serializer, the oracle of the keys
+    # rayscale passes through (crates/provider-aws/src/passthrough).
+    import botocore.serialize
+
+    op = boto3.DEFAULT_SESSION._session.get_service_model("ec2").operation_model("RunInstances")
+    serializer = botocore.serialize.create_serializer("ec2")
+    out["forms"] = {
+        name: serializer.serialize_to_request(params, op)["body"] for name, params in out["calls"].items()
+    }
     with open(args.out, "w") as f:
         json.dump(out, f, default=str, sort_keys=True)
 

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -502,9 +503,7 @@ async fn a_bad_node_config_fails_at_load_naming_its_path() {
     let cfg = config(
         "bad",
         "",
-        &format!(
-            "{{InstanceType: m5.large, ImageId: {AMI}, ElasticGpuSpecification: [{{Type: eg1.medium}}]}}"
-        ),
+        &format!("{{InstanceType: m5.large, ImageId: {AMI}, CpuOptions: {{CoreCount: many}}}}"),
     );
     let e = AwsProvider::new(moto.client(), &cfg, None)
         .err()
@@ -512,7 +511,7 @@ async fn a_bad_node_config_fails_at_load_naming_its_path() {
         .to_string();
     assert_eq!(
         e.split(':').next(),
-        Some("available_node_types.cpu.node_config.ElasticGpuSpecification"),
+        Some("available_node_types.cpu.node_config.CpuOptions.CoreCount"),
         "{e}"
     );
     // And a reconfigure to it keeps the last good config.
@@ -705,6 +704,7 @@ async fn first_launches_match_rays_own_aws_provider() {
     let defaults = String::from_utf8_lossy(&wheel.stdout).trim().to_string();
     let moto = MotoEc2::start();
     let mut compared = 0;
+    let mut passed_through = 0;
     for yaml in [
         std::path::PathBuf::from(defaults),
         dir.join("fixtures/aws/golden.yaml"),
@@ -761,16 +761,83 @@ async fn first_launches_match_rays_own_aws_provider() {
                 "token",
             )
             .unwrap();
+            // The typed members: as the SDK's input, the passed-through ones are absent.
+            let mut theirs = theirs.clone();
+            if let Some(o) = theirs.as_object_mut() {
+                o.retain(|k, _| rayscale_provider_aws::passthrough::member(k).is_none());
+            }
             assert_eq!(
                 normalized(boto_shape(&input)),
-                normalized(theirs.clone()),
+                normalized(theirs),
                 "{}: type {t}",
                 yaml.display()
             );
+            // The passed-through members: the form pairs botocore's serializer writes.
+            let passed: BTreeMap<String, String> =
+                aws.node_types[t].passthrough.iter().cloned().collect();
+            let serialized: BTreeMap<String, String> = cap["forms"][t]
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| {
+                    let head = k.split('.').next().unwrap_or_default();
+                    rayscale_provider_aws::passthrough::MEMBERS
+                        .iter()
+                        .any(|m| m.query == head)
+                })
+                .map(|(k, v)| {
+                    let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                    (k.clone(), v)
+                })
+                .collect();
+            assert_eq!(passed, serialized, "{}: type {t}", yaml.display());
+            passed_through += passed.len();
             compared += 1;
         }
     }
     assert_eq!(compared, 3, "defaults.yaml's worker and golden.yaml's two");
+    assert_eq!(
+        passed_through, 8,
+        "golden.yaml's cpu type passes eight pairs through"
+    );
+    // Sent for real: the pairs are appended to the signed body, and moto (EC2's shape
+    // of the answer) shows what they asked for.
+    moto.reset();
+    let text = std::fs::read_to_string(dir.join("fixtures/aws/golden.yaml")).unwrap();
+    let mut raw = ClusterConfig::from_yaml_str(&text, "golden").unwrap().raw;
+    raw["provider"]["region"] = serde_json::json!(REGION);
+    raw["provider"]
+        .as_object_mut()
+        .unwrap()
+        .remove("availability_zone");
+    raw["available_node_types"]["cpu"]["node_config"]["ImageId"] = serde_json::json!(AMI);
+    let config = ClusterConfig::from_value(&raw, "golden").unwrap();
+    let p = AwsProvider::new(moto.client(), &config, None).unwrap();
+    let made = p
+        .launch(&LaunchRequest {
+            request_id: "passthrough".into(),
+            node_type: "cpu".into(),
+            count: 1,
+            launch_config_hash: String::new(),
+            avoid_zones: Vec::new(),
+            all_or_nothing: false,
+        })
+        .await
+        .unwrap();
+    let id = made.instances[0].cloud_instance_id.clone();
+    let out = moto
+        .client()
+        .describe_instances()
+        .instance_ids(&id)
+        .send()
+        .await
+        .unwrap();
+    let i = &out.reservations()[0].instances()[0];
+    assert_eq!(
+        i.monitoring().and_then(|m| m.state()).map(|s| s.as_str()),
+        Some("enabled"),
+        "{i:?}"
+    );
 }
 
 #[test]
@@ -828,4 +895,29 @@ fn boot_script_prints_what_a_node_runs() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.lines().count() == 1, "{err}");
+}
+
+/// The passthrough table (crates/provider-aws/src/passthrough/table.rs) is what
+/// `scripts/gen_ec2_passthrough.py` makes of the pinned botocore's EC2 model: every
+/// RunInstances member rayscale does not type, none of another operation.
+#[test]
+fn the_passthrough_table_is_botocores() {
+    let (python, _) = rayscale_tests::ray_head::ray_from_env();
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new(&python)
+        .arg(dir.join("scripts/gen_ec2_passthrough.py"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = String::from_utf8_lossy(&out.stdout);
+    let have =
+        std::fs::read_to_string(dir.join("crates/provider-aws/src/passthrough/table.rs")).unwrap();
+    assert!(
+        want == have,
+        "the table differs from botocore's model: run scripts/gen_ec2_passthrough.py --write"
+    );
 }

@@ -190,6 +190,11 @@ pub struct NodeConfig {
     pub capacity_reservation_specification: Option<CapacityReservation>,
     /// `LaunchTemplate`.
     pub launch_template: Option<LaunchTemplate>,
+    /// Every other RunInstances member the config gives (`CpuOptions`, `Monitoring`, ...),
+    /// checked and flattened into EC2 Query form pairs ([`crate::passthrough`]), appended
+    /// to RunInstances as they are.
+    #[serde(skip)]
+    pub passthrough: Vec<(String, String)>,
 }
 
 /// `IamInstanceProfile`: by ARN or by name.
@@ -416,17 +421,29 @@ impl NodeConfig {
             Value::Object(o) => o,
             _ => return Err(AwsError::config(path, "must be a mapping")),
         };
-        // Top-level keys first, for an error that names the key and says why.
-        for key in obj.keys() {
-            if !NODE_CONFIG_KEYS.contains(&key.as_str()) {
+        // Top-level keys first, for an error that names the key and says why; RunInstances
+        // members rayscale does not type are passed through as they are.
+        let mut typed = serde_json::Map::new();
+        let mut passthrough = Vec::new();
+        for (key, value) in obj {
+            if NODE_CONFIG_KEYS.contains(&key.as_str()) {
+                typed.insert(key.clone(), value.clone());
+            } else if let Some(m) = crate::passthrough::member(key) {
+                passthrough.extend(crate::passthrough::flatten(
+                    m,
+                    value,
+                    &format!("{path}.{key}"),
+                )?);
+            } else {
                 return Err(AwsError::config(
                     format!("{path}.{key}"),
-                    "not supported by rayscale's AWS provider (it would launch a different \
-                     instance than asked); remove it or use a LaunchTemplate",
+                    "not a RunInstances member (boto3's create_instances would refuse it); \
+                     check its spelling",
                 ));
             }
         }
-        let c: NodeConfig = serde_path_to_error::deserialize(v).map_err(|e| {
+        let typed = Value::Object(typed);
+        let mut c: NodeConfig = serde_path_to_error::deserialize(&typed).map_err(|e| {
             let inner = e.path().to_string();
             AwsError::config(
                 if inner == "." || inner.is_empty() {
@@ -437,6 +454,7 @@ impl NodeConfig {
                 e.into_inner().to_string(),
             )
         })?;
+        c.passthrough = passthrough;
         // Ray's own rules (`_configure_subnets_and_groups`): network interfaces carry
         // their own subnet and groups.
         if c.network_interfaces.is_some() {
@@ -569,8 +587,12 @@ mod tests {
     fn unsupported_keys_name_their_path_in_one_line() {
         for (nc, path) in [
             (
-                "{InstanceType: m5.large, HibernationOptions: {Configured: true}}",
-                "available_node_types.w.node_config.HibernationOptions",
+                "{InstanceType: m5.large, HibernationOptions: {Configurd: true}}",
+                "available_node_types.w.node_config.HibernationOptions.Configurd",
+            ),
+            (
+                "{InstanceType: m5.large, InstanceTypo: m5.large}",
+                "available_node_types.w.node_config.InstanceTypo",
             ),
             (
                 "{InstanceType: m5.large, BlockDeviceMappings: [{DeviceName: /dev/sda1, Ebs: {VolumeSize: 10, Bogus: 1}}]}",

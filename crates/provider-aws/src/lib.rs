@@ -7,8 +7,9 @@
 //! `cache_stopped_nodes`, stops and later restarts) workers.
 //!
 //! What it must not do: decide anything (the reconciler does), guess whether Ray runs on
-//! an instance, hold global state or create a runtime, send a key of `node_config` it
-//! does not understand, or let the SDK retry a capacity error.
+//! an instance, hold global state or create a runtime, send a key of `node_config` that is
+//! not a RunInstances member of botocore's model (or a value its shape refuses), or let
+//! the SDK retry a capacity error.
 //!
 //! Files: `config` (the YAML), `mapping` (pure: node_config -> RunInstances, instance ->
 //! `CloudInstance`), `client` (the SDK client and its error translation), `errors` (the
@@ -18,7 +19,10 @@
 //! has its own file), and `bootstrap` (the subnets and security group `ray up` picks or
 //! makes for node types that name none, which `rayscale up` does before the head), and
 //! `keypair` (the key pair it finds or makes, with its private key under `~/.ssh`), and
-//! `iam` (the head's instance profile and role it finds or makes, through `aws-sdk-iam`).
+//! `iam` (the head's instance profile and role it finds or makes, through `aws-sdk-iam`),
+//! and `passthrough` (every other RunInstances member of `node_config`, checked against a
+//! table generated from botocore's model and appended to the request as EC2's Query
+//! protocol spells it).
 
 pub mod bootstrap;
 pub mod client;
@@ -27,6 +31,7 @@ pub mod errors;
 pub mod iam;
 pub mod keypair;
 pub mod mapping;
+pub mod passthrough;
 pub mod provider;
 pub mod resources;
 

@@ -21,6 +21,7 @@ use crate::client::{no_retries, sdk_error};
 use crate::config::AwsConfig;
 use crate::errors::{Class, classify, missing_instance_ids};
 use crate::mapping::{self, Placement};
+use crate::passthrough;
 
 /// `provider.type` of this provider.
 pub const PROVIDER_TYPE: &str = "aws";
@@ -168,16 +169,21 @@ impl AwsProvider {
         Ok(out)
     }
 
-    /// RunInstances, tried again (with backoff) while EC2 throttles.
+    /// RunInstances, tried again (with backoff) while EC2 throttles; `extra` (the node
+    /// type's passed-through members, as form pairs) is appended to the request's body
+    /// before it is signed.
     async fn run_instances(
         &self,
         input: aws_sdk_ec2::operation::run_instances::RunInstancesInput,
+        extra: &[(String, String)],
         node_type: &str,
         zone: Option<&str>,
     ) -> Result<Vec<ec2::Instance>, AwsError> {
+        let extra = Arc::new(extra.to_vec());
         retry_throttled(|| async {
             self.calls.run.fetch_add(1, Ordering::Relaxed);
             let i = input.clone();
+            let extra = extra.clone();
             self.client
                 .run_instances()
                 .set_block_device_mappings(i.block_device_mappings)
@@ -201,6 +207,20 @@ impl AwsProvider {
                 .set_ebs_optimized(i.ebs_optimized)
                 .customize()
                 .config_override(no_retries())
+                .mutate_request(move |r| {
+                    if extra.is_empty() {
+                        return;
+                    }
+                    if let Some(body) = r.body().bytes() {
+                        let body = passthrough::append_form(body, &extra);
+                        r.headers_mut()
+                            .insert("content-length", body.len().to_string());
+                        *r.body_mut() = body.into();
+                    } else {
+                        // A Query request's body is always in memory.
+                        tracing::warn!("RunInstances: a streamed body; node_config's passed-through keys not sent");
+                    }
+                })
                 .send()
                 .await
                 .map(|out| out.instances().to_vec())
@@ -427,7 +447,12 @@ impl AwsProvider {
                 )
                 .map_err(|e| e.into_provider(launch_op(req.count)))?;
                 let zone = at.zone.or(at.subnet).or(user_zone);
-                match self.run_instances(input, t, zone).await {
+                let extra = cfg
+                    .node_types
+                    .get(t)
+                    .map(|n| n.passthrough.as_slice())
+                    .unwrap_or_default();
+                match self.run_instances(input, extra, t, zone).await {
                     Ok(instances) => {
                         let got = instances.len() as u64;
                         made.extend(instances.iter().filter_map(|i| placed(cfg, i)));
