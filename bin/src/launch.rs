@@ -243,15 +243,30 @@ pub async fn down_workers(config: &ClusterConfig, keep_min_workers: bool) -> Res
     ))
 }
 
-/// The private addresses of a cloud cluster's running head (`head`) or workers, one per
-/// line, as `ray get-head-ip` / `ray get-worker-ips` print them with `use_internal_ips`.
+/// The addresses of a cloud cluster's running head (`head`) or workers, one per line, as
+/// `ray get-head-ip` / `ray get-worker-ips` print them: public, or private with
+/// `provider.use_internal_ips`.
 pub async fn ips(config: &ClusterConfig, head: bool) -> Result<String> {
     let provider = crate::providers::build_for_launcher(config).await?;
     let all = provider.list().await?;
+    // As Ray's `get_head_node_ip`/`get_worker_node_ips`: the public address unless
+    // `provider.use_internal_ips` (the private one where the cloud lists no public one).
+    let internal = config
+        .raw
+        .get("provider")
+        .and_then(|p| p.get("use_internal_ips"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
     let ips: Vec<String> = all
         .iter()
         .filter(|i| i.is_head() == head && i.state == CloudInstanceState::Running)
-        .filter_map(|i| i.private_ip.clone())
+        .filter_map(|i| {
+            if internal {
+                i.private_ip.clone()
+            } else {
+                i.public_ip.clone().or_else(|| i.private_ip.clone())
+            }
+        })
         .collect();
     if head && ips.is_empty() {
         bail!(

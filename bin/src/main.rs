@@ -53,10 +53,10 @@ enum Command {
         after_help = "Examples:\n  rayscale down examples/local-cluster.yaml --port 6379\n  rayscale down aws-cluster.yaml --workers-only --keep-min-workers"
     )]
     Down(down::DownArgs),
-    /// Print the head's private address (like `ray get-head-ip` with use_internal_ips).
+    /// Print the head's address, public unless provider.use_internal_ips (like `ray get-head-ip`).
     #[command(after_help = "Example:\n  ssh ubuntu@$(rayscale get-head-ip aws-cluster.yaml)")]
     GetHeadIp(down::IpsArgs),
-    /// Print the running workers' private addresses, one per line (like `ray get-worker-ips`).
+    /// Print the running workers' addresses, one per line, public unless provider.use_internal_ips (like `ray get-worker-ips`).
     #[command(after_help = "Example:\n  rayscale get-worker-ips aws-cluster.yaml")]
     GetWorkerIps(down::IpsArgs),
     /// Run the autoscaling loop alone against a running cluster (like Ray's monitor.py).

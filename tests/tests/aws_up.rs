@@ -193,24 +193,91 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
     .await
     .unwrap();
     let listed = p.list().await.unwrap();
-    let ip_of = |head: bool| {
+    let ip_of = |head: bool, public: bool| {
         let mut v: Vec<String> = listed
             .iter()
             .filter(|i| i.is_head() == head)
-            .filter_map(|i| i.private_ip.clone())
+            .filter_map(|i| {
+                if public {
+                    i.public_ip.clone()
+                } else {
+                    i.private_ip.clone()
+                }
+            })
             .collect();
         v.sort();
         v
     };
+    let sorted_lines = |out: &str| {
+        let mut v: Vec<String> = out
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.parse::<std::net::IpAddr>().is_ok())
+            .map(str::to_string)
+            .collect();
+        v.sort();
+        v
+    };
+    // Ray's own `ray get-head-ip`/`get-worker-ips` on the same cluster are the oracle
+    // (Ray wants its head `up-to-date`, which the head's rayscale sets once it runs).
+    p.mark_head_up_to_date(
+        &listed
+            .iter()
+            .find(|i| i.is_head())
+            .unwrap()
+            .cloud_instance_id,
+    )
+    .await
+    .unwrap();
+    let ssh_log = dir.join("ssh.log");
+    let no_ssh = FakeSshHead {
+        home: &dir,
+        path: "/usr/bin:/bin".into(),
+        marker: "no-head",
+        ssh_log: &ssh_log,
+    };
+    let rays = |args: &[&str]| {
+        let out = moto
+            .ray_cli(moto.home(), &no_ssh)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ray {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        sorted_lines(&String::from_utf8_lossy(&out.stdout))
+    };
     let (ok, out) = moto.rayscale(&["get-head-ip", &arg]);
     assert!(ok, "{out}");
-    assert_eq!(vec![out.trim().to_string()], ip_of(true));
+    assert_eq!(sorted_lines(&out), ip_of(true, true), "public, as Ray's");
+    assert_eq!(sorted_lines(&out), rays(&["get-head-ip", &arg]));
     let (ok, out) = moto.rayscale(&["get-worker-ips", &arg]);
     assert!(ok, "{out}");
-    let mut got: Vec<String> = out.lines().map(str::to_string).collect();
-    got.sort();
-    assert_eq!(got, ip_of(false));
+    let got = sorted_lines(&out);
+    assert_eq!(got, ip_of(false, true));
+    assert_eq!(got, rays(&["get-worker-ips", &arg]));
     assert_eq!(got.len(), 3);
+    // With use_internal_ips, the private ones, as Ray's.
+    let internal = dir.join("internal.yaml");
+    std::fs::write(
+        &internal,
+        yaml.replace(
+            "cache_stopped_nodes: false",
+            "cache_stopped_nodes: false, use_internal_ips: true",
+        ),
+    )
+    .unwrap();
+    let iarg = internal.display().to_string();
+    let (ok, out) = moto.rayscale(&["get-head-ip", &iarg]);
+    assert!(ok, "{out}");
+    assert_eq!(sorted_lines(&out), ip_of(true, false));
+    assert_eq!(sorted_lines(&out), rays(&["get-head-ip", &iarg]));
+    let (ok, out) = moto.rayscale(&["get-worker-ips", &iarg]);
+    assert!(ok, "{out}");
+    assert_eq!(sorted_lines(&out), ip_of(false, false));
+    assert_eq!(sorted_lines(&out), rays(&["get-worker-ips", &iarg]));
 
     // --keep-min-workers needs --workers-only (it would orphan workers without a head).
     let (ok, out) = moto.rayscale(&["down", &arg, "--keep-min-workers"]);

@@ -97,7 +97,8 @@ pub async fn down(args: DownArgs) -> Result<String> {
     down_local(&config, args.port, &ray).await
 }
 
-/// `rayscale get-head-ip` (`head`) or `rayscale get-worker-ips`: the private addresses,
+/// `rayscale get-head-ip` (`head`) or `rayscale get-worker-ips`: the addresses (a cloud's
+/// public ones unless `use_internal_ips`; this host's on local_processes),
 /// one per line.
 pub async fn ips(args: IpsArgs, head: bool) -> Result<String> {
     let config = load_config(&args.config)?;

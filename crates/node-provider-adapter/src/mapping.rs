@@ -86,6 +86,7 @@ pub fn to_instance(node: &NodeInfo) -> Listed {
             .internal_ip
             .clone()
             .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok()),
+        public_ip: None,
         launch_config_hash: tag(tags::LAUNCH_CONFIG),
         labels: node.tags.clone(),
         zone: None,

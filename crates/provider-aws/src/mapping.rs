@@ -508,6 +508,10 @@ pub fn cloud_instance(i: &ec2::Instance) -> Option<CloudInstance> {
         request_id: labels.get(tags::LAUNCH_REQUEST).cloned(),
         state,
         private_ip: i.private_ip_address().map(str::to_string),
+        public_ip: i
+            .public_ip_address()
+            .filter(|ip| !ip.is_empty())
+            .map(str::to_string),
         launch_config_hash: labels.get(tags::LAUNCH_CONFIG).cloned(),
         labels,
         zone: zone_of(i),

@@ -422,6 +422,8 @@ pub fn cloud_instance(vm: &Vm, power: Power) -> Option<CloudInstance> {
         request_id: vm.tags.get(tags::LAUNCH_REQUEST).cloned(),
         state,
         private_ip: None,
+        // Read from the network API for nothing yet (the head's private address alone).
+        public_ip: None,
         launch_config_hash: vm.tags.get(tags::LAUNCH_CONFIG).cloned(),
         labels: vm.tags.clone(),
         zone: vm.zone.clone(),

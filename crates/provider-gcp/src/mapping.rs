@@ -438,6 +438,13 @@ pub fn cloud_instance(i: &model::Instance, types: &TypesByLabel) -> Option<Cloud
             .network_interfaces
             .first()
             .and_then(|n| n.network_ip.clone()),
+        // Ray's GCP `external_ip`: the first interface's first access config's NAT address.
+        public_ip: i
+            .network_interfaces
+            .first()
+            .and_then(|n| n.access_configs.first())
+            .and_then(|a| a.nat_ip.clone())
+            .filter(|ip| !ip.is_empty()),
         launch_config_hash: labels.get(tags::LAUNCH_CONFIG).cloned(),
         labels,
         // The zone's URL ends in its name.
@@ -678,13 +685,19 @@ mod tests {
             "status": "STAGING",
             "labels": {"ray-node-type": "worker", "ray-user-node-type": "cpu-small",
                        "ray-launch-request": "lr-1"},
-            "networkInterfaces": [{"networkIP": "10.0.0.7"}]
+            "networkInterfaces": [{"networkIP": "10.0.0.7",
+                "accessConfigs": [{"type": "ONE_TO_ONE_NAT", "natIP": "34.1.2.3"}]}]
         }))
         .expect("instance JSON");
         let ci = cloud_instance(&i, &types).expect("a Ray node");
         assert_eq!(ci.node_type, "Cpu.Small");
         assert_eq!(ci.state, CloudInstanceState::Pending);
         assert_eq!(ci.private_ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(
+            ci.public_ip.as_deref(),
+            Some("34.1.2.3"),
+            "Ray's external_ip"
+        );
         assert_eq!(ci.request_id.as_deref(), Some("lr-1"));
         assert_eq!(i.id, Some(u64::MAX), "uint64 ids are decimal strings");
     }

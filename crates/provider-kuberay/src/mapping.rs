@@ -477,6 +477,7 @@ pub fn pod_view(pod: &Pod) -> Option<PodView> {
                 request_id: None,
                 state,
                 private_ip: status.and_then(|s| s.pod_ip.clone()),
+                public_ip: None,
                 launch_config_hash: None,
                 labels: labels.into_iter().collect(),
                 zone: None,

@@ -91,6 +91,9 @@ pub struct CloudInstance {
     pub state: CloudInstanceState,
     /// Private IP address, once known.
     pub private_ip: Option<String>,
+    /// Public IP address, when the instance has one and the cloud's listing gives it
+    /// (Ray's `external_ip`: what `get-head-ip` prints without `use_internal_ips`).
+    pub public_ip: Option<String>,
     /// The launch config hash it was launched with (`ray-launch-config`), when carried.
     pub launch_config_hash: Option<String>,
     /// The cloud's labels or tags on the instance.
@@ -115,6 +118,7 @@ impl CloudInstance {
             request_id: request_id.map(str::to_string),
             state: CloudInstanceState::Running,
             private_ip: None,
+            public_ip: None,
             launch_config_hash: None,
             labels: BTreeMap::new(),
             zone: None,
