@@ -5,8 +5,9 @@
 //!
 //! When the head's type names no `IamInstanceProfile`, the head gets Ray's instance
 //! profile `ray-autoscaler-v1`: found, or made; a profile without a role gets Ray's role
-//! `ray-autoscaler-v1` (found, or made with EC2 as its trusted service and AWS's
-//! `AmazonEC2FullAccess` and `AmazonS3FullAccess` attached), as Ray makes them, so a
+//! `ray-autoscaler-v1` (found, or made with EC2 as its trusted service; AWS's
+//! `AmazonEC2FullAccess` and `AmazonS3FullAccess` attached when it has no policy, which
+//! also mends a role an interrupted `up` made), as Ray makes them, so a
 //! profile `ray up` made is used as it is and one made here serves `ray up` too. After
 //! making something it waits for IAM to spread it (Ray waits 15 s; [`configure_iam_role`]
 //! takes the wait). Only the head's launch takes the profile (Ray's internal `head_node`,
@@ -154,6 +155,16 @@ pub async fn configure_iam_role(
                 Err(e) if e.code() == Some("EntityAlreadyExists") => {}
                 Err(e) => return Err(iam_error("CreateRole", e)),
             }
+        }
+        // A role without any policy (made, or half made by an `up` that failed after
+        // CreateRole) gets Ray's; one with policies of its own keeps them, as Ray's does.
+        let attached = iam
+            .list_attached_role_policies()
+            .role_name(ROLE)
+            .send()
+            .await
+            .map_err(|e| iam_error("ListAttachedRolePolicies", e))?;
+        if attached.attached_policies().is_empty() {
             for policy in POLICIES {
                 iam.attach_role_policy()
                     .role_name(ROLE)

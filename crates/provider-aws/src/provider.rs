@@ -768,6 +768,10 @@ impl CloudInstanceProvider for AwsProvider {
 
     /// `CreateTags` (one key; the others stay), after a look that `cloud_instance_id`
     /// is the cluster's running head.
+    fn tags_heads(&self) -> bool {
+        true
+    }
+
     async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
         let state = self.state();
         let found = self

@@ -411,6 +411,10 @@ impl CloudInstanceProvider for AzureProvider {
     /// `PATCH` of the head's tags, all of them with the one changed (Azure replaces a
     /// VM's tags whole), after a list that finds `cloud_instance_id` the cluster's
     /// running head.
+    fn tags_heads(&self) -> bool {
+        true
+    }
+
     async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
         let state = self.state();
         let cfg = &state.cfg;
@@ -430,37 +434,19 @@ impl CloudInstanceProvider for AzureProvider {
         if !mapping::cloud_instance(&vm, power).is_some_and(|c| c.is_head() && c.is_running()) {
             return Err(cloud::refuse_mark(cloud_instance_id));
         }
-        let mut t = vm.tags.clone();
-        t.insert(
-            tags::NODE_STATUS.to_string(),
-            tags::STATUS_UP_TO_DATE.to_string(),
-        );
-        let acc = self
-            .arm
-            .put_vm(
-                &cfg.subscription_id,
-                &cfg.resource_group,
-                &vm.name,
-                &json!({ "tags": t }),
-                true,
-                "",
-                None,
-            )
+        let deadline = Instant::now() + self.polling.launch_wait;
+        let changes = [(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE.to_string())];
+        let done = self
+            .patch_tags(cfg, &vm, &changes, ProviderOp::Other, "", deadline)
             .await
             .map_err(|e| e.into_provider(ProviderOp::Other))?;
-        let deadline = Instant::now() + self.polling.launch_wait;
-        self.settle(
-            "virtualMachines.update",
-            &acc,
-            ProviderOp::Other,
-            &vm.name,
-            "",
-            None,
-            deadline,
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| e.into_provider(ProviderOp::Other))
+        if !done {
+            return Err(ProviderError::call(
+                ProviderErrorKind::Transient,
+                format!("virtualMachines.update of {cloud_instance_id}: not done in time"),
+            ));
+        }
+        Ok(())
     }
 
     /// The operations `launch` and `terminate` left running, asked again: each that

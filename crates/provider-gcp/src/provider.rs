@@ -300,6 +300,38 @@ impl GcpProvider {
         }
     }
 
+    /// `instances.setLabels` of instance `name` (`inst`) with its labels and `changes`,
+    /// waited for until `deadline` (`Ok(false)`: still running then); the fingerprint its
+    /// labels were read with guards against a concurrent change.
+    async fn set_labels(
+        &self,
+        cfg: &GcpConfig,
+        name: &str,
+        inst: &model::Instance,
+        changes: &[(&str, String)],
+        node_type: &str,
+        deadline: Instant,
+    ) -> Result<bool, GcpError> {
+        let mut body = model::InstancesSetLabelsRequest::default();
+        body.labels = inst.labels.clone();
+        for (k, v) in changes {
+            body.labels.insert((*k).to_string(), v.clone());
+        }
+        body.label_fingerprint = inst.label_fingerprint.clone();
+        self.calls.set_labels.fetch_add(1, Ordering::Relaxed);
+        let poller = self
+            .client
+            .set_labels()
+            .set_project(&cfg.project_id)
+            .set_zone(&cfg.zone)
+            .set_instance(name)
+            .set_body(body)
+            .poller();
+        self.wait(poller, "instances.setLabels", node_type, deadline)
+            .await
+            .1
+    }
+
     /// Deletes (or, with cached workers, stops) `ids`: workers, or with `head` the head
     /// alone. Names not of the cluster, or gone, are left alone (gone is success).
     async fn terminate_inner(&self, ids: &[String], head: bool) -> Result<(), ProviderError> {
@@ -417,6 +449,10 @@ impl CloudInstanceProvider for GcpProvider {
     /// `instances.setLabels` with the head's labels and the one changed (the
     /// fingerprint they were read with guards against a concurrent change), after a
     /// list that finds `cloud_instance_id` the cluster's running head.
+    fn tags_heads(&self) -> bool {
+        true
+    }
+
     async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
         let state = self.state();
         let cfg = &state.cfg;
@@ -434,27 +470,25 @@ impl CloudInstanceProvider for GcpProvider {
         }) else {
             return Err(cloud::refuse_mark(cloud_instance_id));
         };
-        let mut body = model::InstancesSetLabelsRequest::default();
-        body.labels = inst.labels.clone();
-        body.labels.insert(
-            tags::NODE_STATUS.to_string(),
-            tags::STATUS_UP_TO_DATE.to_string(),
-        );
-        body.label_fingerprint = inst.label_fingerprint.clone();
-        self.calls.set_labels.fetch_add(1, Ordering::Relaxed);
-        let poller = self
-            .client
-            .set_labels()
-            .set_project(&cfg.project_id)
-            .set_zone(&cfg.zone)
-            .set_instance(cloud_instance_id)
-            .set_body(body)
-            .poller();
         let deadline = Instant::now() + self.polling.launch_wait;
-        match self.wait(poller, "instances.setLabels", "", deadline).await {
-            (_, Err(e)) => Err(e.into_provider(ProviderOp::Other)),
-            (_, Ok(_)) => Ok(()),
+        let done = self
+            .set_labels(
+                cfg,
+                cloud_instance_id,
+                &inst,
+                &[(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE.to_string())],
+                "",
+                deadline,
+            )
+            .await
+            .map_err(|e| e.into_provider(ProviderOp::Other))?;
+        if !done {
+            return Err(ProviderError::call(
+                ProviderErrorKind::Transient,
+                format!("instances.setLabels of {cloud_instance_id}: not done in time"),
+            ));
         }
+        Ok(())
     }
 
     /// The operations `launch` and `terminate` left running, asked again: each that

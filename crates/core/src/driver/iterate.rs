@@ -73,8 +73,7 @@ impl<G: Gcs + 'static, C: Clock> Driver<G, C> {
         };
         // The GCS answered: the head's Ray runs, so its tag may say so.
         self.head_ready
-            .step(provider.as_ref(), &cloud, options.call_deadline)
-            .await;
+            .step(&provider, &cloud, options.call_deadline);
         let fp = Fingerprint::of(state.version, &cloud);
         let due = a.last_run.is_none_or(|t| t.elapsed() >= options.interval);
         if a.last.as_ref() == Some(&fp) && errors.is_empty() && a.rejections.is_empty() && !due {

@@ -242,11 +242,25 @@ pub trait CloudInstanceProvider: Send + Sync {
     /// ([`tags::STATUS_UP_TO_DATE`]), as Ray's node updater does once the head's setup
     /// ran: Ray's CLI (`ray rsync-up`, `rsync-down`, `submit`) finds a cluster's head by
     /// it. The loop calls it for the one running head whose tag says otherwise, once its
-    /// GCS answers (a head that booted itself, from `rayscale up`). Other tags stay. By
-    /// default nothing: a cloud whose instances carry no Ray status.
+    /// GCS answers (a head that booted itself, from `rayscale up`), when
+    /// [`tags_heads`](Self::tags_heads). Other tags stay. Succeeds only once the cloud has
+    /// the tag; an operation still running is an error (the loop tries again). By default
+    /// refused.
     async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
-        let _ = cloud_instance_id;
-        Ok(())
+        Err(ProviderError::call(
+            ProviderErrorKind::InvalidConfig,
+            format!(
+                "provider {} does not tag {cloud_instance_id}: its heads are set up by Ray's \
+                 updater or carry no Ray status",
+                self.provider_type()
+            ),
+        ))
+    }
+    /// Whether [`mark_head_up_to_date`](Self::mark_head_up_to_date) is for this provider
+    /// (its heads boot themselves from `rayscale up` and carry Ray's status tag): AWS,
+    /// GCP, Azure. By default false.
+    fn tags_heads(&self) -> bool {
+        false
     }
     /// Whether Ray is installed on this provider's instances by the autoscaler (Ray's node
     /// updater over SSH: the v1 node-provider adapter without `disable_node_updaters`),

@@ -17,6 +17,8 @@ pub const LAUNCH_CONFIG: &str = "ray-launch-config";
 /// The launch request id.
 pub const LAUNCH_REQUEST: &str = "ray-launch-request";
 
+/// Value of [`NODE_STATUS`] of a node nobody has set up yet (Ray's `STATUS_UNINITIALIZED`).
+pub const STATUS_UNINITIALIZED: &str = "uninitialized";
 /// Value of [`NODE_STATUS`] once a node's setup ran (Ray's `STATUS_UP_TO_DATE`): Ray's CLI
 /// (`ray rsync-up`, `ray submit`, ...) acts only on a head with it.
 pub const STATUS_UP_TO_DATE: &str = "up-to-date";

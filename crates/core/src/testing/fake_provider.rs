@@ -508,6 +508,10 @@ impl CloudInstanceProvider for FakeProvider {
         std::mem::take(&mut self.lock().async_errors)
     }
 
+    fn tags_heads(&self) -> bool {
+        true
+    }
+
     /// Sets the head's status label (anything but the running head is refused).
     async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
         let mut st = self.lock();

@@ -23,12 +23,10 @@ pub use table::MEMBERS;
 /// What a member takes, as botocore's model says.
 #[derive(Debug)]
 pub enum Shape {
-    /// A string (also timestamps and blobs, sent as written).
+    /// A string.
     Str,
     /// An integer.
     Int,
-    /// A number.
-    Num,
     /// `true` or `false`.
     Bool,
     /// One of these strings.
@@ -75,16 +73,10 @@ fn walk(
             prefix.into(),
             v.as_str().ok_or_else(|| bad("a string"))?.into(),
         )),
-        Shape::Int => {
-            let n = v
-                .as_i64()
-                .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
-                .ok_or_else(|| bad("an integer"))?;
-            out.push((prefix.into(), n.to_string()));
-        }
-        Shape::Num => out.push((
+        // As botocore's validation: an integer, not a float that looks like one.
+        Shape::Int => out.push((
             prefix.into(),
-            v.as_f64().ok_or_else(|| bad("a number"))?.to_string(),
+            v.as_i64().ok_or_else(|| bad("an integer"))?.to_string(),
         )),
         Shape::Bool => out.push((
             prefix.into(),
@@ -219,6 +211,10 @@ mod tests {
             e.starts_with("nc.CpuOptions.CoreCnt: unknown key (known: CoreCount"),
             "{e}"
         );
+        let e = form("CpuOptions", json!({"CoreCount": 2.5}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected an integer"), "{e}");
         let e = form("CpuOptions", json!({"CoreCount": "two"}))
             .unwrap_err()
             .to_string();

@@ -147,6 +147,46 @@ impl AzureProvider {
         }
     }
 
+    /// `PATCH` of VM `vm`'s tags: all of them with `changes` (Azure replaces a VM's tags
+    /// whole), waited for until `deadline` (`Ok(false)`: an operation still running then,
+    /// left to `poll_errors` as `op`).
+    pub(super) async fn patch_tags(
+        &self,
+        cfg: &AzureConfig,
+        vm: &Vm,
+        changes: &[(&str, String)],
+        op: ProviderOp,
+        node_type: &str,
+        deadline: Instant,
+    ) -> Result<bool, AzureError> {
+        let mut t = vm.tags.clone();
+        for (k, v) in changes {
+            t.insert((*k).to_string(), v.clone());
+        }
+        let acc = self
+            .arm
+            .put_vm(
+                &cfg.subscription_id,
+                &cfg.resource_group,
+                &vm.name,
+                &json!({ "tags": t }),
+                true,
+                node_type,
+                None,
+            )
+            .await?;
+        self.settle(
+            "virtualMachines.update",
+            &acc,
+            op,
+            &vm.name,
+            node_type,
+            None,
+            deadline,
+        )
+        .await
+    }
+
     /// Starts a deallocated VM for `request_id`, tagging it with the request first (so
     /// a replay counts it).
     pub(super) async fn restart(
@@ -158,43 +198,17 @@ impl AzureProvider {
         deadline: Instant,
     ) -> Made {
         let cfg = &state.cfg;
-        let mut t = vm.tags.clone();
-        t.insert(tags::LAUNCH_REQUEST.to_string(), request_id.to_string());
-        t.insert(
-            tags::NODE_STATUS.to_string(),
-            mapping::STATUS_UNINITIALIZED.to_string(),
-        );
         let op = ProviderOp::Launch {
             request_id: request_id.to_string(),
             node_type: node_type.to_string(),
             count: 1,
         };
-        let patched = self
-            .arm
-            .put_vm(
-                &cfg.subscription_id,
-                &cfg.resource_group,
-                &vm.name,
-                &json!({ "tags": t }),
-                true,
-                node_type,
-                None,
-            )
-            .await;
-        let acc = match patched {
-            Ok(a) => a,
-            Err(e) => return Made::Failed(e),
-        };
+        let changes = [
+            (tags::LAUNCH_REQUEST, request_id.to_string()),
+            (tags::NODE_STATUS, mapping::STATUS_UNINITIALIZED.to_string()),
+        ];
         if let Err(e) = self
-            .settle(
-                "virtualMachines.update",
-                &acc,
-                op.clone(),
-                &vm.name,
-                node_type,
-                None,
-                deadline,
-            )
+            .patch_tags(cfg, vm, &changes, op.clone(), node_type, deadline)
             .await
         {
             return Made::Failed(e);
@@ -230,7 +244,9 @@ impl AzureProvider {
                     self.set_power(&vm.name, Power::Running);
                 }
                 let mut v = vm.clone();
-                v.tags = t;
+                for (k, value) in &changes {
+                    v.tags.insert((*k).to_string(), value.clone());
+                }
                 let mut c = mapping::cloud_instance(&v, Power::Starting)
                     .unwrap_or_else(|| CloudInstance::worker(&vm.name, node_type, None));
                 c.request_id = Some(request_id.to_string());

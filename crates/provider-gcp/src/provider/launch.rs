@@ -262,29 +262,12 @@ impl GcpProvider {
         let Some(name) = inst.name.clone() else {
             return Made::Failed(GcpError::config("instance", "an instance without a name"));
         };
-        let mut labels = inst.labels.clone();
-        labels.insert(
-            tags::LAUNCH_REQUEST.to_string(),
-            mapping::label_value(request_id),
-        );
-        labels.insert(
-            tags::NODE_STATUS.to_string(),
-            mapping::STATUS_UNINITIALIZED.to_string(),
-        );
-        let mut body = model::InstancesSetLabelsRequest::default();
-        body.labels = labels;
-        body.label_fingerprint = inst.label_fingerprint.clone();
-        self.calls.set_labels.fetch_add(1, Ordering::Relaxed);
-        let poller = self
-            .client
-            .set_labels()
-            .set_project(&cfg.project_id)
-            .set_zone(&cfg.zone)
-            .set_instance(&name)
-            .set_body(body)
-            .poller();
-        if let (_, Err(e)) = self
-            .wait(poller, "instances.setLabels", node_type, deadline)
+        let changes = [
+            (tags::LAUNCH_REQUEST, mapping::label_value(request_id)),
+            (tags::NODE_STATUS, mapping::STATUS_UNINITIALIZED.to_string()),
+        ];
+        if let Err(e) = self
+            .set_labels(cfg, &name, inst, &changes, node_type, deadline)
             .await
         {
             return Made::Failed(e);
