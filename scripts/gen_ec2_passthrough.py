@@ -7,7 +7,7 @@ shape, so a node_config key is passed through to RunInstances as boto3's
     gen_ec2_passthrough.py            print the table
     gen_ec2_passthrough.py --write    write it
 
-tests/tests/aws.rs (`the_passthrough_table_is_botocores`) fails when the file differs
+tests/tests/aws_golden.rs (`the_passthrough_table_is_botocores`) fails when the file differs
 from what this prints for the installed botocore.
 """
 
