@@ -10,11 +10,6 @@ use rayscale_core::provider::{CloudInstance, CloudInstanceState, NodeKind, tags}
 
 use crate::v1::{NodeInfo, Tags};
 
-/// Ray's `STATUS_UNINITIALIZED` (`ray-node-status` of a node just made).
-pub const STATUS_UNINITIALIZED: &str = "uninitialized";
-/// Ray's `STATUS_UP_TO_DATE` (what its node updater sets when Ray runs).
-pub const STATUS_UP_TO_DATE: &str = "up-to-date";
-
 /// The tags of a worker launched for `request_id` (Ray's, value for value).
 pub fn launch_tags(
     cluster_name: &str,
@@ -33,7 +28,7 @@ pub fn launch_tags(
         ),
         (
             tags::NODE_STATUS.to_string(),
-            STATUS_UNINITIALIZED.to_string(),
+            tags::STATUS_UNINITIALIZED.to_string(),
         ),
         (
             tags::LAUNCH_CONFIG.to_string(),

@@ -15,7 +15,7 @@ use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_ec2::Client;
-use aws_sdk_ec2::config::{Credentials, Region};
+use aws_sdk_ec2::config::{Credentials, Region, SharedCredentialsProvider};
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
 use rayscale_core::provider::is_loopback_http;
@@ -93,38 +93,34 @@ fn check_endpoint(what: &str, endpoint: &str) -> Result<(), AwsError> {
 /// (tests against moto, private emulators). Only plain `http://` loopback endpoints or
 /// `https://` ones are accepted.
 pub fn for_endpoint(endpoint: &str, region: &str) -> Result<Client, AwsError> {
+    Ok(Client::new(&fixed(endpoint, region)?))
+}
+
+/// An IAM client for the same kind of endpoint as [`for_endpoint`] (moto serves IAM
+/// beside EC2), with the same checks.
+pub fn iam_for_endpoint(endpoint: &str, region: &str) -> Result<aws_sdk_iam::Client, AwsError> {
+    Ok(aws_sdk_iam::Client::new(&fixed(endpoint, region)?))
+}
+
+/// The config of [`for_endpoint`] and [`iam_for_endpoint`]: `endpoint`, checked, with
+/// fixed credentials and rayscale's retries and timeouts.
+fn fixed(endpoint: &str, region: &str) -> Result<aws_config::SdkConfig, AwsError> {
     if !endpoint.starts_with("https://") && !is_loopback_http(endpoint) {
         return Err(AwsError::config(
             "endpoint",
             format!("{endpoint:?}: plain http is allowed only to a loopback address"),
         ));
     }
-    let conf = aws_sdk_ec2::config::Builder::new()
+    Ok(aws_config::SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(region.to_string()))
-        .credentials_provider(Credentials::new("testing", "testing", None, None, "static"))
-        .endpoint_url(endpoint)
-        .retry_config(retries())
-        .timeout_config(timeouts())
-        .build();
-    Ok(Client::from_conf(conf))
-}
-
-/// An IAM client for the same kind of endpoint as [`for_endpoint`] (moto serves IAM
-/// beside EC2), with the same checks.
-pub fn iam_for_endpoint(endpoint: &str, region: &str) -> Result<aws_sdk_iam::Client, AwsError> {
-    check_endpoint("endpoint", endpoint)?;
-    let conf = aws_sdk_iam::config::Builder::new()
-        .behavior_version(aws_sdk_iam::config::BehaviorVersion::latest())
-        .region(aws_sdk_iam::config::Region::new(region.to_string()))
-        .credentials_provider(aws_sdk_iam::config::Credentials::new(
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
             "testing", "testing", None, None, "static",
-        ))
+        )))
         .endpoint_url(endpoint)
         .retry_config(retries())
         .timeout_config(timeouts())
-        .build();
-    Ok(aws_sdk_iam::Client::from_conf(conf))
+        .build())
 }
 
 /// The per-call override that turns the SDK's retries off (RunInstances,

@@ -16,9 +16,6 @@ use crate::config::{AwsConfig, NodeConfig, default_ami};
 /// (`to_aws_format` in Ray's AWS provider), so the console and `ray` tooling show it.
 pub const NAME_TAG: &str = "Name";
 
-/// Ray's `ray-node-status` value of a node nobody has set up yet.
-pub const STATUS_UNINITIALIZED: &str = "uninitialized";
-
 /// Ray's tags for a node of `node_type` and `kind`, made by `request_id`, in Ray's order
 /// (the cluster first, then sorted keys, then `Name`).
 pub fn ray_tags(
@@ -31,7 +28,7 @@ pub fn ray_tags(
     let mut t: BTreeMap<&str, String> = BTreeMap::new();
     t.insert(tags::NODE_KIND, kind.tag_value().to_string());
     t.insert(tags::USER_NODE_TYPE, node_type.to_string());
-    t.insert(tags::NODE_STATUS, STATUS_UNINITIALIZED.to_string());
+    t.insert(tags::NODE_STATUS, tags::STATUS_UNINITIALIZED.to_string());
     t.insert(tags::LAUNCH_CONFIG, launch_hash.to_string());
     if let Some(r) = request_id {
         t.insert(tags::LAUNCH_REQUEST, r.to_string());

@@ -45,9 +45,6 @@ pub const INSTANCE_ID_COMMAND: &str = imds_command!("instance/compute/name");
 pub const PRIVATE_IP_COMMAND: &str =
     imds_command!("instance/network/interface/0/ipv4/ipAddress/0/privateIpAddress");
 
-/// Ray's `ray-node-status` value of a node nobody has set up yet.
-pub const STATUS_UNINITIALIZED: &str = "uninitialized";
-
 /// Azure's longest Linux VM (and computer) name.
 pub const MAX_NAME: usize = 64;
 
@@ -84,7 +81,7 @@ pub fn ray_tags(
     );
     t.insert(
         tags::NODE_STATUS.to_string(),
-        STATUS_UNINITIALIZED.to_string(),
+        tags::STATUS_UNINITIALIZED.to_string(),
     );
     t.insert(tags::LAUNCH_CONFIG.to_string(), launch_hash.to_string());
     if let Some(r) = request_id {

@@ -22,9 +22,6 @@ pub const METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =
         notices: Some(rayscale_core::provider::boot::NoticeCloud::Gce),
     };
 
-/// Ray's `ray-node-status` value of a node nobody has set up yet.
-pub const STATUS_UNINITIALIZED: &str = "uninitialized";
-
 /// Compute Engine's longest instance name and label value (RFC 1035 names; label rules).
 pub const MAX_NAME: usize = 63;
 
@@ -109,7 +106,7 @@ pub fn ray_labels(
     );
     l.insert(
         tags::NODE_STATUS.to_string(),
-        STATUS_UNINITIALIZED.to_string(),
+        tags::STATUS_UNINITIALIZED.to_string(),
     );
     l.insert(tags::LAUNCH_CONFIG.to_string(), label_value(launch_hash));
     if let Some(r) = request_id {

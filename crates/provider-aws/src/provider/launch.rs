@@ -79,7 +79,7 @@ impl AwsProvider {
             .create_tags()
             .set_resources(Some(ids.to_vec()))
             .tags(tag(tags::LAUNCH_REQUEST, request_id))
-            .tags(tag(tags::NODE_STATUS, mapping::STATUS_UNINITIALIZED))
+            .tags(tag(tags::NODE_STATUS, tags::STATUS_UNINITIALIZED))
             .send()
             .await
             .map_err(|e| sdk_error("CreateTags", e, node_type, None))?;

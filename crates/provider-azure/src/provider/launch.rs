@@ -205,7 +205,7 @@ impl AzureProvider {
         };
         let changes = [
             (tags::LAUNCH_REQUEST, request_id.to_string()),
-            (tags::NODE_STATUS, mapping::STATUS_UNINITIALIZED.to_string()),
+            (tags::NODE_STATUS, tags::STATUS_UNINITIALIZED.to_string()),
         ];
         if let Err(e) = self
             .patch_tags(cfg, vm, &changes, op.clone(), node_type, deadline)

@@ -264,7 +264,7 @@ impl GcpProvider {
         };
         let changes = [
             (tags::LAUNCH_REQUEST, mapping::label_value(request_id)),
-            (tags::NODE_STATUS, mapping::STATUS_UNINITIALIZED.to_string()),
+            (tags::NODE_STATUS, tags::STATUS_UNINITIALIZED.to_string()),
         ];
         if let Err(e) = self
             .set_labels(cfg, &name, inst, &changes, node_type, deadline)
