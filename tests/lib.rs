@@ -5,7 +5,8 @@
 //! (`serving`), a real Ray head node for the live tests (`ray_head`), and the clouds'
 //! emulators and fakes (`fakes`: moto's EC2 behind a fault switch), and the boot
 //! simulator that plays a cloud's data plane with local processes (`boot_sim`), and the
-//! cluster YAMLs whose requests the contract check judges (`cluster_yamls`).
+//! cluster YAMLs whose requests the contract check judges (`cluster_yamls`), and an
+//! OpenSSH server on loopback for what SSHes into a node (`sshd`).
 
 pub mod boot_sim;
 pub mod cluster_yamls;
@@ -17,6 +18,7 @@ pub mod fake_gcs_server;
 pub mod fakes;
 pub mod ray_head;
 pub mod serving;
+pub mod sshd;
 
 use std::path::{Path, PathBuf};
 

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::config::install::InstallSettings;
 use rayscale_core::driver::NAMESPACE;
 use rayscale_core::driver::lease::lease_prefix;
 use rayscale_core::launcher::{self, LauncherSettings};
-use rayscale_core::provider::CloudInstanceState;
 use rayscale_core::provider::boot::{boot_status_key, head_port};
+use rayscale_core::provider::{CloudInstance, CloudInstanceState};
 
 use crate::gcs::one_shot_client;
 
@@ -44,15 +44,23 @@ pub async fn up(
     path: &std::path::Path,
     wait: Option<Wait>,
 ) -> Result<String> {
+    // What goes to the head over SSH, checked before anything is made.
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let copies = crate::ssh::plan(config, home.as_deref().unwrap_or(std::path::Path::new("/")))?;
     // As `ray up`: the head gets the config with its resources filled in (on AWS).
     let filled = crate::providers::filled(config.clone()).await?;
     // As `ray up`: subnets, the cluster's security group and key pair where the YAML
     // names none.
-    let (filled, key_note) = crate::providers::bootstrapped(filled).await?;
-    if let Some(note) = key_note {
+    let boot = crate::providers::bootstrapped(filled).await?;
+    if let Some(note) = &boot.note {
         println!("{note}");
     }
-    let config = &filled;
+    let config = &boot.config;
+    let copies = copies.map(|mut p| {
+        // Without `auth.ssh_private_key`, the key of the key pair the nodes take.
+        p.key = p.key.or_else(|| boot.ssh_key.clone());
+        p
+    });
     let provider = crate::providers::build_for_launcher(config).await?;
     let port = head_port(config)?;
     let request_id = format!(
@@ -64,6 +72,28 @@ pub async fn up(
     );
     let r = launcher::up(provider.as_ref(), config, &request_id, &settings()).await?;
     let ip = r.head.private_ip.as_deref().unwrap_or("?");
+    // As `ray up`: the file mounts, before the head's setup (its boot waits for them).
+    if let Some(plan) = &copies {
+        let Some(host) = address(config, &r.head) else {
+            bail!(
+                "the head {} has no address to copy the file mounts to over SSH; it waits \
+                 for them: rayscale up again once it has one, or rayscale down",
+                r.head.cloud_instance_id
+            );
+        };
+        let n = crate::ssh::copy_to_head(plan, &host, crate::ssh::ssh_wait())
+            .await
+            .with_context(|| {
+                format!(
+                    "copying the file mounts to the head {} ({host})",
+                    r.head.cloud_instance_id
+                )
+            })?;
+        println!(
+            "copied {n} file mounts to the head ({host}) as {}",
+            plan.user
+        );
+    }
     let waited = match wait {
         Some(Wait { secs, gcs }) => {
             let gcs = gcs.unwrap_or_else(|| format!("{ip}:{port}"));
@@ -249,24 +279,10 @@ pub async fn down_workers(config: &ClusterConfig, keep_min_workers: bool) -> Res
 pub async fn ips(config: &ClusterConfig, head: bool) -> Result<String> {
     let provider = crate::providers::build_for_launcher(config).await?;
     let all = provider.list().await?;
-    // As Ray's `get_head_node_ip`/`get_worker_node_ips`: the public address unless
-    // `provider.use_internal_ips` (the private one where the cloud lists no public one).
-    let internal = config
-        .raw
-        .get("provider")
-        .and_then(|p| p.get("use_internal_ips"))
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false);
     let ips: Vec<String> = all
         .iter()
         .filter(|i| i.is_head() == head && i.state == CloudInstanceState::Running)
-        .filter_map(|i| {
-            if internal {
-                i.private_ip.clone()
-            } else {
-                i.public_ip.clone().or_else(|| i.private_ip.clone())
-            }
-        })
+        .filter_map(|i| address(config, i))
         .collect();
     if head && ips.is_empty() {
         bail!(
@@ -275,6 +291,26 @@ pub async fn ips(config: &ClusterConfig, head: bool) -> Result<String> {
         );
     }
     Ok(ips.join("\n"))
+}
+
+/// How this machine reaches `instance`, as Ray's `get_head_node_ip`/`get_worker_node_ips`
+/// and its SSH do: the public address unless `provider.use_internal_ips` (the private
+/// one where the cloud lists no public one).
+fn address(config: &ClusterConfig, instance: &CloudInstance) -> Option<String> {
+    let internal = config
+        .raw
+        .get("provider")
+        .and_then(|p| p.get("use_internal_ips"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    if internal {
+        instance.private_ip.clone()
+    } else {
+        instance
+            .public_ip
+            .clone()
+            .or_else(|| instance.private_ip.clone())
+    }
 }
 
 /// `rayscale down` for a cloud cluster: workers, then the head, then late workers.

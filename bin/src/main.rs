@@ -10,6 +10,7 @@ mod logging;
 mod mounts;
 mod ops;
 mod providers;
+mod ssh;
 
 /// A faster allocator: scheduling large snapshots allocates many small vectors.
 #[global_allocator]

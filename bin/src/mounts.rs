@@ -28,8 +28,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::config::mounts::{
-    KIND_HEADER, MODE_HEADER, MountsSource, expand_home, from_hex, mount_paths, tar_excludes,
+    KIND_HEADER, MODE_HEADER, MountsSource, expand_home, from_hex, head_location, mount_paths,
+    tar_excludes,
 };
+use rayscale_core::provider::boot::head_mounts_prefix;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -175,7 +177,17 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
             ),
         );
     }
-    let local = expand_home(&remote, &s.home);
+    // A head whose Ray runs in a container keeps them where its container mounts them from.
+    let prefix = match head_mounts_prefix(&config) {
+        Ok(p) => p,
+        Err(e) => {
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the head cannot read its docker settings: {e}\n"),
+            );
+        }
+    };
+    let local = expand_home(&head_location(&remote, prefix.as_deref()), &s.home);
     let Ok(permit) = s.transfers.clone().acquire_owned().await else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());
     };
@@ -189,7 +201,7 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
             return text(
                 StatusCode::NOT_FOUND,
                 format!(
-                    "the head has no {remote} ({}: {e}); ray up copies file_mounts to the head, rayscale up does not\n",
+                    "the head has no {remote} ({}: {e}): rayscale up (or ray up) copies file_mounts to the head, and cluster_synced_files are what the head makes\n",
                     local.display()
                 ),
             );

@@ -308,9 +308,20 @@ fn iam_wait() -> std::time::Duration {
 
 /// `config` after the parts of its cloud's `ray up` bootstrap rayscale does (AWS: subnets,
 /// the cluster's security group and key pair for node types that name none, and the head's
+/// What [`bootstrapped`] gives `up`.
+pub struct Bootstrapped {
+    /// The config with what the bootstrap set.
+    pub config: ClusterConfig,
+    /// Lines for the user (the key pair and instance profile taken).
+    pub note: Option<String>,
+    /// The private key of the cluster's key pair on this machine, when the nodes take one
+    /// (`up` copies the file mounts to the head with it, as Ray's `auth.ssh_private_key`).
+    pub ssh_key: Option<std::path::PathBuf>,
+}
+
 /// instance profile when its type names none; made in the cloud when missing). Other
 /// clouds: as it is. With lines for the user when a key pair or profile was set.
-pub async fn bootstrapped(config: ClusterConfig) -> Result<(ClusterConfig, Option<String>)> {
+pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
     match config.provider_type.as_str() {
         #[cfg(feature = "aws")]
         "aws" => {
@@ -345,6 +356,7 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<(ClusterConfig, Optio
                 .and_then(serde_json::Value::as_str)
                 .unwrap_or("<ssh_user>")
                 .to_string();
+            let ssh_key = key.as_ref().map(|(_, path)| path.clone());
             let mut notes: Vec<String> = key
                 .map(|(name, path)| {
                     format!(
@@ -368,9 +380,17 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<(ClusterConfig, Optio
                     "the head takes instance profile {arn} (as ray up's)"
                 ));
             }
-            Ok((config, (!notes.is_empty()).then(|| notes.join("\n"))))
+            Ok(Bootstrapped {
+                config,
+                note: (!notes.is_empty()).then(|| notes.join("\n")),
+                ssh_key,
+            })
         }
-        _ => Ok((config, None)),
+        _ => Ok(Bootstrapped {
+            config,
+            note: None,
+            ssh_key: None,
+        }),
     }
 }
 

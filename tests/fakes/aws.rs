@@ -209,9 +209,15 @@ impl MotoEc2 {
     /// Runs the workspace's `rayscale` with `args` against this server (the launcher
     /// polling every 0.5 s): whether it succeeded, and its stdout then stderr.
     pub fn rayscale(&self, args: &[&str]) -> (bool, String) {
+        self.rayscale_env(args, &[])
+    }
+
+    /// [`MotoEc2::rayscale`] with more environment.
+    pub fn rayscale_env(&self, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
         let out = Command::new(crate::workspace_bin("rayscale"))
             .args(args)
             .envs(self.cli_env())
+            .envs(env.iter().copied())
             .env("HOME", &self.home)
             .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
             .stdin(Stdio::null())

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use rayscale_tests::e2e::finish;
 use rayscale_tests::ray_head::{
-    FAKE_HEAD, RayHead, RayHeadOptions, fake_cluster_env, free_ports, ray_from_env,
+    FAKE_HEAD, RayHead, RayHeadOptions, fake_cluster_env, ray_from_env,
 };
+use rayscale_tests::sshd::{Sshd, login_user};
 use rayscale_tests::{Scratch, wait_until, workspace_bin};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -131,103 +132,13 @@ fn fake_multinode_through_the_bridge_scales_up_runs_tasks_and_scales_down() {
     assert!(!log.contains("ERROR"), "{log}");
 }
 
-/// An OpenSSH server on `port` of 127.0.0.2 and 127.0.0.3 with its own host and user
-/// keys (the test's user logs in with the user key).
-struct Sshd {
-    child: Child,
-    key: PathBuf,
-    port: u16,
-}
-
-fn need(path: &str, what: &str) {
-    assert!(
-        Path::new(path).exists() || which(path),
-        "{path} is missing: the SSH test needs {what} (.ci/run installs them: apt-get install openssh-server openssh-client netcat-openbsd)"
-    );
-}
-
-fn which(cmd: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {cmd}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-impl Sshd {
-    fn start(dir: &Path) -> Sshd {
-        need("/usr/sbin/sshd", "an OpenSSH server");
-        need("ssh", "an OpenSSH client");
-        need("nc", "netcat");
-        let port = free_ports(1)[0];
-        let key = dir.join("id_ed25519");
-        let host = dir.join("host_ed25519");
-        for k in [&key, &host] {
-            let ok = Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", ""])
-                .arg("-f")
-                .arg(k)
-                .status()
-                .unwrap();
-            assert!(ok.success());
-        }
-        std::fs::copy(dir.join("id_ed25519.pub"), dir.join("authorized_keys")).unwrap();
-        let cfg = dir.join("sshd_config");
-        std::fs::write(
-            &cfg,
-            format!(
-                "Port {port}\nListenAddress 127.0.0.2\nListenAddress 127.0.0.3\nHostKey {}\n\
-                 PidFile {}\nAuthorizedKeysFile {}\nStrictModes no\nUsePAM no\n\
-                 PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
-                 KbdInteractiveAuthentication no\nPubkeyAuthentication yes\n",
-                host.display(),
-                dir.join("sshd.pid").display(),
-                dir.join("authorized_keys").display()
-            ),
-        )
-        .unwrap();
-        // sshd run as root wants its privilege-separation directory.
-        let _ = std::fs::create_dir_all("/run/sshd");
-        let child = Command::new("/usr/sbin/sshd")
-            .arg("-f")
-            .arg(&cfg)
-            .args(["-D", "-e"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let up = wait_until(Duration::from_secs(10), || {
-            std::net::TcpStream::connect(("127.0.0.2", port)).is_ok()
-        });
-        assert!(
-            up,
-            "sshd did not listen: {}",
-            std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
-        );
-        Sshd { child, key, port }
-    }
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn user() -> String {
-    let out = Command::new("id").arg("-un").output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 #[test]
 fn local_provider_over_ssh_installs_ray_with_rays_node_updater() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (python, ray) = ray_from_env();
     let cluster = format!("ssh{}", std::process::id());
     let scratch = Scratch::new("v1live-ssh");
-    let sshd = Sshd::start(&scratch.0);
+    let sshd = Sshd::start(&scratch.0, None);
     let head = RayHead::start_with(RayHeadOptions::external_autoscaler("head"));
     let config = scratch.path("cluster.yaml");
     let setup_marks = scratch.path("setup-ran");
@@ -245,7 +156,7 @@ fn local_provider_over_ssh_installs_ray_with_rays_node_updater() {
              worker_start_ray_commands:\n  - export RAYSCALE_CLUSTER={cluster}; {ray} start --address=$RAY_HEAD_IP:{gcs_port} \
              --node-ip-address=$RAY_CLOUD_INSTANCE_ID --num-cpus=1 --disable-usage-stats \
              --dashboard-agent-listen-port=0 --temp-dir={tmp}/w_$RAY_CLOUD_INSTANCE_ID\n",
-            user = user(),
+            user = login_user(),
             key = sshd.key.display(),
             port = sshd.port,
             python = python.display(),

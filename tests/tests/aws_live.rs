@@ -15,7 +15,7 @@
 //! The two tests take turns (each runs a Ray cluster; together they would starve a
 //! 2-core machine).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +27,7 @@ use rayscale_tests::e2e::{
 };
 use rayscale_tests::fakes::aws::{FakeSshHead, MotoEc2, REGION};
 use rayscale_tests::ray_head::{alive_workers_at, free_ports};
+use rayscale_tests::sshd::{Sshd, login_user};
 use rayscale_tests::wait_until;
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -87,17 +88,85 @@ fn instances_tagged(
     })
 }
 
+/// What the user's machine ships with `file_mounts` in these tests, under `local`: a code
+/// directory with what their `rsync_exclude` leaves out (`.git`, `*.pyc`), and a
+/// credentials file of mode 0600.
+fn user_files(local: &Path) {
+    for d in ["code/sub", "code/.git"] {
+        std::fs::create_dir_all(local.join(d)).expect("scratch");
+    }
+    for (f, text) in [
+        ("code/a.py", "print('a')\n"),
+        ("code/sub/c.txt", "c\n"),
+        ("code/.git/HEAD", "ref\n"),
+        ("code/b.pyc", "pyc\n"),
+        ("cred.json", "{\"k\": 1}\n"),
+    ] {
+        std::fs::write(local.join(f), text).expect("scratch");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        local.join("cred.json"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .expect("chmod");
+}
+
+/// The node `id` (its home `home`) has [`user_files`] at `~/code` and `~/cred.json`: the
+/// directory without what `rsync_exclude` leaves out (`a.py` holding `a_py`), the file
+/// with its mode.
+fn assert_mounts(home: &Path, id: &str, a_py: &str) {
+    let read = |f: &str| std::fs::read_to_string(home.join(f)).unwrap_or_default();
+    assert_eq!(read("code/a.py"), a_py, "{id}");
+    assert_eq!(read("code/sub/c.txt"), "c\n", "{id}");
+    assert!(!home.join("code/.git").exists(), "{id}: rsync_exclude");
+    assert!(!home.join("code/b.pyc").exists(), "{id}: rsync_exclude");
+    assert_eq!(read("cred.json"), "{\"k\": 1}\n", "{id}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(home.join("cred.json"))
+        .map(|m| m.permissions().mode() & 0o777)
+        .unwrap_or(0);
+    assert_eq!(mode, 0o600, "{id}");
+}
+
 #[test]
 fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     let _turn = serial();
     let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
     let moto = Arc::new(MotoEc2::start());
-    let port = free_ports(1)[0];
+    let ports = free_ports(2);
+    let (port, mounts_port) = (ports[0], ports[1]);
     let gcs = format!("127.0.0.1:{port}");
     let cluster = format!("awse2e{}", std::process::id());
     let scratch = std::env::temp_dir().join(format!("rayscale-aws-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).expect("scratch");
+    // What the user's machine ships with `file_mounts` (a code directory with what
+    // rsync_exclude leaves out, a credentials file): `up` copies them to the head over
+    // SSH (a real sshd, reached through `auth.ssh_proxy_command` as through a bastion,
+    // whose sessions run in the simulated head's home), before the head's setup, and the
+    // head serves them to the workers it boots.
+    let local = scratch.join("local");
+    user_files(&local);
+    let head_home_file = scratch.join("head-home");
+    let session = scratch.join("session.sh");
+    std::fs::write(
+        &session,
+        format!(
+            "#!/bin/bash\n# A session on the simulated head: its home, once the test knows it.\n\
+             for _ in $(seq 1 300); do [ -s {f} ] && break; sleep 0.1; done\n\
+             [ -s {f} ] || {{ echo 'no head yet' >&2; exit 255; }}\n\
+             export HOME=\"$(cat {f})\"; cd \"$HOME\" || exit 255\n\
+             exec /bin/bash -c \"$SSH_ORIGINAL_COMMAND\"\n",
+            f = head_home_file.display()
+        ),
+    )
+    .expect("session.sh");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&session, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let sshd = Sshd::start(&scratch, Some(&session));
     let config = scratch.join("cluster.yaml");
     // The worker type's `resources: {}` is filled in by `up` from EC2's m5.large (2 CPUs),
     // as `ray up` does: without that fill-in no worker would ever be launched.
@@ -110,11 +179,19 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
         format!(
             "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 0.2\n\
              provider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
+             auth: {{ssh_user: {user}, ssh_private_key: {key}, ssh_proxy_command: 'nc 127.0.0.2 {ssh_port}'}}\n\
+             file_mounts: {{'~/code': '{code}', '~/cred.json': '{cred}'}}\n\
+             rsync_exclude: ['**/.git', '**/.git/**', '*.pyc']\n\
              head_node_type: head\n\
              head_start_ray_commands:\n  - ray start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsh-$RAY_CLOUD_INSTANCE_ID\n\
              worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-$RAY_CLOUD_INSTANCE_ID --disable-usage-stats\n\
              available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n  \
              worker: {{resources: {{}}, max_workers: 4, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n",
+            user = login_user(),
+            key = sshd.key.display(),
+            ssh_port = sshd.port,
+            code = local.join("code").display(),
+            cred = local.join("cred.json").display(),
         ),
     )
     .expect("config");
@@ -134,6 +211,8 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
             .to_string(),
     ));
     env.push(("RUST_LOG".into(), "info".into()));
+    // The head's mounts server on a free port (one machine plays every node).
+    env.push(("RAYSCALE_FILE_MOUNTS_PORT".into(), mounts_port.to_string()));
     let sim = BootSimulator::start(
         Arc::new(Ec2Plane::new(moto.client(), &cluster).with_heads()),
         env,
@@ -148,24 +227,66 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
         s
     };
 
-    // `up`: the head instance, found again by a second `up`.
+    // The sshd's sessions go to the head's home in the simulator once it runs.
+    let finder = {
+        let (moto, cluster, sim_dir, file) = (
+            moto.clone(),
+            cluster.clone(),
+            scratch.join("sim"),
+            head_home_file.clone(),
+        );
+        std::thread::spawn(move || {
+            let mut head = Vec::new();
+            wait_until(Duration::from_secs(60), || {
+                head =
+                    instances_tagged(&moto, &cluster, &["running"], &[("ray-node-type", "head")]);
+                !head.is_empty()
+            });
+            if let Some(id) = head.first() {
+                let home = sim_dir.join(id).join("home");
+                std::fs::write(&file, home.display().to_string()).expect("head-home");
+            }
+        })
+    };
+
+    // `up`: the head instance, with the file mounts copied to it; found again by a second
+    // `up`, which copies them again (as `ray up` does), a change included.
     let (ok, out) = moto.rayscale(&["up", &config_arg]);
     assert!(
-        ok && out.contains("launched and running"),
+        ok && out.contains("launched and running")
+            && out.contains("copied 2 file mounts to the head"),
         "{out}\n{}",
         diag()
     );
+    finder.join().expect("finder");
     let head_id = instances(&moto, &cluster, &["running"])
         .first()
         .cloned()
         .expect("a head instance");
     assert!(out.contains(&head_id), "{out}");
+    let head_home = scratch.join("sim").join(&head_id).join("home");
+    std::fs::write(local.join("code/a.py"), "print('a2')\n").expect("edit");
     let (ok, again) = moto.rayscale(&["up", &config_arg]);
-    assert!(ok && again.contains("already running"), "{again}");
+    assert!(
+        ok && again.contains("already running") && again.contains("copied 2 file mounts"),
+        "{again}"
+    );
     assert_eq!(moto.calls("RunInstances"), 1, "one head, launched once");
-    // The head boots Ray's head and rayscale.
+    // The head boots Ray's head and rayscale, after the mounts came.
     let up = wait_until(Duration::from_secs(90), || gcs_answers(&gcs));
     assert!(up, "the head's GCS does not answer at {gcs}\n{}", diag());
+    assert_mounts(&head_home, &head_id, "print('a2')\n");
+    let mut head_log = String::new();
+    wait_until(Duration::from_secs(30), || {
+        head_log = sim.log(&head_id);
+        head_log.contains("Ray runtime started")
+    });
+    let here = head_log.find("rayscale: the file mounts are here");
+    let started = head_log.find("Ray runtime started");
+    assert!(
+        here.is_some() && started.is_some() && here < started,
+        "the head's boot waits for its file mounts before its setup:\n{head_log}"
+    );
     // The head's rayscale tags its head as Ray's node updater would once set up, so
     // Ray's rsync-up and submit find it (aws_up checks Ray's side).
     let tagged = wait_until(Duration::from_secs(30), || {
@@ -183,6 +304,14 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     let workers: Vec<String> = booted.iter().filter(|i| **i != head_id).cloned().collect();
     assert!(moto.calls("RunInstances") >= 2, "{}", diag());
     assert!(!workers.is_empty(), "{}", diag());
+    // Each worker got the head's copies (the second `up`'s) at boot.
+    for id in &workers {
+        assert_mounts(
+            &scratch.join("sim").join(id).join("home"),
+            id,
+            "print('a2')\n",
+        );
+    }
     // The workers joined with their EC2 ids.
     let joined = alive_workers_at(&gcs);
     assert!(
@@ -314,26 +443,7 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
     // rsync_exclude leaves out, a credentials file); Ray's `ray up` copies them to the
     // head, rayscale's head serves them to the workers it boots.
     let local = scratch.join("local");
-    for d in ["code/sub", "code/.git"] {
-        std::fs::create_dir_all(local.join(d)).expect("scratch");
-    }
-    for (f, text) in [
-        ("code/a.py", "print('a')\n"),
-        ("code/sub/c.txt", "c\n"),
-        ("code/.git/HEAD", "ref\n"),
-        ("code/b.pyc", "pyc\n"),
-        ("cred.json", "{\"k\": 1}\n"),
-    ] {
-        std::fs::write(local.join(f), text).expect("scratch");
-    }
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            local.join("cred.json"),
-            std::fs::Permissions::from_mode(0o600),
-        )
-        .expect("chmod");
-    }
+    user_files(&local);
     let config = scratch.join("cluster.yaml");
     // The docs' head_setup_commands (the wheel, from a local directory here) and
     // head_start_ray_commands, with what one machine needs (a loopback address, a temp
@@ -403,20 +513,9 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
     // cluster_synced_files.
     for id in &booted {
         let home = scratch.join("sim").join(id).join("home");
-        let read = |f: &str| std::fs::read_to_string(home.join(f)).unwrap_or_default();
-        assert_eq!(read("code/a.py"), "print('a')\n", "{id}: {}", sim.log(id));
-        assert_eq!(read("code/sub/c.txt"), "c\n", "{id}");
-        assert!(!home.join("code/.git").exists(), "{id}: rsync_exclude");
-        assert!(!home.join("code/b.pyc").exists(), "{id}: rsync_exclude");
-        assert_eq!(read("cred.json"), "{\"k\": 1}\n", "{id}");
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(home.join("cred.json"))
-                .map(|m| m.permissions().mode() & 0o777)
-                .unwrap_or(0);
-            assert_eq!(mode, 0o600, "{id}");
-        }
-        assert_eq!(read("synced/s.txt"), "s\n", "{id}");
+        assert_mounts(&home, id, "print('a')\n");
+        let synced = std::fs::read_to_string(home.join("synced/s.txt")).unwrap_or_default();
+        assert_eq!(synced, "s\n", "{id}: {}", sim.log(id));
         let log = sim.log(id);
         let fetched = log.find("file mount ~/code fetched from the head");
         // (The start command blocks: Ray's own line says it started.)

@@ -442,3 +442,61 @@ async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
     assert!(ok, "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `up` with `file_mounts` it cannot copy: a missing local path or no `auth.ssh_user`
+/// launches nothing (one line naming the key); a head whose SSH never answers fails `up`
+/// loudly, saying the head waits and how to go on, and `down` ends it.
+#[test]
+fn file_mounts_that_cannot_be_copied_fail_up_loudly_and_leak_nothing() {
+    let moto = MotoEc2::start();
+    let cluster = format!("mounts{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("rayscale-aws-mounts-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("code")).unwrap();
+    let path = dir.join("cluster.yaml");
+    let arg = path.display().to_string();
+    let write = |auth: &str, local: &str| {
+        std::fs::write(
+            &path,
+            format!(
+                "cluster_name: {cluster}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
+                 {auth}file_mounts: {{'~/code': '{local}'}}\nhead_node_type: head\n\
+                 available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
+            ),
+        )
+        .unwrap();
+    };
+    let code = dir.join("code").display().to_string();
+    let missing = dir.join("missing").display().to_string();
+
+    write("auth: {ssh_user: ubuntu}\n", &missing);
+    let (ok, out) = moto.rayscale(&["up", &arg]);
+    assert!(
+        !ok && out.contains("file_mounts.~/code: ") && out.contains("missing"),
+        "{out}"
+    );
+    write("", &code);
+    let (ok, out) = moto.rayscale(&["up", &arg]);
+    assert!(
+        !ok && out.contains("auth.ssh_user: needed to copy file_mounts"),
+        "{out}"
+    );
+    assert_eq!(moto.calls("RunInstances"), 0, "nothing launched");
+
+    // SSH that never answers (the proxy fails at once); no waiting here.
+    write(
+        "auth: {ssh_user: ubuntu, ssh_proxy_command: 'false'}\n",
+        &code,
+    );
+    let (ok, out) = moto.rayscale_env(&["up", &arg], &[("AUTOSCALER_NODE_START_WAIT_S", "0")]);
+    assert!(
+        !ok && out.contains("copying the file mounts to the head i-")
+            && out.contains("did not answer within 0 s")
+            && out.contains("rayscale up again"),
+        "{out}"
+    );
+    assert_eq!(moto.calls("RunInstances"), 1, "the head was launched once");
+    let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
+    assert!(ok && out.contains("head i-"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -43,7 +43,12 @@ pub struct RunArgs {
     autostop_head: bool,
     /// The port the head serves `file_mounts` and `cluster_synced_files` on, to the
     /// workers it boots (AWS, GCP, Azure; only when the config has them).
-    #[arg(long, value_name = "PORT", default_value_t = rayscale_core::config::mounts::DEFAULT_PORT)]
+    #[arg(
+        long,
+        value_name = "PORT",
+        env = "RAYSCALE_FILE_MOUNTS_PORT",
+        default_value_t = rayscale_core::config::mounts::DEFAULT_PORT
+    )]
     file_mounts_port: u16,
     #[command(flatten)]
     expander: ExpanderArgs,
@@ -55,7 +60,7 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> Result<String> {
     let mut config = load_config(&args.config)?;
     let gcs_address = crate::gcs::address(args.gcs.as_deref())?;
-    for line in config.keys_not_acted_on(false) {
+    for line in config.keys_not_acted_on() {
         tracing::warn!("{}: {line}", args.config.display());
     }
     let head_ip = match args.head_ip.as_deref() {

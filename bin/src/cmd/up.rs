@@ -50,7 +50,7 @@ pub struct UpArgs {
 /// `rayscale up`.
 pub async fn up(args: UpArgs) -> Result<String> {
     let config = load_config(&args.config)?;
-    for line in config.keys_not_acted_on(true) {
+    for line in config.keys_not_acted_on() {
         tracing::warn!("{}: {line}", args.config.display());
     }
     if config.provider_type != LOCAL {

@@ -282,12 +282,12 @@ impl ClusterConfig {
     }
 
     /// Keys of Ray's schema this config sets that rayscale does not act on with its
-    /// provider, one line each naming the key and what to do instead: `up` (`launcher`)
-    /// and `run` say them at start, so nothing is dropped silently. Ray's v1 providers
-    /// (through the adapter) run Ray's own node updater, which acts on them all. On AWS,
-    /// GCP and Azure the head's `rayscale run` serves the mounts to the workers it boots
-    /// ([`mounts`]); `rayscale up` does not copy them to the head.
-    pub fn keys_not_acted_on(&self, launcher: bool) -> Vec<String> {
+    /// provider, one line each naming the key and what to do instead: `up` and `run` say
+    /// them at start, so nothing is dropped silently. Ray's v1 providers (through the
+    /// adapter) run Ray's own node updater, which acts on them all. On AWS, GCP and Azure
+    /// `rayscale up` copies the mounts to the head and the head's `rayscale run` serves
+    /// them to the workers it boots ([`mounts`]).
+    pub fn keys_not_acted_on(&self) -> Vec<String> {
         const V1: &[&str] = &["local", "vsphere", "aliyun", "external", "fake_multinode"];
         const BOOTED: &[&str] = &["aws", "gcp", "azure"];
         if V1.contains(&self.provider_type.as_str()) {
@@ -301,15 +301,11 @@ impl ClusterConfig {
         };
         if BOOTED.contains(&self.provider_type.as_str()) {
             let mut out = Vec::new();
-            if launcher && set("file_mounts") {
-                out.push(
-                    "file_mounts: rayscale up does not copy them to the head: the head's                      rayscale serves the head's copies (at the remote paths) to each worker                      at boot, and a worker whose mount the head lacks fails its boot; put                      them on the head (its image or head_setup_commands), or launch the head                      with ray up and run rayscale there"
-                        .to_string(),
-                );
-            }
             if set("file_mounts_sync_continuously") {
                 out.push(
-                    "file_mounts_sync_continuously: not acted on: workers get the head's                      mounts when they boot; a change on the head reaches new workers only"
+                    "file_mounts_sync_continuously: not acted on: the head gets the mounts when \
+                     `rayscale up` runs and each worker when it boots; a change reaches the \
+                     head at the next `rayscale up`, and new workers only"
                         .to_string(),
                 );
             }

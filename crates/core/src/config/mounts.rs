@@ -12,12 +12,66 @@
 //! tar `--exclude` patterns and `rsync_filter` files tar `--exclude-ignore` files (read in
 //! each directory, as rsync's `dir-merge` reads them).
 //!
-//! This module is pure: what to serve and fetch, from the config. The server is the
-//! binary's (`bin/src/mounts.rs`), the fetch is a step of the boot script (`boot`).
+//! The head gets its copies from the machine that runs `rayscale up`, as `ray up` gives
+//! them: over SSH with the YAML's `auth`, with rsync and Ray's filters, before the head's
+//! `initialization_commands` (its boot waits for [`COPIED_MARK`]; see [`head_copies`]).
+//!
+//! This module is pure: what to copy, serve and fetch, from the config. The copy and the
+//! server are the binary's (`bin/src/ssh.rs`, `bin/src/mounts.rs`), the wait and the fetch
+//! are steps of the boot script (`boot`).
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+use crate::CoreError;
+
+/// Where `rayscale up` leaves its mark on the head (under the SSH user's home) once it has
+/// copied the file mounts there. A head launched with `file_mounts` waits for it before
+/// its `initialization_commands`, as Ray's node updater syncs the mounts before them.
+pub const COPIED_MARK: &str = ".rayscale/file-mounts.copied";
+
+/// Ray's own bootstrap files, which `ray up` adds to a head's `file_mounts` (a YAML taken
+/// from a Ray head has them): the head's boot writes the config itself, so they are not
+/// copied.
+const RAY_BOOTSTRAP_FILES: [&str; 2] = ["~/ray_bootstrap_config.yaml", "~/ray_bootstrap_key.pem"];
+
+/// What `rayscale up` copies to the head, as `ray up`'s node updater does: each
+/// `file_mounts` entry as `(remote path, local path)`, sorted by remote path, without
+/// Ray's bootstrap files. Empty when there is nothing to copy (then the head's boot does
+/// not wait). A local path that is not a string is an error naming its key.
+pub fn head_copies(raw: &Value) -> Result<Vec<(String, String)>, CoreError> {
+    let Some(mounts) = raw.get("file_mounts") else {
+        return Ok(Vec::new());
+    };
+    let mounts = match mounts {
+        Value::Null => return Ok(Vec::new()),
+        Value::Object(m) => m,
+        other => {
+            return Err(CoreError::invalid(
+                "file_mounts",
+                format!("expected a mapping of remote path to local path, got {other}"),
+            ));
+        }
+    };
+    let mut out = Vec::new();
+    for (remote, local) in mounts {
+        if remote.trim().is_empty() || RAY_BOOTSTRAP_FILES.contains(&remote.as_str()) {
+            continue;
+        }
+        match local {
+            Value::String(l) if !l.trim().is_empty() => out.push((remote.clone(), l.clone())),
+            other => {
+                return Err(CoreError::invalid(
+                    format!("file_mounts.{remote}"),
+                    format!("expected a local path, got {other}"),
+                ));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
 
 /// The head's port for the mounts server unless `rayscale run --file-mounts-port` says
 /// otherwise (Ray's cluster security group lets the cluster's nodes reach every port).
@@ -101,6 +155,18 @@ pub fn tar_excludes(raw: &Value) -> Vec<String> {
     out
 }
 
+/// Where the head keeps the mount at `remote`: at that path (`~` its SSH user's
+/// `home`), or, when its Ray runs in a container, under the host directory Ray
+/// bind-mounts into the container (`host_prefix`, Ray's `/tmp/ray_tmp_mount/<cluster>`),
+/// as Ray's `DockerCommandRunner` puts file mounts. `rayscale up` copies there and the
+/// head's server reads from there.
+pub fn head_location(remote: &str, host_prefix: Option<&str>) -> String {
+    match host_prefix {
+        Some(prefix) => format!("{prefix}/{}", remote.trim_start_matches('/')),
+        None => remote.to_string(),
+    }
+}
+
 /// The hex of a remote path, as the boot script puts it in the URL.
 pub fn hex_of(path: &str) -> String {
     path.bytes().map(|b| format!("{b:02x}")).collect()
@@ -147,6 +213,51 @@ mod tests {
         );
         assert!(mount_paths(&json!({"file_mounts": {}})).is_empty());
         assert!(mount_paths(&json!({})).is_empty());
+    }
+
+    #[test]
+    fn the_head_gets_each_file_mount_but_rays_bootstrap_files() {
+        let raw = json!({
+            "file_mounts": {
+                "~/z": "./z", "/etc/a.conf": "~/a.conf",
+                "~/ray_bootstrap_config.yaml": "/tmp/c.yaml",
+                "~/ray_bootstrap_key.pem": "~/.ssh/k.pem",
+            },
+            "cluster_synced_files": ["/data/x"],
+        });
+        let copies = head_copies(&raw).unwrap();
+        assert_eq!(
+            copies,
+            [
+                ("/etc/a.conf".to_string(), "~/a.conf".to_string()),
+                ("~/z".to_string(), "./z".to_string())
+            ]
+        );
+        assert!(head_copies(&json!({})).unwrap().is_empty());
+        assert!(
+            head_copies(&json!({"file_mounts": null}))
+                .unwrap()
+                .is_empty()
+        );
+        assert!(head_copies(&json!({"file_mounts": {}})).unwrap().is_empty());
+        let e = head_copies(&json!({"file_mounts": {"~/x": 3}})).unwrap_err();
+        assert!(e.to_string().contains("file_mounts.~/x"), "{e}");
+        let e = head_copies(&json!({"file_mounts": ["~/x"]})).unwrap_err();
+        assert!(e.to_string().contains("file_mounts"), "{e}");
+    }
+
+    #[test]
+    fn a_containers_mounts_live_under_the_host_prefix() {
+        assert_eq!(head_location("~/code", None), "~/code");
+        let prefix = Some("/tmp/ray_tmp_mount/c");
+        assert_eq!(
+            head_location("~/code", prefix),
+            "/tmp/ray_tmp_mount/c/~/code"
+        );
+        assert_eq!(
+            head_location("/etc/a", prefix),
+            "/tmp/ray_tmp_mount/c/etc/a"
+        );
     }
 
     #[test]

@@ -146,7 +146,7 @@ fn keys_rayscale_does_not_act_on_are_said_at_start() {
         "c.yaml",
     )
     .expect("loads");
-    let said = c.keys_not_acted_on(false);
+    let said = c.keys_not_acted_on();
     assert_eq!(said.len(), 2, "{said:?}");
     assert!(said[0].starts_with("file_mounts: not acted on"), "{said:?}");
     assert!(
@@ -156,12 +156,12 @@ fn keys_rayscale_does_not_act_on_are_said_at_start() {
     let v1 =
         ClusterConfig::from_yaml_str(&text("local", "file_mounts: {/code: ./code}\n"), "c.yaml")
             .expect("loads");
-    assert!(v1.keys_not_acted_on(true).is_empty());
+    assert!(v1.keys_not_acted_on().is_empty());
     let none =
         ClusterConfig::from_yaml_str(&text("aws", "file_mounts: {}\n"), "c.yaml").expect("loads");
-    assert!(none.keys_not_acted_on(true).is_empty());
-    // On a booted cloud the head serves the mounts: only `up` (which does not copy them to
-    // the head) and continuous syncing are said.
+    assert!(none.keys_not_acted_on().is_empty());
+    // On a booted cloud `up` copies the mounts to the head and the head serves them: only
+    // continuous syncing is said.
     let aws = ClusterConfig::from_yaml_str(
         &text(
             "aws",
@@ -170,16 +170,10 @@ fn keys_rayscale_does_not_act_on_are_said_at_start() {
         "c.yaml",
     )
     .expect("loads");
-    let run = aws.keys_not_acted_on(false);
-    assert_eq!(run.len(), 1, "{run:?}");
+    let said = aws.keys_not_acted_on();
+    assert_eq!(said.len(), 1, "{said:?}");
     assert!(
-        run[0].starts_with("file_mounts_sync_continuously:"),
-        "{run:?}"
-    );
-    let up = aws.keys_not_acted_on(true);
-    assert_eq!(up.len(), 2, "{up:?}");
-    assert!(
-        up[0].starts_with("file_mounts: rayscale up does not copy"),
-        "{up:?}"
+        said[0].starts_with("file_mounts_sync_continuously:"),
+        "{said:?}"
     );
 }

@@ -343,6 +343,10 @@ fn render(
         (Role::Worker { .. }, Some(src)) => {
             mount_fetch_commands(&config.raw, src, host_prefix.as_deref())
         }
+        // The head waits for `rayscale up` to copy them from the user's machine.
+        (Role::Head { .. }, _) if !crate::config::mounts::head_copies(raw)?.is_empty() => {
+            wait_for_copies()
+        }
         _ => Vec::new(),
     };
     if let (Some(d), Some(prefix)) = (docker.as_mut(), &host_prefix)
@@ -563,6 +567,41 @@ fn render(
     }
     s.push_str("echo \"rayscale: node $RAY_CLOUD_INSTANCE_ID started\"\n");
     Ok(s)
+}
+
+/// Where the head of `config` keeps its file mounts on the host when its Ray runs in a
+/// container (Ray's host mount location, which its container bind-mounts), else `None`
+/// (at their remote paths); see [`head_location`](crate::config::mounts::head_location).
+pub fn head_mounts_prefix(config: &ClusterConfig) -> Result<Option<String>, CoreError> {
+    let head = config.head_node_type.as_deref().unwrap_or_default();
+    let type_raw = config
+        .raw
+        .get("available_node_types")
+        .and_then(|n| n.get(head));
+    let docker = docker_settings(
+        config.raw.get("docker"),
+        type_raw.and_then(|v| v.get("docker")),
+        true,
+    )?;
+    Ok(docker.map(|_| docker::host_mount_prefix(&config.cluster_name)))
+}
+
+/// The head's file-mounts step: wait until `rayscale up` has copied them here (its mark,
+/// [`COPIED_MARK`](crate::config::mounts::COPIED_MARK), in the SSH user's home), saying so
+/// once a minute. No deadline: as with Ray's `ray up`, a head does not go on to its setup
+/// without the mounts; `rayscale up` run again copies them (or `rayscale down` ends it).
+fn wait_for_copies() -> Vec<String> {
+    let mark = crate::config::mounts::COPIED_MARK;
+    vec![
+        "n=0".to_string(),
+        format!("while [ ! -e ~/{mark} ]; do"),
+        format!(
+            "  if [ $((n % 60)) -eq 0 ]; then echo \"rayscale: waiting for rayscale up to copy the file mounts here (~/{mark})\"; fi"
+        ),
+        "  n=$((n + 1)); sleep 1".to_string(),
+        "done".to_string(),
+        "echo \"rayscale: the file mounts are here\"".to_string(),
+    ]
 }
 
 /// The KV key (namespace `__rayscale`) where a head's boot says what stopped it before

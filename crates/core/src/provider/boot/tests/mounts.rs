@@ -255,3 +255,72 @@ fn with_a_container_the_mounts_go_to_rays_host_location_and_are_bind_mounted() {
     let _ = std::fs::remove_dir_all(&host);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A head launched with `file_mounts` waits in its boot, before its initialization
+/// commands, until `rayscale up` leaves its mark; a head without them does not wait, and
+/// a container head mounts them from Ray's host location, where `up` puts them.
+#[test]
+fn the_head_waits_for_up_to_copy_its_file_mounts_before_its_setup() {
+    let plain = head_script(&cfg("initialization_commands: [echo init]\n"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(step_commands(&plain, "file-mounts").is_empty(), "{plain}");
+    let c = cfg(
+        "initialization_commands: [echo init]\nfile_mounts: {'~/code': ./code}\n\
+         cluster_synced_files: [~/synced]\n",
+    );
+    let s = head_script(&c).unwrap_or_else(|e| panic!("{e}"));
+    let wait = step_commands(&s, "file-mounts");
+    assert!(!wait.is_empty(), "{s}");
+    let (at_wait, at_init) = (
+        s.find("$BOOT_DIR/file-mounts.sh\" <<"),
+        s.find("$BOOT_DIR/initialization.sh\" <<"),
+    );
+    assert!(at_wait.is_some() && at_wait < at_init, "{s}");
+    // The step itself, in bash: it waits until the mark is there, then says so.
+    let dir = stage("rayscale-head-wait");
+    let home = dir.join("home");
+    let step = dir.join("wait.sh");
+    std::fs::write(&step, format!("set -e\n{}\n", wait.join("\n")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut child = std::process::Command::new("bash")
+        .arg(&step)
+        .env("HOME", &home)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("bash: {e}"));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        child.try_wait().ok().flatten().is_none(),
+        "the head went on without its file mounts"
+    );
+    let mark = home.join(crate::config::mounts::COPIED_MARK);
+    std::fs::create_dir_all(mark.parent().unwrap_or(&home)).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&mark, "").unwrap_or_else(|e| panic!("{e}"));
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && text.starts_with("rayscale: waiting for rayscale up to copy the file mounts")
+            && text
+                .trim_end()
+                .ends_with("rayscale: the file mounts are here"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    // In a container: each mount bind-mounted from Ray's host location.
+    let d = cfg(
+        "file_mounts: {'~/code': ./code}\ndocker: {image: rayproject/ray, container_name: rc}\n",
+    );
+    let s = head_script(&d).unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.contains("/tmp/ray_tmp_mount/demo/~/code"), "{s}");
+    assert_eq!(
+        head_mounts_prefix(&d)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .as_deref(),
+        Some("/tmp/ray_tmp_mount/demo")
+    );
+    assert_eq!(
+        head_mounts_prefix(&c).unwrap_or_else(|e| panic!("{e}")),
+        None
+    );
+}
