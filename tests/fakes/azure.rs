@@ -59,6 +59,7 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 mod body;
 mod json;
+mod network;
 use super::record::{self, Reply};
 use body::check_body;
 use json::{instance_view, op_json, vm_json};
@@ -457,28 +458,9 @@ impl Responder {
                 ),
             };
         }
-        let nic_prefix = format!(
-            "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Network/networkInterfaces/",
-            w.sub, w.rg
-        );
-        if let Some(nic) = path.strip_prefix(&nic_prefix) {
+        if let Some(r) = network::answer(&w, &path) {
             s.calls.other.fetch_add(1, Ordering::Relaxed);
-            let owner = w.vms.values().find(|v| {
-                v.body["properties"]["networkProfile"]["networkInterfaceConfigurations"]
-                    .as_array()
-                    .is_some_and(|c| {
-                        c.iter()
-                            .any(|n| n.get("name").and_then(Value::as_str) == Some(nic))
-                    })
-            });
-            return match owner {
-                Some(_) => Reply::new(200).set_body_json(json!({
-                    "name": nic,
-                    "properties": {"ipConfigurations": [{"name": "ip", "properties": {
-                        "primary": true, "privateIPAddress": "127.0.0.1", "privateIPAllocationMethod": "Dynamic"}}]}
-                })),
-                None => error(404, "NotFound", &format!("Resource '{nic}' was not found."), None),
-            };
+            return r;
         }
         let prefix = format!(
             "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Compute/virtualMachines",
