@@ -408,6 +408,39 @@ async fn the_head_boots_rayscale_and_workers_join_it() {
         hv["properties"]["osProfile"].get("customData").is_none(),
         "not returned"
     );
+    // A running head's addresses, read from its NIC and its public address resource (as
+    // Ray's Azure provider reads them); a worker's are not read.
+    let head_id = head.instances[0].cloud_instance_id.clone();
+    let mut listed = Vec::new();
+    for _ in 0..50 {
+        listed = p.list().await.unwrap();
+        if listed
+            .iter()
+            .any(|i| i.cloud_instance_id == head_id && i.public_ip.is_some())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let h = listed
+        .iter()
+        .find(|i| i.cloud_instance_id == head_id)
+        .unwrap();
+    assert_eq!(h.private_ip.as_deref(), Some("127.0.0.1"), "{listed:?}");
+    assert!(
+        h.public_ip
+            .as_deref()
+            .is_some_and(|a| a.starts_with("203.0.113.")),
+        "{listed:?}"
+    );
+    let wk = listed
+        .iter()
+        .find(|i| i.cloud_instance_id == w.instances[0].cloud_instance_id)
+        .unwrap();
+    assert_eq!(
+        (wk.private_ip.as_deref(), wk.public_ip.as_deref()),
+        (None, None)
+    );
 }
 
 /// What Ray's Azure bootstrap writes into a cluster YAML: the subnet, the subscription and

@@ -39,6 +39,15 @@ pub const API_VERSION: &str = "2024-07-01";
 /// The network API version of the one network call: a NIC's private address.
 pub const NETWORK_API_VERSION: &str = "2024-05-01";
 
+/// What [`Arm::nic_addresses`] reads of a NIC.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NicAddresses {
+    /// The primary configuration's private address.
+    pub private_ip: Option<String>,
+    /// The resource id of its public address, if it has one.
+    pub public_ip_id: Option<String>,
+}
+
 /// How long one HTTP exchange may take (until the response's headers).
 const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -419,18 +428,12 @@ impl Arm {
         })
     }
 
-    /// The private address of the NIC `nic_id` (a resource id), from the network API:
-    /// the compute API does not give a VM's addresses. Read for heads only (the launcher
-    /// reports the head's address; the reconciler needs no worker's).
-    pub async fn nic_private_ip(&self, nic_id: &str) -> Result<Option<String>, AzureError> {
-        let call = "networkInterfaces.get";
-        let mut url = self.endpoint.clone();
-        url.set_path(nic_id);
-        url.query_pairs_mut()
-            .append_pair("api-version", NETWORK_API_VERSION);
-        let (_, _, body) = self
-            .send(call, Request::new(url, Method::Get), "", None)
-            .await?;
+    /// The addresses of the NIC `nic_id` (a resource id) from the network API (the compute
+    /// API does not give a VM's addresses): its primary configuration's private address
+    /// and the id of its public address resource. Read for heads only (the launcher
+    /// reports the head's addresses; the reconciler needs no worker's).
+    pub async fn nic_addresses(&self, nic_id: &str) -> Result<NicAddresses, AzureError> {
+        let body = self.network_get("networkInterfaces.get", nic_id).await?;
         let configs = body
             .get("properties")
             .and_then(|p| p.get("ipConfigurations"))
@@ -442,12 +445,40 @@ impl Arm {
             .find(|c| {
                 c.get("properties").and_then(|p| p.get("primary")) == Some(&Value::Bool(true))
             })
-            .or(configs.first());
-        Ok(primary
-            .and_then(|c| c.get("properties"))
-            .and_then(|p| p.get("privateIPAddress"))
+            .or(configs.first())
+            .and_then(|c| c.get("properties"));
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+        Ok(NicAddresses {
+            private_ip: text(primary.and_then(|p| p.get("privateIPAddress"))),
+            public_ip_id: text(
+                primary
+                    .and_then(|p| p.get("publicIPAddress"))
+                    .and_then(|a| a.get("id")),
+            ),
+        })
+    }
+
+    /// The address of the public IP address resource `id` (`properties.ipAddress`;
+    /// `None` until Azure has given one).
+    pub async fn public_ip_address(&self, id: &str) -> Result<Option<String>, AzureError> {
+        let body = self.network_get("publicIPAddresses.get", id).await?;
+        Ok(body
+            .get("properties")
+            .and_then(|p| p.get("ipAddress"))
             .and_then(Value::as_str)
             .map(str::to_string))
+    }
+
+    /// `GET` of the network resource `id` (a resource id).
+    async fn network_get(&self, call: &'static str, id: &str) -> Result<Value, AzureError> {
+        let mut url = self.endpoint.clone();
+        url.set_path(id);
+        url.query_pairs_mut()
+            .append_pair("api-version", NETWORK_API_VERSION);
+        let (_, _, body) = self
+            .send(call, Request::new(url, Method::Get), "", None)
+            .await?;
+        Ok(body)
     }
 
     /// The answer of an SDK call (`send()` of a delete, deallocate or start) as

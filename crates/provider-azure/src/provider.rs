@@ -85,8 +85,8 @@ pub struct AzureProvider {
     power: Mutex<BTreeMap<String, PowerEntry>>,
     /// VMs whose create failed, still to delete.
     failed: Mutex<BTreeSet<String>>,
-    /// Heads' private addresses, by `vmId`.
-    head_ips: Mutex<BTreeMap<String, String>>,
+    /// Heads' addresses (private, public), by `vmId`.
+    head_ips: Mutex<BTreeMap<String, (String, Option<String>)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -268,21 +268,37 @@ impl AzureProvider {
         out
     }
 
-    /// A running head's private address (read once per VM from its NIC).
-    async fn head_ip(&self, v: &Vm) -> Option<String> {
-        if let Some(ip) = lock(&self.head_ips).get(&v.vm_id) {
-            return Some(ip.clone());
+    /// A running head's private and public addresses (read from its NIC and its public
+    /// address resource, once per VM; not kept while the public one cannot be read).
+    async fn head_addresses(&self, v: &Vm) -> Option<(String, Option<String>)> {
+        if let Some(a) = lock(&self.head_ips).get(&v.vm_id) {
+            return Some(a.clone());
         }
         let nic = v.nic_id.as_deref()?;
-        match self.arm.nic_private_ip(nic).await {
-            Ok(Some(ip)) => {
-                lock(&self.head_ips).insert(v.vm_id.clone(), ip.clone());
-                Some(ip)
-            }
-            Ok(None) => None,
+        let nic = match self.arm.nic_addresses(nic).await {
+            Ok(n) => n,
             Err(e) => {
                 tracing::debug!("the address of head {}: {e}", v.name);
-                None
+                return None;
+            }
+        };
+        let private = nic.private_ip?;
+        let public = match &nic.public_ip_id {
+            None => Ok(None),
+            Some(id) => self.arm.public_ip_address(id).await,
+        };
+        match public {
+            Ok(public) => {
+                let a = (private, public);
+                // Kept once complete (a public address not given yet is asked again).
+                if nic.public_ip_id.is_none() || a.1.is_some() {
+                    lock(&self.head_ips).insert(v.vm_id.clone(), a.clone());
+                }
+                Some(a)
+            }
+            Err(e) => {
+                tracing::debug!("the public address of head {}: {e}", v.name);
+                Some((private, None))
             }
         }
     }
@@ -380,7 +396,10 @@ impl CloudInstanceProvider for AzureProvider {
                 continue;
             };
             if c.is_head() && c.is_running() {
-                c.private_ip = self.head_ip(v).await;
+                if let Some((private, public)) = self.head_addresses(v).await {
+                    c.private_ip = Some(private);
+                    c.public_ip = public;
+                }
             }
             out.push(c);
         }
