@@ -395,11 +395,12 @@ impl CloudInstanceProvider for AzureProvider {
             let Some(mut c) = mapping::cloud_instance(v, p) else {
                 continue;
             };
-            if c.is_head() && c.is_running() {
-                if let Some((private, public)) = self.head_addresses(v).await {
-                    c.private_ip = Some(private);
-                    c.public_ip = public;
-                }
+            if c.is_head()
+                && c.is_running()
+                && let Some((private, public)) = self.head_addresses(v).await
+            {
+                c.private_ip = Some(private);
+                c.public_ip = public;
             }
             out.push(c);
         }
