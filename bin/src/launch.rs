@@ -74,6 +74,14 @@ pub async fn up(
     let ip = r.head.private_ip.as_deref().unwrap_or("?");
     // As `ray up`: the file mounts, before the head's setup (its boot waits for them).
     if let Some(plan) = &copies {
+        if !internal_ips(config) && r.head.public_ip.is_none() {
+            println!(
+                "the head {} lists no public address: copying the file mounts over its private \
+                 one (set provider.use_internal_ips to mean it, or auth.ssh_proxy_command for a \
+                 bastion)",
+                r.head.cloud_instance_id
+            );
+        }
         let Some(host) = address(config, &r.head) else {
             bail!(
                 "the head {} has no address to copy the file mounts to over SSH; it waits \
@@ -297,13 +305,7 @@ pub async fn ips(config: &ClusterConfig, head: bool) -> Result<String> {
 /// and its SSH do: the public address unless `provider.use_internal_ips` (the private
 /// one where the cloud lists no public one).
 fn address(config: &ClusterConfig, instance: &CloudInstance) -> Option<String> {
-    let internal = config
-        .raw
-        .get("provider")
-        .and_then(|p| p.get("use_internal_ips"))
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false);
-    if internal {
+    if internal_ips(config) {
         instance.private_ip.clone()
     } else {
         instance
@@ -311,6 +313,16 @@ fn address(config: &ClusterConfig, instance: &CloudInstance) -> Option<String> {
             .clone()
             .or_else(|| instance.private_ip.clone())
     }
+}
+
+/// `provider.use_internal_ips`.
+fn internal_ips(config: &ClusterConfig) -> bool {
+    config
+        .raw
+        .get("provider")
+        .and_then(|p| p.get("use_internal_ips"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
 }
 
 /// `rayscale down` for a cloud cluster: workers, then the head, then late workers.

@@ -28,8 +28,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::config::mounts::{
-    KIND_HEADER, MODE_HEADER, MountsSource, expand_home, from_hex, head_location, mount_paths,
-    tar_excludes,
+    KIND_HEADER, MODE_HEADER, MountsSource, expand_home, from_hex, head_copies, head_location,
+    mount_paths, tar_excludes,
 };
 use rayscale_core::provider::boot::head_mounts_prefix;
 use tokio::io::{AsyncRead, ReadBuf};
@@ -187,6 +187,11 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
             );
         }
     };
+    // Only what `up` copies lives there (`cluster_synced_files` are the head's own).
+    let copied = head_copies(&config.raw)
+        .map(|c| c.iter().any(|(r, _)| *r == remote))
+        .unwrap_or(false);
+    let prefix = prefix.filter(|_| copied);
     let local = expand_home(&head_location(&remote, prefix.as_deref()), &s.home);
     let Ok(permit) = s.transfers.clone().acquire_owned().await else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());

@@ -306,8 +306,6 @@ fn iam_wait() -> std::time::Duration {
         )
 }
 
-/// `config` after the parts of its cloud's `ray up` bootstrap rayscale does (AWS: subnets,
-/// the cluster's security group and key pair for node types that name none, and the head's
 /// What [`bootstrapped`] gives `up`.
 pub struct Bootstrapped {
     /// The config with what the bootstrap set.
@@ -319,6 +317,8 @@ pub struct Bootstrapped {
     pub ssh_key: Option<std::path::PathBuf>,
 }
 
+/// `config` after the parts of its cloud's `ray up` bootstrap rayscale does (AWS: subnets,
+/// the cluster's security group and key pair for node types that name none, and the head's
 /// instance profile when its type names none; made in the cloud when missing). Other
 /// clouds: as it is. With lines for the user when a key pair or profile was set.
 pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {

@@ -56,6 +56,10 @@ pub struct Plan {
 /// local path exists (`~` is `home`, a relative path is from the working directory, as
 /// for `ray up`), and `auth.ssh_user` is given. Errors name the key.
 pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
+    // The clouds whose head `up` launches and boots (elsewhere `up` says what it does).
+    if !["aws", "gcp", "azure"].contains(&config.provider_type.as_str()) {
+        return Ok(None);
+    }
     let mounts = head_copies(&config.raw)?;
     if mounts.is_empty() {
         return Ok(None);
@@ -75,14 +79,24 @@ pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
         );
     };
     let key = text("ssh_private_key")?.map(|k| expand_home(&k, home));
-    if key.is_none() && config.provider_type == "gcp" {
+    match (&key, config.provider_type.as_str()) {
         // Ray's GCP bootstrap makes a key and puts it in the project's metadata; rayscale
         // does not yet, and no other key would be let in.
-        bail!(
+        (None, "gcp") => bail!(
             "auth.ssh_private_key: needed on GCP to copy file_mounts to the head over SSH \
              (rayscale does not make Ray's GCP key yet): give a key whose public half is in \
              the project's or the head's ssh-keys metadata"
-        );
+        ),
+        // As Ray's Azure config: the private half of auth.ssh_public_key.
+        (None, "azure") => bail!(
+            "auth.ssh_private_key: needed on Azure to copy file_mounts to the head over SSH \
+             (the private half of auth.ssh_public_key, as Ray's Azure config asks)"
+        ),
+        (Some(k), _) if !k.is_file() => bail!(
+            "auth.ssh_private_key: {}: no such file on this machine",
+            k.display()
+        ),
+        _ => {}
     }
     let prefix = head_mounts_prefix(config)?;
     let mut copies = Vec::new();
@@ -236,25 +250,40 @@ fn parent_of(remote: &str) -> Option<&str> {
         .filter(|p| !p.is_empty())
 }
 
-/// Runs `argv`; an error is its failure with the last line it wrote to stderr.
-async fn run(argv: &[String]) -> Result<()> {
+/// Runs `argv`, for at most `limit` when given (then it is killed); an error is its
+/// failure with the last three lines it wrote to stderr, on one line (rsync's last line
+/// alone is its exit code, after the cause).
+async fn run(argv: &[String], limit: Option<Duration>) -> Result<()> {
     let (program, args) = argv.split_first().context("an empty command")?;
-    let out = tokio::process::Command::new(program)
+    let child = tokio::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .with_context(|| format!("cannot run {program} (is it installed?)"))?;
+        .kill_on_drop(true)
+        .output();
+    let out = match limit {
+        Some(l) => tokio::time::timeout(l, child)
+            .await
+            .map_err(|_| anyhow::anyhow!("{program} did not end within {} s", l.as_secs()))?,
+        None => child.await,
+    }
+    .with_context(|| format!("cannot run {program} (is it installed?)"))?;
     if out.status.success() {
         return Ok(());
     }
     let err = String::from_utf8_lossy(&out.stderr);
-    let last = err
+    let mut last: Vec<&str> = err
         .lines()
         .rev()
         .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("no error output");
+        .filter(|l| !l.is_empty())
+        .take(3)
+        .collect();
+    last.reverse();
+    let last = if last.is_empty() {
+        "no error output".to_string()
+    } else {
+        last.join(" / ")
+    };
     bail!("{program} failed ({}): {last}", out.status)
 }
 
@@ -271,7 +300,8 @@ pub fn ssh_wait() -> Duration {
 pub async fn copy_to_head(plan: &Plan, host: &str, wait: Duration) -> Result<usize> {
     let started = Instant::now();
     loop {
-        match run(&plan.ssh(host, "uptime", 10)).await {
+        // Each try bounded: a stuck proxy command or session is not waited for.
+        match run(&plan.ssh(host, "uptime", 10), Some(Duration::from_secs(30))).await {
             Ok(()) => break,
             Err(e) if started.elapsed() >= wait => {
                 bail!(
@@ -288,11 +318,15 @@ pub async fn copy_to_head(plan: &Plan, host: &str, wait: Duration) -> Result<usi
     }
     for c in &plan.copies {
         if let Some(dir) = parent_of(&c.remote) {
-            run(&plan.ssh(host, &format!("mkdir -p {}", remote_path(dir)), 120))
-                .await
-                .with_context(|| format!("making {dir} on the head"))?;
+            run(
+                &plan.ssh(host, &format!("mkdir -p {}", remote_path(dir)), 120),
+                Some(Duration::from_secs(300)),
+            )
+            .await
+            .with_context(|| format!("making {dir} on the head"))?;
         }
-        run(&plan.rsync(host, c)?)
+        // No bound: a large mount takes what it takes (keep-alives end a dead link).
+        run(&plan.rsync(host, c)?, None)
             .await
             .with_context(|| format!("copying {} to {} on the head", c.local, c.remote))?;
         tracing::info!(
@@ -302,7 +336,7 @@ pub async fn copy_to_head(plan: &Plan, host: &str, wait: Duration) -> Result<usi
         );
     }
     let mark = format!("mkdir -p ~/.rayscale && touch ~/{COPIED_MARK}");
-    run(&plan.ssh(host, &mark, 120))
+    run(&plan.ssh(host, &mark, 120), Some(Duration::from_secs(300)))
         .await
         .context("marking the file mounts copied on the head")?;
     Ok(plan.copies.len())
@@ -328,6 +362,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!("rayscale-ssh-{name}-{}", std::process::id()));
         std::fs::create_dir_all(d.join("code")).expect("scratch");
         std::fs::write(d.join("cred.json"), "{}").expect("scratch");
+        std::fs::write(d.join("k.pem"), "key").expect("scratch");
         d
     }
 
@@ -421,6 +456,16 @@ mod tests {
         assert!(
             e.to_string()
                 .starts_with("auth.ssh_private_key: needed on GCP"),
+            "{e}"
+        );
+        let e = plan(
+            &config("auth: {ssh_user: u, ssh_private_key: ~/none.pem}\nfile_mounts: {'~/code': '~/code'}\n"),
+            &home,
+        )
+        .expect_err("no key file");
+        assert!(
+            e.to_string().starts_with("auth.ssh_private_key: ")
+                && e.to_string().contains("none.pem"),
             "{e}"
         );
         let e = plan(

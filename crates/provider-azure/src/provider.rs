@@ -297,7 +297,8 @@ impl AzureProvider {
                 Some(a)
             }
             Err(e) => {
-                tracing::debug!("the public address of head {}: {e}", v.name);
+                // Said: `get-head-ip` and `up` fall back to the private address.
+                tracing::warn!("the public address of head {}: {e}", v.name);
                 Some((private, None))
             }
         }

@@ -50,21 +50,25 @@ pub(super) fn answer(w: &World, path: &str) -> Option<Reply> {
             None => not_found(),
         },
         "publicIPAddresses" => {
-            let owner = w.vms.values().enumerate().find(|(_, v)| {
+            let owned = w.vms.values().any(|v| {
                 configs(v)
                     .iter()
                     .any(|c| public_name(c).as_deref() == Some(name))
             });
-            match owner {
-                Some((i, _)) => Reply::new(200).set_body_json(json!({
+            // An address of the name's own (stable while other VMs come and go).
+            let n = name
+                .bytes()
+                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+            match owned {
+                true => Reply::new(200).set_body_json(json!({
                     "name": name,
                     "properties": {
-                        "ipAddress": format!("203.0.113.{}", i % 254 + 1),
+                        "ipAddress": format!("203.0.113.{}", n % 254 + 1),
                         "publicIPAllocationMethod": "Static",
                         "provisioningState": "Succeeded",
                     }
                 })),
-                None => not_found(),
+                false => not_found(),
             }
         }
         _ => not_found(),

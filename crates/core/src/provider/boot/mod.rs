@@ -352,8 +352,17 @@ fn render(
     if let (Some(d), Some(prefix)) = (docker.as_mut(), &host_prefix)
         && !fetch.is_empty()
     {
-        // Ray does not bind-mount its bootstrap files (it copies them in).
-        d.mounts = crate::config::mounts::mount_paths(raw)
+        // Ray does not bind-mount its bootstrap files (it copies them in); a head mounts
+        // what `up` copied (its `cluster_synced_files` are its own, as in Ray).
+        let paths = if is_head {
+            crate::config::mounts::head_copies(raw)?
+                .into_iter()
+                .map(|(remote, _)| remote)
+                .collect()
+        } else {
+            crate::config::mounts::mount_paths(raw)
+        };
+        d.mounts = paths
             .into_iter()
             .filter(|p| {
                 !["~/ray_bootstrap_config.yaml", "~/ray_bootstrap_key.pem"].contains(&p.as_str())
@@ -505,7 +514,15 @@ fn render(
         "  fi\n",
         "}\n",
     ));
-    if !fetch.is_empty() {
+    if is_head && !fetch.is_empty() {
+        // As root, reading the SSH user's home on each pass: a cloud's agent may make the
+        // user only once `up`'s key reaches it.
+        s.push_str(&format!(
+            "cat >\"$BOOT_DIR/file-mounts.sh\" <<'{EOF_MARK}'\nset -e\n{}\n{EOF_MARK}\n",
+            fetch.join("\n")
+        ));
+        s.push_str("SSH_USER=\"$SSH_USER\" bash \"$BOOT_DIR/file-mounts.sh\"\n");
+    } else if !fetch.is_empty() {
         step(&mut s, "file-mounts", &fetch, false);
     }
     if !init.is_empty() {
@@ -587,14 +604,23 @@ pub fn head_mounts_prefix(config: &ClusterConfig) -> Result<Option<String>, Core
 }
 
 /// The head's file-mounts step: wait until `rayscale up` has copied them here (its mark,
-/// [`COPIED_MARK`](crate::config::mounts::COPIED_MARK), in the SSH user's home), saying so
-/// once a minute. No deadline: as with Ray's `ray up`, a head does not go on to its setup
-/// without the mounts; `rayscale up` run again copies them (or `rayscale down` ends it).
+/// [`COPIED_MARK`](crate::config::mounts::COPIED_MARK), in the SSH user's home, looked up
+/// on each pass: `SSH_USER`'s when that user exists and is not the one running, else
+/// `HOME`), saying so once a minute. No deadline: as with Ray's `ray up`, a head does not
+/// go on to its setup without the mounts; `rayscale up` run again copies them (or
+/// `rayscale down` ends it).
 fn wait_for_copies() -> Vec<String> {
     let mark = crate::config::mounts::COPIED_MARK;
     vec![
+        "mark_home() {".to_string(),
+        "  if [ -n \"${SSH_USER:-}\" ] && [ \"$(id -un)\" != \"$SSH_USER\" ] && id \"$SSH_USER\" >/dev/null 2>&1; then".to_string(),
+        "    getent passwd \"$SSH_USER\" | cut -d: -f6".to_string(),
+        "  else".to_string(),
+        "    echo \"${HOME:-/root}\"".to_string(),
+        "  fi".to_string(),
+        "}".to_string(),
         "n=0".to_string(),
-        format!("while [ ! -e ~/{mark} ]; do"),
+        format!("while [ ! -e \"$(mark_home)/{mark}\" ]; do"),
         format!(
             "  if [ $((n % 60)) -eq 0 ]; then echo \"rayscale: waiting for rayscale up to copy the file mounts here (~/{mark})\"; fi"
         ),

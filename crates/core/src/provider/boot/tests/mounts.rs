@@ -289,10 +289,11 @@ fn the_head_waits_for_up_to_copy_its_file_mounts_before_its_setup() {
         .spawn()
         .unwrap_or_else(|e| panic!("bash: {e}"));
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    assert!(
-        child.try_wait().ok().flatten().is_none(),
-        "the head went on without its file mounts"
-    );
+    let waiting = matches!(child.try_wait(), Ok(None));
+    if !waiting {
+        let _ = child.kill();
+    }
+    assert!(waiting, "the head went on without its file mounts");
     let mark = home.join(crate::config::mounts::COPIED_MARK);
     std::fs::create_dir_all(mark.parent().unwrap_or(&home)).unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(&mark, "").unwrap_or_else(|e| panic!("{e}"));
