@@ -177,9 +177,11 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
             ),
         );
     }
-    // A head whose Ray runs in a container keeps them where its container mounts them from.
+    // A head whose Ray runs in a container keeps what `up` copied where its container
+    // mounts them from (`cluster_synced_files` are the head's own, at their paths).
+    let copied = head_copies(&config.raw).is_ok_and(|c| c.iter().any(|(r, _)| *r == remote));
     let prefix = match head_mounts_prefix(&config) {
-        Ok(p) => p,
+        Ok(p) => p.filter(|_| copied),
         Err(e) => {
             return text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -187,11 +189,6 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
             );
         }
     };
-    // Only what `up` copies lives there (`cluster_synced_files` are the head's own).
-    let copied = head_copies(&config.raw)
-        .map(|c| c.iter().any(|(r, _)| *r == remote))
-        .unwrap_or(false);
-    let prefix = prefix.filter(|_| copied);
     let local = expand_home(&head_location(&remote, prefix.as_deref()), &s.home);
     let Ok(permit) = s.transfers.clone().acquire_owned().await else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());

@@ -33,8 +33,9 @@ pub const COPIED_MARK: &str = ".rayscale/file-mounts.copied";
 
 /// Ray's own bootstrap files, which `ray up` adds to a head's `file_mounts` (a YAML taken
 /// from a Ray head has them): the head's boot writes the config itself, so they are not
-/// copied.
-const RAY_BOOTSTRAP_FILES: [&str; 2] = ["~/ray_bootstrap_config.yaml", "~/ray_bootstrap_key.pem"];
+/// copied, nor bind-mounted into a container (Ray copies them in).
+pub const RAY_BOOTSTRAP_FILES: [&str; 2] =
+    ["~/ray_bootstrap_config.yaml", "~/ray_bootstrap_key.pem"];
 
 /// What `rayscale up` copies to the head, as `ray up`'s node updater does: each
 /// `file_mounts` entry as `(remote path, local path)`, sorted by remote path, without

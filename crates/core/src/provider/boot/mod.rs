@@ -364,9 +364,7 @@ fn render(
         };
         d.mounts = paths
             .into_iter()
-            .filter(|p| {
-                !["~/ray_bootstrap_config.yaml", "~/ray_bootstrap_key.pem"].contains(&p.as_str())
-            })
+            .filter(|p| !crate::config::mounts::RAY_BOOTSTRAP_FILES.contains(&p.as_str()))
             .map(|p| (format!("{prefix}/{p}"), p))
             .collect();
     }
