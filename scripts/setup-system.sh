@@ -3,8 +3,9 @@
 # as root or with passwordless sudo); fails loudly naming what it could not install.
 # - procps: the live tests and `rayscale down` signal processes with kill(1) and read ps;
 # - curl: the boot scripts fetch instance metadata with it (the cloud end-to-end tests);
-# - openssh-server/-client, netcat-openbsd, rsync: the on-premise test starts its own sshd
-#   on loopback (Ray's node updater SSHes in through `nc` and syncs file mounts with rsync).
+# - openssh-server/-client, netcat-openbsd, rsync: the on-premise test and the AWS
+#   `rayscale up` test start their own sshd on loopback (Ray's node updater, and `up`
+#   copying file mounts to the head, SSH in through `nc` and copy with rsync).
 set -euo pipefail
 missing=()
 { command -v kill >/dev/null && command -v ps >/dev/null; } || missing+=(procps)
