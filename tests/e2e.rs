@@ -86,7 +86,7 @@ pub trait Cloud {
 }
 
 /// `rayscale <args>` with `env`.
-fn rayscale_with(env: &[(String, String)], args: &[&str]) -> (bool, String) {
+pub(crate) fn rayscale_with(env: &[(String, String)], args: &[&str]) -> (bool, String) {
     let out = Command::new(crate::workspace_bin("rayscale"))
         .args(args)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -103,21 +103,28 @@ fn rayscale_with(env: &[(String, String)], args: &[&str]) -> (bool, String) {
 /// What both scenarios set up: a scratch directory, the cluster YAML with the start
 /// commands one machine needs, the environment of the booted instances, and the boot
 /// simulator playing the cloud's data plane.
-struct Stage {
-    python: PathBuf,
-    gcs: String,
-    cluster: String,
-    scratch: PathBuf,
-    config_arg: String,
-    sim: crate::boot_sim::BootSimulator,
+pub(crate) struct Stage {
+    pub(crate) python: PathBuf,
+    pub(crate) gcs: String,
+    pub(crate) cluster: String,
+    pub(crate) scratch: PathBuf,
+    pub(crate) config_arg: String,
+    pub(crate) sim: crate::boot_sim::BootSimulator,
 }
 
 impl Stage {
     /// `cluster_name` `<name><tag><pid>`; `extra` goes after `provider:` (top-level
     /// keys), `workers` after the head in `available_node_types` (indented entries).
-    fn new(name: &str, tag: &str, cloud: &dyn Cloud, extra: &str, workers: &str) -> Stage {
+    pub(crate) fn new(
+        name: &str,
+        tag: &str,
+        cloud: &dyn Cloud,
+        extra: &str,
+        workers: &str,
+    ) -> Stage {
         let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
-        let port = crate::ray_head::free_ports(1)[0];
+        let ports = crate::ray_head::free_ports(2);
+        let (port, mounts_port) = (ports[0], ports[1]);
         let pid = std::process::id();
         let cluster = format!("{name}{tag}{pid}");
         let scratch = std::env::temp_dir().join(format!("rayscale-{name}-{tag}-{pid}"));
@@ -159,6 +166,11 @@ impl Stage {
             ));
         }
         env.push(("RUST_LOG".to_string(), "info".to_string()));
+        // The head's mounts server on a free port (one machine plays every node).
+        env.push((
+            "RAYSCALE_FILE_MOUNTS_PORT".to_string(),
+            mounts_port.to_string(),
+        ));
         let sim =
             crate::boot_sim::BootSimulator::start(cloud.plane(&cluster), env, scratch.join("sim"));
         Stage {
@@ -192,7 +204,7 @@ impl Stage {
     }
 
     /// What the first two instances booted said (for a failure's message).
-    fn diag(&self) -> String {
+    pub(crate) fn diag(&self) -> String {
         let booted = self.sim.ever_booted();
         let mut s = format!("booted {booted:?}\n");
         for id in booted.iter().take(2) {
@@ -202,7 +214,7 @@ impl Stage {
     }
 
     /// Stops the simulator and removes what the instances `ids` and the stage left.
-    fn clean(self, ids: &[String]) {
+    pub(crate) fn clean(self, ids: &[String]) {
         drop(self.sim);
         for id in ids {
             let short = id.trim_start_matches(&format!("ray-{}-", self.cluster));

@@ -6,7 +6,8 @@
 //! emulators and fakes (`fakes`: moto's EC2 behind a fault switch), and the boot
 //! simulator that plays a cloud's data plane with local processes (`boot_sim`), and the
 //! cluster YAMLs whose requests the contract check judges (`cluster_yamls`), and an
-//! OpenSSH server on loopback for what SSHes into a node (`sshd`).
+//! OpenSSH server on loopback for what SSHes into a node (`sshd`), and what the
+//! `file_mounts` tests share (`mounts`).
 
 pub mod boot_sim;
 pub mod cluster_yamls;
@@ -16,6 +17,7 @@ pub mod e2e;
 pub mod expander_server;
 pub mod fake_gcs_server;
 pub mod fakes;
+pub mod mounts;
 pub mod ray_head;
 pub mod serving;
 pub mod sshd;

@@ -306,6 +306,18 @@ fn iam_wait() -> std::time::Duration {
         )
 }
 
+/// `auth.ssh_user`, for what `up` prints (`absent` without one).
+#[cfg(any(feature = "aws", feature = "gcp"))]
+fn ssh_user(config: &ClusterConfig, absent: &str) -> String {
+    config
+        .raw
+        .get("auth")
+        .and_then(|a| a.get("ssh_user"))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or(absent)
+        .to_string()
+}
+
 /// What [`bootstrapped`] gives `up`.
 pub struct Bootstrapped {
     /// The config with what the bootstrap set.
@@ -319,8 +331,9 @@ pub struct Bootstrapped {
 
 /// `config` after the parts of its cloud's `ray up` bootstrap rayscale does (AWS: subnets,
 /// the cluster's security group and key pair for node types that name none, and the head's
-/// instance profile when its type names none; made in the cloud when missing). Other
-/// clouds: as it is. With lines for the user when a key pair or profile was set.
+/// instance profile when its type names none; GCP: the subnet, the project's SSH key and
+/// the head's service account; made in the cloud when missing). Azure: as it is. With
+/// lines for the user saying what was set.
 pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
     match config.provider_type.as_str() {
         #[cfg(feature = "aws")]
@@ -349,13 +362,7 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
             )
             .await
             .map_err(|e| anyhow::anyhow!("the cluster's key pair in EC2: {e}"))?;
-            let user = config
-                .raw
-                .get("auth")
-                .and_then(|a| a.get("ssh_user"))
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("<ssh_user>")
-                .to_string();
+            let user = ssh_user(&config, "<ssh_user>");
             let ssh_key = key.as_ref().map(|(_, path)| path.clone());
             let mut notes: Vec<String> = key
                 .map(|(name, path)| {
@@ -384,6 +391,42 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
                 config,
                 note: (!notes.is_empty()).then(|| notes.join("\n")),
                 ssh_key,
+            })
+        }
+        #[cfg(feature = "gcp")]
+        "gcp" => {
+            use rayscale_provider_gcp::bootstrap;
+            let ssh_dir =
+                std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".ssh"));
+            let b = bootstrap::bootstrap(
+                &config,
+                &bootstrap::Endpoints::from_environment(),
+                ssh_dir.as_deref(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("bootstrapping the cluster in GCP: {e}"))?;
+            let user = ssh_user(&config, bootstrap::DEFAULT_SSH_USER);
+            let mut notes = Vec::new();
+            if let Some(s) = &b.subnet {
+                notes.push(format!(
+                    "node types without networkInterfaces take subnetwork {s} (as ray up's)"
+                ));
+            }
+            if let Some((name, path)) = &b.key {
+                notes.push(format!(
+                    "the project's ssh-keys hold key {name} (as ray up's): ssh -i {} {user}@<node ip>",
+                    path.display()
+                ));
+            }
+            if let Some(email) = &b.service_account {
+                notes.push(format!(
+                    "the head runs as service account {email} (as ray up's)"
+                ));
+            }
+            Ok(Bootstrapped {
+                config: b.config,
+                note: (!notes.is_empty()).then(|| notes.join("\n")),
+                ssh_key: b.key.map(|(_, p)| p),
             })
         }
         _ => Ok(Bootstrapped {

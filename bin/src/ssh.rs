@@ -80,13 +80,7 @@ pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
     };
     let key = text("ssh_private_key")?.map(|k| expand_home(&k, home));
     match (&key, config.provider_type.as_str()) {
-        // Ray's GCP bootstrap makes a key and puts it in the project's metadata; rayscale
-        // does not yet, and no other key would be let in.
-        (None, "gcp") => bail!(
-            "auth.ssh_private_key: needed on GCP to copy file_mounts to the head over SSH \
-             (rayscale does not make Ray's GCP key yet): give a key whose public half is in \
-             the project's or the head's ssh-keys metadata"
-        ),
+        // On GCP, `up`'s bootstrap finds or makes Ray's key in the project's metadata.
         // As Ray's Azure config: the private half of auth.ssh_public_key.
         (None, "azure") => bail!(
             "auth.ssh_private_key: needed on Azure to copy file_mounts to the head over SSH \
@@ -452,12 +446,9 @@ mod tests {
             "g.yaml",
         )
         .expect("loads");
-        let e = plan(&gcp, &home).expect_err("no key on GCP");
-        assert!(
-            e.to_string()
-                .starts_with("auth.ssh_private_key: needed on GCP"),
-            "{e}"
-        );
+        // On GCP no key is needed here: up's bootstrap finds or makes Ray's.
+        let p = plan(&gcp, &home).expect("plan").expect("mounts");
+        assert_eq!((p.user.as_str(), p.key), ("u", None));
         let e = plan(
             &config("auth: {ssh_user: u, ssh_private_key: ~/none.pem}\nfile_mounts: {'~/code': '~/code'}\n"),
             &home,

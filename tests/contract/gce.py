@@ -1,6 +1,9 @@
 """Compute Engine requests and the fake's answers judged by Compute's v1 discovery
 document (`googleapiclient/discovery_cache/documents/compute.v1.json` in
-google-api-python-client: the document Google's client libraries are generated from).
+google-api-python-client: the document Google's client libraries are generated from);
+`rayscale up`'s bootstrap calls to IAM and Cloud Resource Manager by theirs (`iam.v1.json`,
+`cloudresourcemanager.v1.json`, the versions Ray's bootstrap uses): a request is judged by
+the first document with a method for its HTTP method and path.
 
 A request is matched to the method whose `httpMethod` and `path` template it fits (under
 the document's `servicePath`); its path parameters are checked against their patterns, its
@@ -26,14 +29,31 @@ from common import Finding
 SYSTEM_PARAMETERS = {"$alt", "$apiVersion", "$.xgafv", "$callback", "$ct", "$fields", "$prettyPrint", "$userProject"}
 
 
-def load_model():
+def load_model(name="compute.v1"):
     import googleapiclient
 
     path = os.path.join(
-        os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents", "compute.v1.json"
+        os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents", f"{name}.json"
     )
     with open(path) as f:
         return json.load(f)
+
+
+class Checkers:
+    """Compute's checker, then IAM's and Resource Manager's, for the bootstrap's calls."""
+
+    def __init__(self):
+        self.all = [Checker(load_model(n)) for n in ("compute.v1", "iam.v1", "cloudresourcemanager.v1")]
+
+    @property
+    def notes(self):
+        return set().union(*(c.notes for c in self.all))
+
+    def check(self, rec, codes):
+        for c in self.all:
+            if c.find(rec["method"], rec["path"])[0] is not None:
+                return c.check(rec, codes)
+        return self.all[0].check(rec, codes)
 
 
 def methods(doc):

@@ -46,9 +46,11 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 mod filter;
 mod insert;
+mod project;
 use super::record::{self, Reply};
 pub use filter::{Filter, parse_filter};
 use insert::{bulk_insert, insert};
+pub use project::ProjectApis;
 
 /// How long things take in the fake.
 #[derive(Debug, Clone, Copy)]
@@ -161,6 +163,8 @@ struct World {
     ops: BTreeMap<String, Op>,
     by_request_id: BTreeMap<String, String>,
     next_id: u64,
+    /// Resource Manager, IAM and Compute's project calls (`project.rs`).
+    project_apis: ProjectApis,
 }
 
 /// The fake's shared state.
@@ -205,6 +209,25 @@ impl GceFake {
     /// The base URL (`RAYSCALE_GCP_ENDPOINT`).
     pub fn url(&self) -> String {
         self.server.uri()
+    }
+
+    /// The environment `rayscale up`/`down` run with against this fake: Compute, IAM and
+    /// Resource Manager all here, and `HOME` = `home` (where `up` keeps the project SSH
+    /// key it makes, never the user's own `~/.ssh`).
+    pub fn cli_env(&self, home: &std::path::Path) -> Vec<(String, String)> {
+        let url = self.url();
+        vec![
+            ("RAYSCALE_GCP_ENDPOINT".into(), url.clone()),
+            ("RAYSCALE_GCP_IAM_ENDPOINT".into(), url.clone()),
+            ("RAYSCALE_GCP_CRM_ENDPOINT".into(), url),
+            ("HOME".into(), home.display().to_string()),
+        ]
+    }
+
+    /// Reads or changes the project's own state (its metadata, IAM policy, service
+    /// accounts, subnetworks) and those APIs' faults.
+    pub fn project<R>(&self, f: impl FnOnce(&mut ProjectApis) -> R) -> R {
+        f(&mut lock(&self.shared.world).project_apis)
     }
 
     /// Changes the faults.
@@ -348,6 +371,9 @@ impl Responder {
         }
         let mut w = lock(&s.world);
         advance(&mut w, &s.timing);
+        if let Some(r) = project::reply(&mut w, req, s.timing.operation) {
+            return r;
+        }
         let path = req.url.path().to_string();
         let prefix = format!("/compute/v1/projects/{}/zones/{}/", w.project, w.zone);
         let Some(rest) = path.strip_prefix(&prefix) else {

@@ -15,7 +15,7 @@
 //! The two tests take turns (each runs a Ray cluster; together they would starve a
 //! 2-core machine).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +26,7 @@ use rayscale_tests::e2e::{
     workload,
 };
 use rayscale_tests::fakes::aws::{FakeSshHead, MotoEc2, REGION};
+use rayscale_tests::mounts::{assert_mounts, head_session, mounts_yaml, user_files};
 use rayscale_tests::ray_head::{alive_workers_at, free_ports};
 use rayscale_tests::sshd::{Sshd, login_user};
 use rayscale_tests::wait_until;
@@ -88,47 +89,6 @@ fn instances_tagged(
     })
 }
 
-/// What the user's machine ships with `file_mounts` in these tests, under `local`: a code
-/// directory with what their `rsync_exclude` leaves out (`.git`, `*.pyc`), and a
-/// credentials file of mode 0600.
-fn user_files(local: &Path) {
-    for d in ["code/sub", "code/.git"] {
-        std::fs::create_dir_all(local.join(d)).expect("scratch");
-    }
-    for (f, text) in [
-        ("code/a.py", "print('a')\n"),
-        ("code/sub/c.txt", "c\n"),
-        ("code/.git/HEAD", "ref\n"),
-        ("code/b.pyc", "pyc\n"),
-        ("cred.json", "{\"k\": 1}\n"),
-    ] {
-        std::fs::write(local.join(f), text).expect("scratch");
-    }
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(
-        local.join("cred.json"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .expect("chmod");
-}
-
-/// The node `id` (its home `home`) has [`user_files`] at `~/code` and `~/cred.json`: the
-/// directory without what `rsync_exclude` leaves out (`a.py` holding `a_py`), the file
-/// with its mode.
-fn assert_mounts(home: &Path, id: &str, a_py: &str) {
-    let read = |f: &str| std::fs::read_to_string(home.join(f)).unwrap_or_default();
-    assert_eq!(read("code/a.py"), a_py, "{id}");
-    assert_eq!(read("code/sub/c.txt"), "c\n", "{id}");
-    assert!(!home.join("code/.git").exists(), "{id}: rsync_exclude");
-    assert!(!home.join("code/b.pyc").exists(), "{id}: rsync_exclude");
-    assert_eq!(read("cred.json"), "{\"k\": 1}\n", "{id}");
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(home.join("cred.json"))
-        .map(|m| m.permissions().mode() & 0o777)
-        .unwrap_or(0);
-    assert_eq!(mode, 0o600, "{id}");
-}
-
 #[test]
 fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     let _turn = serial();
@@ -148,24 +108,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     // head serves them to the workers it boots.
     let local = scratch.join("local");
     user_files(&local);
-    let head_home_file = scratch.join("head-home");
-    let session = scratch.join("session.sh");
-    std::fs::write(
-        &session,
-        format!(
-            "#!/bin/bash\n# A session on the simulated head: its home, once the test knows it.\n\
-             for _ in $(seq 1 300); do [ -s {f} ] && break; sleep 0.1; done\n\
-             [ -s {f} ] || {{ echo 'no head yet' >&2; exit 255; }}\n\
-             export HOME=\"$(cat {f})\"; cd \"$HOME\" || exit 255\n\
-             exec /bin/bash -c \"$SSH_ORIGINAL_COMMAND\"\n",
-            f = head_home_file.display()
-        ),
-    )
-    .expect("session.sh");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&session, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
+    let (session, head_home_file) = head_session(&scratch);
     let sshd = Sshd::start(&scratch, Some(&session));
     let config = scratch.join("cluster.yaml");
     // The worker type's `resources: {}` is filled in by `up` from EC2's m5.large (2 CPUs),
@@ -180,9 +123,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
             "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 0.2\n\
              provider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
              auth: {{ssh_user: {user}, ssh_private_key: {key}, ssh_proxy_command: 'nc 127.0.0.2 {ssh_port}'}}\n\
-             file_mounts: {{'~/code': '{code}', '~/cred.json': '{cred}'}}\n\
-             rsync_exclude: ['**/.git', '**/.git/**', '*.pyc']\n\
-             head_node_type: head\n\
+             {mounts}head_node_type: head\n\
              head_start_ray_commands:\n  - ray start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsh-$RAY_CLOUD_INSTANCE_ID\n\
              worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-$RAY_CLOUD_INSTANCE_ID --disable-usage-stats\n\
              available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n  \
@@ -190,8 +131,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
             user = login_user(),
             key = sshd.key.display(),
             ssh_port = sshd.port,
-            code = local.join("code").display(),
-            cred = local.join("cred.json").display(),
+            mounts = mounts_yaml(&local),
         ),
     )
     .expect("config");

@@ -13,6 +13,7 @@ use rayscale_tests::e2e::{
     up_scale_down_from_the_wheel,
 };
 use rayscale_tests::fakes::gce::{GceFake, Timing};
+use rayscale_tests::mounts::{KeyCloud, up_copies_file_mounts_with_the_clusters_key};
 
 struct Gce(Arc<GceFake>);
 
@@ -41,6 +42,13 @@ impl Gce {
 impl Cloud for Gce {
     fn env(&self) -> Vec<(String, String)> {
         vec![("RAYSCALE_GCP_ENDPOINT".to_string(), self.0.url())]
+    }
+    fn cli_env(&self) -> Vec<(String, String)> {
+        // A HOME per fake (its port), for the project SSH key `up` makes.
+        let port = self.0.url().rsplit(':').next().unwrap_or("0").to_string();
+        let home = std::env::temp_dir().join(format!("rayscale-gcp-home-{port}"));
+        std::fs::create_dir_all(&home).expect("scratch HOME");
+        self.0.cli_env(&home)
     }
     fn provider(&self) -> String {
         "{type: gcp, region: us-west1, availability_zone: us-west1-a, project_id: proj}".into()
@@ -120,4 +128,41 @@ impl SpotCloud for Gce {
 fn a_preempted_spot_worker_is_replaced_on_demand_before_it_dies() {
     let (_rt, fake) = fake();
     preempt_and_replace("gcp", &Gce(fake));
+}
+
+impl KeyCloud for Gce {
+    /// GCE's guest agent: the project's `ssh-keys` lines of `user` (`<user>:<key>`) go
+    /// into the user's `authorized_keys`.
+    fn let_in(
+        &self,
+        authorized_keys: std::path::PathBuf,
+        user: String,
+        timeout: std::time::Duration,
+    ) -> std::thread::JoinHandle<()> {
+        let fake = self.0.clone();
+        std::thread::spawn(move || {
+            let prefix = format!("{user}:");
+            let keys = || -> Vec<String> {
+                fake.project(|p| p.ssh_keys())
+                    .lines()
+                    .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+                    .collect()
+            };
+            if rayscale_tests::wait_until(timeout, || !keys().is_empty()) {
+                let mut text = std::fs::read_to_string(&authorized_keys).unwrap_or_default();
+                for k in keys() {
+                    text.push_str(&format!("{k}\n"));
+                }
+                std::fs::write(&authorized_keys, text).expect("authorized_keys");
+            }
+        })
+    }
+}
+
+/// `rayscale up` with `file_mounts` and no `auth.ssh_private_key`: `up` makes Ray's
+/// project key (the fake's guest agent lets it in) and copies the mounts with it.
+#[test]
+fn up_makes_rays_project_key_and_copies_the_file_mounts_with_it() {
+    let (_rt, fake) = fake();
+    up_copies_file_mounts_with_the_clusters_key("gcpk", &Gce(fake));
 }

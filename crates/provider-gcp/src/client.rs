@@ -85,16 +85,21 @@ pub async fn build(endpoint: Option<&str>, polling: &Polling) -> Result<Instance
         }
         None => {}
     }
-    b.build().await.map_err(|e| GcpError::Call {
+    b.build().await.map_err(|e| no_credentials(&e.to_string()))
+}
+
+/// The error of a process without Application Default Credentials (`why`: the library's).
+pub(crate) fn no_credentials(why: &str) -> GcpError {
+    GcpError::Call {
         call: "credentials",
         code: None,
         status: None,
         kind: rayscale_core::provider::ProviderErrorKind::Auth,
         message: format!(
             "no Application Default Credentials ({}): set GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth application-default login`",
-            one_line(&e.to_string())
+            one_line(why)
         ),
-    })
+    }
 }
 
 fn one_line(s: &str) -> String {

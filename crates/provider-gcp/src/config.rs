@@ -39,6 +39,10 @@ pub struct GcpConfig {
     pub node_types: BTreeMap<String, NodeConfig>,
     /// Each node type's launch config hash (the `ray-launch-config` label).
     pub launch_hashes: BTreeMap<String, String>,
+    /// The head's `serviceAccounts` when its type names none: Ray's service account,
+    /// set by `rayscale up`'s bootstrap (`head_node.serviceAccounts`), else `None` (the
+    /// project's default account).
+    pub head_service_accounts: Option<Value>,
 }
 
 /// Provider keys Ray's GCP provider reads and rayscale does too.
@@ -186,6 +190,16 @@ impl GcpConfig {
             head_node_type: config.head_node_type.clone(),
             node_types,
             launch_hashes,
+            head_service_accounts: match config.head_node.get("serviceAccounts") {
+                None | Some(Value::Null) => None,
+                Some(v @ Value::Array(_)) => Some(v.clone()),
+                Some(v) => {
+                    return Err(GcpError::config(
+                        "head_node.serviceAccounts",
+                        format!("must be a list, got {v}"),
+                    ));
+                }
+            },
         })
     }
 }

@@ -16,13 +16,17 @@
 //! Files: `config` (the YAML), `mapping` (pure: node_config -> `Instance`, instance ->
 //! `CloudInstance`, names, labels, the list filter), `client` (credentials, endpoint,
 //! retries, polling), `errors` (the error-code table), `provider` (the trait
-//! implementation).
+//! implementation); `bootstrap` (`rayscale up`'s part of Ray's `bootstrap_gcp`: the
+//! head's service account, the project's SSH key, the subnet) over `rest` (its few calls
+//! to IAM, Resource Manager and Compute's projects).
 
+pub mod bootstrap;
 pub mod client;
 pub mod config;
 pub mod errors;
 pub mod mapping;
 pub mod provider;
+pub mod rest;
 
 pub use client::Polling;
 pub use config::{GcpConfig, NodeConfig};

@@ -203,11 +203,17 @@ pub fn instance_json(cfg: &GcpConfig, spec: &InsertSpec<'_>) -> Result<Value, Gc
     if !body.contains_key("networkInterfaces") && nc.source_instance_template.is_none() {
         body.insert("networkInterfaces".into(), default_network_interfaces());
     }
-    if spec.kind == NodeKind::Head && !body.contains_key("serviceAccounts") {
-        // rayscale on the head calls the Compute API as the instance's service account.
+    if spec.kind == NodeKind::Head
+        && !body.contains_key("serviceAccounts")
+        && nc.source_instance_template.is_none()
+    {
+        // rayscale on the head calls the Compute API as the instance's service account:
+        // Ray's, when `up`'s bootstrap set it, else the project's default one.
         body.insert(
             "serviceAccounts".into(),
-            json!([{"email": "default", "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]),
+            cfg.head_service_accounts.clone().unwrap_or_else(|| {
+                json!([{"email": "default", "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}])
+            }),
         );
     }
     let mut labels: Map<String, Value> = match body.remove("labels") {

@@ -1,0 +1,741 @@
+//! Ray's GCP bootstrap (`ray up`'s `bootstrap_gcp`), run by `rayscale up` before it
+//! launches the head, so that a Ray GCP cluster YAML that leaves these out works as it
+//! does under `ray up`:
+//!
+//! - **the project**: Cloud Resource Manager must know it and find it `ACTIVE`. Ray's
+//!   bootstrap tries to create a project it cannot see; rayscale does not (a new project
+//!   has no billing account and no Compute API, so the launch would fail later and
+//!   leave a project behind): it says so and stops.
+//! - **the head's service account**, when the head's type names no `serviceAccounts` (or
+//!   an instance template): Ray's `ray-autoscaler-sa-v1@<project>.iam.gserviceaccount.com`,
+//!   found or made, with Ray's four roles bound on the project where they are missing
+//!   (`setIamPolicy` only when something is missing, as Ray's, since an administrator may
+//!   have granted them; on a concurrent change the policy is read again). Only the head's
+//!   launch takes it, with the `cloud-platform` scope (Ray's internal `head_node`,
+//!   [`ClusterConfig::head_node`]), so that its `rayscale run` may call Compute. A head
+//!   whose type names its own account gets nothing made: rayscale does not make an
+//!   account with `compute.admin` that no instance uses.
+//! - **the SSH key**, when `auth.ssh_private_key` is absent: Ray's project-wide key
+//!   `ray-autoscaler_gcp_<region>_<project>_<user>_<i>` (`i` from 0 to 9): a key whose
+//!   private half is in `~/.ssh/<name>` is taken (put back in the project's `ssh-keys`
+//!   metadata when its public half is there locally and missing from the project); else
+//!   a new RSA key is made there with `ssh-keygen` and its line `<user>:ssh-rsa <key>
+//!   <user>` appended to the project's `ssh-keys` (`setCommonInstanceMetadata` with the
+//!   fingerprint read; read again on 412). `up` copies the file mounts with it.
+//! - **the subnet**, when a type names no `networkInterfaces` and no instance template:
+//!   the first subnetwork of the region's list, with an external address, as Ray picks it.
+//!
+//! Run again, it finds all of it and changes nothing; `down` leaves it all (other
+//! clusters use the account, the key and the subnet), as `ray down` does.
+//!
+//! The pure part decides from what the APIs answered ([`policy_with_roles`],
+//! [`metadata_with_line`], [`ssh_key_line`], [`key_name`], [`region_of`]); [`bootstrap`]
+//! asks and rewrites the config.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rayscale_core::config::ClusterConfig;
+use serde_json::{Value, json};
+
+use crate::GcpError;
+use crate::client::ENDPOINT_ENV;
+use crate::rest::Rest;
+
+/// The environment variable whose base URL replaces IAM's (`https://iam.googleapis.com`).
+pub const IAM_ENDPOINT_ENV: &str = "RAYSCALE_GCP_IAM_ENDPOINT";
+/// The environment variable whose base URL replaces Cloud Resource Manager's.
+pub const CRM_ENDPOINT_ENV: &str = "RAYSCALE_GCP_CRM_ENDPOINT";
+
+/// The account id of Ray's autoscaler service account (`ray-autoscaler-sa-` + Ray's
+/// config version `v1`): the same account `ray up` makes, so either finds the other's.
+pub const SERVICE_ACCOUNT_ID: &str = "ray-autoscaler-sa-v1";
+
+/// The roles Ray 2.60 binds to its service account on the project (without TPUs, which
+/// rayscale refuses): objects in Cloud Storage, Compute, acting as a service account
+/// (workers may name one), and reading roles.
+pub const ROLES: [&str; 4] = [
+    "roles/storage.objectAdmin",
+    "roles/compute.admin",
+    "roles/iam.serviceAccountUser",
+    "roles/iam.roleViewer",
+];
+
+/// The OAuth scope the head's service account is given (its roles limit it).
+pub const CLOUD_PLATFORM: &str = "https://www.googleapis.com/auth/cloud-platform";
+
+/// The SSH user of Ray's GCP defaults (`auth.ssh_user` when the YAML has none).
+pub const DEFAULT_SSH_USER: &str = "ubuntu";
+
+/// A user name that fits an `ssh-keys` line (`<user>:<key> <user>`) and a file name.
+fn valid_user(u: &str) -> bool {
+    !u.is_empty()
+        && u.len() <= 32
+        && u.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// How many key names Ray tries (`_0` to `_9`).
+const KEY_TRIES: usize = 10;
+
+/// How many times a read-modify-write (IAM policy, project metadata) is tried when
+/// another writer got in between.
+const WRITE_TRIES: usize = 5;
+
+/// The three APIs' base URLs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    /// Compute (`https://compute.googleapis.com`, or `RAYSCALE_GCP_ENDPOINT`).
+    pub compute: String,
+    /// IAM.
+    pub iam: String,
+    /// Cloud Resource Manager.
+    pub crm: String,
+}
+
+impl Endpoints {
+    /// Google's, each replaced by its environment variable when set.
+    pub fn from_environment() -> Self {
+        let pick = |env: &str, default: &str| {
+            std::env::var(env)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .unwrap_or_else(|| default.to_string())
+        };
+        Endpoints {
+            compute: pick(ENDPOINT_ENV, "https://compute.googleapis.com"),
+            iam: pick(IAM_ENDPOINT_ENV, "https://iam.googleapis.com"),
+            crm: pick(
+                CRM_ENDPOINT_ENV,
+                "https://cloudresourcemanager.googleapis.com",
+            ),
+        }
+    }
+}
+
+/// What [`bootstrap`] did, for the user.
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    /// The config with what was set (node types' `networkInterfaces`, the head's
+    /// `serviceAccounts` in [`ClusterConfig::head_node`]).
+    pub config: ClusterConfig,
+    /// The service account the head takes, when one was set.
+    pub service_account: Option<String>,
+    /// The key's name and its private half on this machine, when one was set.
+    pub key: Option<(String, PathBuf)>,
+    /// The subnetwork given to types that named none.
+    pub subnet: Option<String>,
+}
+
+/// `<account id>@<project>.iam.gserviceaccount.com`.
+pub fn service_account_email(project: &str) -> String {
+    format!("{SERVICE_ACCOUNT_ID}@{project}.iam.gserviceaccount.com")
+}
+
+/// `policy` (an IAM `Policy` as `getIamPolicy` answered it) with `member` in an
+/// unconditional binding of each of `roles`, or `None` when it is in all already. A role
+/// with no unconditional binding gets one; conditional bindings are left as they are (a
+/// member added to one would be granted only under its condition).
+pub fn policy_with_roles(
+    policy: &Value,
+    member: &str,
+    roles: &[&str],
+) -> Result<Option<Value>, GcpError> {
+    let mut policy = policy.clone();
+    let obj = policy.as_object_mut().ok_or_else(|| GcpError::Call {
+        call: "projects.getIamPolicy",
+        code: None,
+        status: None,
+        kind: rayscale_core::provider::ProviderErrorKind::Transient,
+        message: "the policy is not a JSON object".into(),
+    })?;
+    let bindings = obj.entry("bindings").or_insert_with(|| json!([]));
+    let Value::Array(bindings) = bindings else {
+        return Err(GcpError::Call {
+            call: "projects.getIamPolicy",
+            code: None,
+            status: None,
+            kind: rayscale_core::provider::ProviderErrorKind::Transient,
+            message: "the policy's bindings are not a list".into(),
+        });
+    };
+    let mut changed = false;
+    for role in roles {
+        let unconditional = bindings.iter_mut().find(|b| {
+            b.get("role").and_then(Value::as_str) == Some(role) && b.get("condition").is_none()
+        });
+        match unconditional {
+            Some(b) => {
+                let members = b
+                    .as_object_mut()
+                    .map(|m| m.entry("members").or_insert_with(|| json!([])));
+                match members {
+                    Some(Value::Array(ms)) => {
+                        if !ms.iter().any(|m| m.as_str() == Some(member)) {
+                            ms.push(json!(member));
+                            changed = true;
+                        }
+                    }
+                    _ => {
+                        return Err(GcpError::Call {
+                            call: "projects.getIamPolicy",
+                            code: None,
+                            status: None,
+                            kind: rayscale_core::provider::ProviderErrorKind::Transient,
+                            message: format!("the binding of {role} has no list of members"),
+                        });
+                    }
+                }
+            }
+            None => {
+                bindings.push(json!({"role": role, "members": [member]}));
+                changed = true;
+            }
+        }
+    }
+    Ok(changed.then_some(policy))
+}
+
+/// Ray's key name: `ray-autoscaler_gcp_<region>_<project>_<user>_<i>`.
+pub fn key_name(region: &str, project: &str, user: &str, i: usize) -> String {
+    format!("ray-autoscaler_gcp_{region}_{project}_{user}_{i}")
+}
+
+/// The `ssh-keys` metadata line of `user`'s OpenSSH public key (`ssh-rsa <key> [comment]`):
+/// `<user>:ssh-rsa <key> <user>`, as Ray writes it.
+pub fn ssh_key_line(user: &str, public_key: &str) -> Result<String, GcpError> {
+    let mut parts = public_key.split_whitespace();
+    match (parts.next(), parts.next()) {
+        (Some(kind @ "ssh-rsa"), Some(key)) => Ok(format!("{user}:{kind} {key} {user}")),
+        _ => Err(GcpError::config(
+            "auth.ssh_private_key",
+            format!(
+                "the public key is not an OpenSSH ssh-rsa key: {:?}",
+                public_key.chars().take(40).collect::<String>()
+            ),
+        )),
+    }
+}
+
+/// The `ssh-keys` value of a `Metadata` (`{fingerprint, items: [{key, value}]}`).
+fn ssh_keys(metadata: &Value) -> &str {
+    metadata
+        .get("items")
+        .and_then(Value::as_array)
+        .and_then(|items| {
+            items
+                .iter()
+                .find(|i| i.get("key").and_then(Value::as_str) == Some("ssh-keys"))
+        })
+        .and_then(|i| i.get("value"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// Whether the project's `ssh-keys` hold `line` (by its key), or, without one, any line
+/// of `user` (Ray's test: three words, the last the user).
+fn holds_key(metadata: &Value, user: &str, line: Option<&str>) -> bool {
+    let key_of = |l: &str| l.split_whitespace().nth(1).map(str::to_string);
+    ssh_keys(metadata).lines().any(|l| match line {
+        Some(want) => key_of(l).is_some() && key_of(l) == key_of(want),
+        None => {
+            let w: Vec<&str> = l.split(' ').collect();
+            w.len() == 3 && w[2] == user
+        }
+    })
+}
+
+/// `metadata` with `line` appended to its `ssh-keys` item (made when absent), keeping its
+/// `fingerprint` (the write is refused if another writer changed it).
+pub fn metadata_with_line(metadata: &Value, line: &str) -> Value {
+    let mut m = metadata.clone();
+    if !m.is_object() {
+        m = json!({});
+    }
+    // Output only (`compute#metadata`): not sent back.
+    if let Some(o) = m.as_object_mut() {
+        o.remove("kind");
+    }
+    let items = m
+        .as_object_mut()
+        .map(|o| o.entry("items").or_insert_with(|| json!([])));
+    if let Some(Value::Array(items)) = items {
+        match items
+            .iter_mut()
+            .find(|i| i.get("key").and_then(Value::as_str) == Some("ssh-keys"))
+        {
+            Some(item) => {
+                let old = item.get("value").and_then(Value::as_str).unwrap_or("");
+                let new = if old.is_empty() {
+                    line.to_string()
+                } else {
+                    format!("{}\n{line}", old.trim_end_matches('\n'))
+                };
+                item["value"] = json!(new);
+            }
+            None => items.push(json!({"key": "ssh-keys", "value": line})),
+        }
+    }
+    m
+}
+
+/// The region of the cluster: `provider.region`, else the zone's (`us-west1-a` ->
+/// `us-west1`).
+pub fn region_of(region: Option<&str>, zone: &str) -> String {
+    match region {
+        Some(r) if !r.is_empty() => r.to_string(),
+        _ => zone.rsplit_once('-').map_or(zone, |(r, _)| r).to_string(),
+    }
+}
+
+/// Whether node type `t`'s config gives its own network (interfaces or a template).
+fn network_given(raw: &Value, t: &str) -> bool {
+    let nc = &raw["available_node_types"][t]["node_config"];
+    nc.get("networkInterfaces").is_some() || nc.get("sourceInstanceTemplate").is_some()
+}
+
+/// Runs the bootstrap (see the module's docs) for `config` against `endpoints`; keys
+/// live in `ssh_dir` (`~/.ssh`).
+pub async fn bootstrap(
+    config: &ClusterConfig,
+    endpoints: &Endpoints,
+    ssh_dir: Option<&Path>,
+) -> Result<Bootstrap, GcpError> {
+    let gcp = crate::GcpConfig::from_cluster(config)?;
+    let project = gcp.project_id.clone();
+    let region = region_of(gcp.region.as_deref(), &gcp.zone);
+    let compute = Rest::new(&endpoints.compute, ENDPOINT_ENV).await?;
+    let crm = Rest::new(&endpoints.crm, CRM_ENDPOINT_ENV).await?;
+    // The project.
+    let p = crm
+        .get("projects.get", &format!("v1/projects/{project}"))
+        .await
+        .map_err(|e| match e.status() {
+            Some(403 | 404) => GcpError::config(
+                "provider.project_id",
+                format!(
+                    "Cloud Resource Manager does not show project {project} to these credentials \
+                     ({e}); rayscale up does not create projects: create it (with billing and \
+                     the Compute Engine API), or name one you can use"
+                ),
+            ),
+            _ => e,
+        })?;
+    let state = p
+        .get("lifecycleState")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if state != "ACTIVE" {
+        return Err(GcpError::config(
+            "provider.project_id",
+            format!("project {project} is {state:?}, not ACTIVE"),
+        ));
+    }
+    let mut raw = config.raw.clone();
+    // The subnet.
+    let types: Vec<String> = config.node_types.iter().map(|t| t.name.clone()).collect();
+    let bare: Vec<&String> = types.iter().filter(|t| !network_given(&raw, t)).collect();
+    let mut subnet = None;
+    if !bare.is_empty() {
+        let list = compute
+            .get(
+                "subnetworks.list",
+                &format!("compute/v1/projects/{project}/regions/{region}/subnetworks"),
+            )
+            .await?;
+        let first = list
+            .get("items")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+            .and_then(|s| s.get("selfLink"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                GcpError::config(
+                    "provider.region",
+                    format!(
+                        "project {project} has no subnetwork in region {region}: make one, or \
+                         give each node_config its networkInterfaces"
+                    ),
+                )
+            })?
+            .to_string();
+        for t in &bare {
+            raw["available_node_types"][t.as_str()]["node_config"]["networkInterfaces"] = json!([{
+                "subnetwork": first,
+                "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]
+            }]);
+        }
+        subnet = Some(first);
+    }
+    // The SSH key.
+    let auth = config.raw.get("auth");
+    let has_private_key = auth
+        .and_then(|a| a.get("ssh_private_key"))
+        .is_some_and(|k| !k.is_null());
+    let mut key = None;
+    if !has_private_key {
+        // Ray's GCP defaults give `ubuntu` to a YAML without one.
+        let user = match auth.and_then(|a| a.get("ssh_user")) {
+            None | Some(Value::Null) => DEFAULT_SSH_USER,
+            Some(Value::String(u)) if valid_user(u) => u.as_str(),
+            Some(other) => {
+                return Err(GcpError::config(
+                    "auth.ssh_user",
+                    format!("{other}: not a user name for the project's ssh-keys"),
+                ));
+            }
+        };
+        let Some(dir) = ssh_dir else {
+            return Err(GcpError::config(
+                "auth.ssh_private_key",
+                "no home directory (HOME is not set) to keep the cluster's SSH key in: set \
+                 auth.ssh_private_key",
+            ));
+        };
+        key = Some(project_key(&compute, &project, &region, user, dir).await?);
+    }
+    let mut out = ClusterConfig::from_value(&raw, "").map_err(|e| {
+        GcpError::config(
+            "available_node_types",
+            format!("with networkInterfaces filled in: {e}"),
+        )
+    })?;
+    out.head_node = config.head_node.clone();
+    out.mounts_source = config.mounts_source.clone();
+    // The head's service account.
+    let head = gcp.head_node_type.clone().unwrap_or_default();
+    let head_names_one = raw["available_node_types"][head.as_str()]["node_config"]
+        .get("serviceAccounts")
+        .is_some()
+        || raw["available_node_types"][head.as_str()]["node_config"]
+            .get("sourceInstanceTemplate")
+            .is_some();
+    let mut service_account = None;
+    if !head.is_empty() && !head_names_one {
+        let iam = Rest::new(&endpoints.iam, IAM_ENDPOINT_ENV).await?;
+        let email = head_account(&iam, &crm, &project).await?;
+        out.head_node.insert(
+            "serviceAccounts".into(),
+            json!([{"email": email, "scopes": [CLOUD_PLATFORM]}]),
+        );
+        service_account = Some(email);
+    }
+    Ok(Bootstrap {
+        config: out,
+        service_account,
+        key,
+        subnet,
+    })
+}
+
+/// Ray's service account, found or made, with [`ROLES`] bound on the project.
+async fn head_account(iam: &Rest, crm: &Rest, project: &str) -> Result<String, GcpError> {
+    let email = service_account_email(project);
+    let path = format!("v1/projects/{project}/serviceAccounts/{email}");
+    let account = match iam.get("serviceAccounts.get", &path).await {
+        Ok(a) => a,
+        Err(e) if e.status() == Some(404) => {
+            let made = iam
+                .post(
+                    "serviceAccounts.create",
+                    &format!("v1/projects/{project}/serviceAccounts"),
+                    &json!({
+                        "accountId": SERVICE_ACCOUNT_ID,
+                        "serviceAccount": {
+                            "displayName": "Ray autoscaler (head nodes of ray up and rayscale up)"
+                        }
+                    }),
+                )
+                .await;
+            match made {
+                Ok(a) => a,
+                // Made meanwhile by another `up`.
+                Err(e) if e.status() == Some(409) => iam.get("serviceAccounts.get", &path).await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    let email = account
+        .get("email")
+        .and_then(Value::as_str)
+        .unwrap_or(&email)
+        .to_string();
+    let member = format!("serviceAccount:{email}");
+    for attempt in 1..=WRITE_TRIES {
+        let policy = crm
+            .post(
+                "projects.getIamPolicy",
+                &format!("v1/projects/{project}:getIamPolicy"),
+                &json!({"options": {"requestedPolicyVersion": 3}}),
+            )
+            .await?;
+        let Some(new) = policy_with_roles(&policy, &member, &ROLES)? else {
+            return Ok(email);
+        };
+        match crm
+            .post(
+                "projects.setIamPolicy",
+                &format!("v1/projects/{project}:setIamPolicy"),
+                &json!({"policy": new}),
+            )
+            .await
+        {
+            Ok(_) => return Ok(email),
+            // The etag is stale: another writer changed the policy.
+            Err(e) if e.status() == Some(409) && attempt < WRITE_TRIES => {
+                tracing::info!(%project, "the IAM policy changed meanwhile; reading it again");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(email)
+}
+
+/// The cluster's key (see the module's docs): its name and private half's path.
+async fn project_key(
+    compute: &Rest,
+    project: &str,
+    region: &str,
+    user: &str,
+    ssh_dir: &Path,
+) -> Result<(String, PathBuf), GcpError> {
+    let read = || async {
+        let p = compute
+            .get("projects.get", &format!("compute/v1/projects/{project}"))
+            .await?;
+        Ok::<Value, GcpError>(
+            p.get("commonInstanceMetadata")
+                .cloned()
+                .unwrap_or(json!({})),
+        )
+    };
+    let metadata = read().await?;
+    for i in 0..KEY_TRIES {
+        let name = key_name(region, project, user, i);
+        let private = ssh_dir.join(&name);
+        let public = ssh_dir.join(format!("{name}.pub"));
+        if private.exists() {
+            let line = match std::fs::read_to_string(&public) {
+                Ok(p) => Some(ssh_key_line(user, &p)?),
+                Err(_) => None,
+            };
+            if holds_key(&metadata, user, line.as_deref()) {
+                return Ok((name, private));
+            }
+            // Ours, and missing from the project (a trimmed metadata): put it back.
+            if let Some(line) = line {
+                add_line(compute, project, &line, metadata, read).await?;
+                return Ok((name, private));
+            }
+            continue;
+        }
+        let public_key = generate_key(&private)?;
+        let line = ssh_key_line(user, &public_key)?;
+        add_line(compute, project, &line, metadata, read).await?;
+        return Ok((name, private));
+    }
+    Err(GcpError::config(
+        "auth.ssh_private_key",
+        format!(
+            "{} to {} exist in {} but none is in project {project}'s ssh-keys: set \
+             auth.ssh_private_key",
+            key_name(region, project, user, 0),
+            key_name(region, project, user, KEY_TRIES - 1),
+            ssh_dir.display()
+        ),
+    ))
+}
+
+/// Appends `line` to the project's `ssh-keys` and waits for the operation; a stale
+/// fingerprint (412) reads the metadata again.
+async fn add_line<F, Fut>(
+    compute: &Rest,
+    project: &str,
+    line: &str,
+    mut metadata: Value,
+    read: F,
+) -> Result<(), GcpError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Value, GcpError>>,
+{
+    for attempt in 1..=WRITE_TRIES {
+        if holds_key(&metadata, "", Some(line)) {
+            return Ok(());
+        }
+        let body = metadata_with_line(&metadata, line);
+        match compute
+            .post(
+                "projects.setCommonInstanceMetadata",
+                &format!("compute/v1/projects/{project}/setCommonInstanceMetadata"),
+                &body,
+            )
+            .await
+        {
+            Ok(op) => return global_operation(compute, project, op).await,
+            Err(e) if e.status() == Some(412) && attempt < WRITE_TRIES => {
+                metadata = read().await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Waits (up to a minute) for a global operation to end; its error is the call's.
+async fn global_operation(compute: &Rest, project: &str, mut op: Value) -> Result<(), GcpError> {
+    let name = op
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut delay = Duration::from_millis(250);
+    loop {
+        if op.get("status").and_then(Value::as_str) == Some("DONE") {
+            return match op.get("error") {
+                None | Some(Value::Null) => Ok(()),
+                Some(err) => {
+                    let code = err
+                        .get("errors")
+                        .and_then(|e| e.get(0))
+                        .and_then(|e| e.get("code"))
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                    Err(GcpError::Call {
+                        call: "projects.setCommonInstanceMetadata",
+                        kind: crate::errors::classify(code.as_deref(), None).kind(""),
+                        message: format!("operation {name} ended with {err}"),
+                        code,
+                        status: None,
+                    })
+                }
+            };
+        }
+        if name.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Err(GcpError::Call {
+                call: "projects.setCommonInstanceMetadata",
+                code: None,
+                status: None,
+                kind: rayscale_core::provider::ProviderErrorKind::Transient,
+                message: format!("operation {name:?} did not end within 60 s"),
+            });
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+        op = compute
+            .get(
+                "globalOperations.get",
+                &format!("compute/v1/projects/{project}/global/operations/{name}"),
+            )
+            .await?;
+    }
+}
+
+/// Makes a 2048-bit RSA key at `private` (and `<private>.pub`) with `ssh-keygen`, as
+/// Ray's bootstrap makes one; returns the public key.
+fn generate_key(private: &Path) -> Result<String, GcpError> {
+    let err = |m: String| GcpError::config("auth.ssh_private_key", m);
+    if let Some(dir) = private.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    }
+    let out = std::process::Command::new("ssh-keygen")
+        .args([
+            "-q", "-t", "rsa", "-b", "2048", "-m", "PEM", "-N", "", "-C", "",
+        ])
+        .arg("-f")
+        .arg(private)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| {
+            err(format!(
+                "ssh-keygen (OpenSSH's, to make the cluster's key as ray up does): {e}"
+            ))
+        })?;
+    if !out.status.success() {
+        return Err(err(format!(
+            "ssh-keygen {}: {}",
+            private.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let public = format!("{}.pub", private.display());
+    std::fs::read_to_string(&public).map_err(|e| err(format!("{public}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn roles_are_added_once_and_conditional_bindings_are_left_alone() {
+        let m = "serviceAccount:a@p.iam.gserviceaccount.com";
+        let policy = json!({"version": 3, "etag": "BwX", "bindings": [
+            {"role": "roles/compute.admin", "members": ["user:x@example.com"]},
+            {"role": "roles/storage.objectAdmin", "members": [m],
+             "condition": {"title": "t", "expression": "true"}}
+        ]});
+        let new = policy_with_roles(&policy, m, &ROLES).unwrap().unwrap();
+        assert_eq!(new["etag"], "BwX");
+        let b = new["bindings"].as_array().unwrap();
+        assert_eq!(b.len(), 5, "{new}");
+        assert_eq!(b[0]["members"], json!(["user:x@example.com", m]));
+        // The conditional binding is unchanged, an unconditional one is added.
+        assert_eq!(b[1], policy["bindings"][1]);
+        assert!(
+            b[2..]
+                .iter()
+                .any(|x| x["role"] == "roles/storage.objectAdmin" && x.get("condition").is_none())
+        );
+        assert_eq!(policy_with_roles(&new, m, &ROLES).unwrap(), None);
+        assert!(policy_with_roles(&json!([]), m, &ROLES).is_err());
+    }
+
+    #[test]
+    fn the_key_line_is_rays_and_is_appended_to_ssh_keys() {
+        let line = ssh_key_line("ubuntu", "ssh-rsa AAAAB3Nza me@host\n").unwrap();
+        assert_eq!(line, "ubuntu:ssh-rsa AAAAB3Nza ubuntu");
+        assert!(ssh_key_line("ubuntu", "ssh-ed25519 AAAA").is_err());
+        let none = json!({"fingerprint": "f1"});
+        let one = metadata_with_line(&none, &line);
+        assert_eq!(
+            one,
+            json!({"fingerprint": "f1", "items": [{"key": "ssh-keys", "value": line}]})
+        );
+        let other = json!({"fingerprint": "f2", "items": [
+            {"key": "enable-oslogin", "value": "FALSE"},
+            {"key": "ssh-keys", "value": "alice:ssh-rsa BBBB alice\n"}]});
+        let two = metadata_with_line(&other, &line);
+        assert_eq!(two["items"][0], other["items"][0]);
+        assert_eq!(
+            two["items"][1]["value"],
+            format!("alice:ssh-rsa BBBB alice\n{line}")
+        );
+        assert!(holds_key(&two, "ubuntu", Some(&line)));
+        assert!(!holds_key(&other, "ubuntu", Some(&line)));
+        // Without a public half, Ray's test: any line of the user.
+        assert!(holds_key(&other, "alice", None));
+        assert!(!holds_key(&other, "ubuntu", None));
+    }
+
+    #[test]
+    fn names_and_region() {
+        assert!(valid_user("ubuntu") && valid_user("ray_user-1"));
+        assert!(!valid_user("a b") && !valid_user("a:b") && !valid_user("../x"));
+        assert_eq!(
+            key_name("us-west1", "proj", "ubuntu", 0),
+            "ray-autoscaler_gcp_us-west1_proj_ubuntu_0"
+        );
+        assert_eq!(region_of(None, "us-west1-a"), "us-west1");
+        assert_eq!(
+            region_of(Some("europe-west4"), "us-west1-a"),
+            "europe-west4"
+        );
+        assert_eq!(
+            service_account_email("proj"),
+            "ray-autoscaler-sa-v1@proj.iam.gserviceaccount.com"
+        );
+    }
+}

@@ -1,0 +1,312 @@
+//! What `rayscale up` makes before the head on GCP, as Ray's `ray up` bootstrap
+//! (`bootstrap_gcp`) makes it, on the Compute Engine fake's project APIs
+//! (`tests/fakes/gce/project.rs`): the head's service account and its roles, the project's
+//! SSH key, the subnet. Checked both ways against Ray's own bootstrap run on the same fake
+//! (`scripts/ray_gcp_up.py`), and that a second run, either's, makes nothing.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::{CloudInstanceProvider, LaunchRequest};
+use rayscale_provider_gcp::bootstrap::{self, Bootstrap, Endpoints, ROLES};
+use rayscale_provider_gcp::{GcpProvider, Polling};
+use rayscale_tests::fakes::gce::{GceFake, Timing};
+use serde_json::{Value, json};
+
+const PROJECT: &str = "proj";
+const ZONE: &str = "us-west1-a";
+const EMAIL: &str = "ray-autoscaler-sa-v1@proj.iam.gserviceaccount.com";
+const SUBNET: &str =
+    "https://www.googleapis.com/compute/v1/projects/proj/regions/us-west1/subnetworks/default";
+
+fn yaml(cluster: &str, head_extra: &str, auth_extra: &str) -> String {
+    format!(
+        "cluster_name: {cluster}\n\
+         provider: {{type: gcp, region: us-west1, availability_zone: {ZONE}, project_id: {PROJECT}}}\n\
+         auth: {{ssh_user: ubuntu{auth_extra}}}\n\
+         head_node_type: head\nmax_workers: 2\n\
+         available_node_types:\n  \
+         head: {{resources: {{CPU: 0}}, node_config: {{machineType: n1-standard-2{head_extra}}}}}\n  \
+         cpu: {{resources: {{CPU: 2}}, min_workers: 0, max_workers: 2, node_config: {{machineType: n1-standard-2}}}}\n"
+    )
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rayscale-gcp-boot-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn endpoints(fake: &GceFake) -> Endpoints {
+    Endpoints {
+        compute: fake.url(),
+        iam: fake.url(),
+        crm: fake.url(),
+    }
+}
+
+async fn run(fake: &GceFake, text: &str, home: &Path) -> Result<Bootstrap, String> {
+    let cfg = ClusterConfig::from_yaml_str(text, "t.yaml").unwrap();
+    bootstrap::bootstrap(&cfg, &endpoints(fake), Some(&home.join(".ssh")))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// What Ray's `bootstrap_gcp` sets for `text` on `fake`, with `HOME` = `home`.
+fn rays(fake: &GceFake, text: &str, home: &Path) -> Value {
+    let (python, _) = rayscale_tests::ray_head::ray_from_env();
+    let path = home.join("cluster.yaml");
+    std::fs::write(&path, text).unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/ray_gcp_up.py");
+    let out = std::process::Command::new(&python)
+        .env("HOME", home)
+        .arg(&script)
+        .args(["--endpoint", &fake.url(), "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "Ray's bootstrap: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap()
+}
+
+/// The writes the fake answered: account creations, policy and metadata sets.
+fn writes(fake: &GceFake) -> [u64; 3] {
+    fake.project(|p| {
+        [
+            "serviceAccounts.create",
+            "projects.setIamPolicy",
+            "compute.projects.setCommonInstanceMetadata",
+        ]
+        .map(|c| p.calls.get(c).copied().unwrap_or(0))
+    })
+}
+
+fn head_accounts(b: &Bootstrap) -> Value {
+    b.config
+        .head_node
+        .get("serviceAccounts")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn interfaces(b: &Bootstrap, t: &str) -> Value {
+    b.config.raw["available_node_types"][t]["node_config"]["networkInterfaces"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_makes_rays_account_key_and_subnet_and_a_rerun_changes_nothing() {
+    rayscale_tests::install_crypto_provider();
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let home = scratch("fresh");
+    let text = yaml("boot", "", "");
+    let b = run(&fake, &text, &home).await.unwrap();
+    // The account, with each of Ray's roles.
+    assert_eq!(b.service_account.as_deref(), Some(EMAIL));
+    assert_eq!(
+        head_accounts(&b),
+        json!([{"email": EMAIL, "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}])
+    );
+    for role in ROLES {
+        assert_eq!(
+            fake.project(|p| p.members_of(role)),
+            vec![format!("serviceAccount:{EMAIL}")],
+            "{role}"
+        );
+    }
+    // The key: its private half here, its line in the project's ssh-keys.
+    let (name, private) = b.key.clone().unwrap();
+    assert_eq!(name, "ray-autoscaler_gcp_us-west1_proj_ubuntu_0");
+    assert_eq!(private, home.join(".ssh").join(&name));
+    let public = std::fs::read_to_string(home.join(".ssh").join(format!("{name}.pub"))).unwrap();
+    let key = public.split_whitespace().nth(1).unwrap();
+    assert_eq!(
+        fake.project(|p| p.ssh_keys()),
+        format!("ubuntu:ssh-rsa {key} ubuntu")
+    );
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&private).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o077,
+            0,
+            "the private key is the user's alone: {mode:o}"
+        );
+    }
+    // The subnet, for both types; the workers do not get the head's account.
+    let nat = json!([{"subnetwork": SUBNET, "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]}]);
+    assert_eq!(interfaces(&b, "head"), nat);
+    assert_eq!(interfaces(&b, "cpu"), nat);
+    let before = writes(&fake);
+    assert_eq!(before, [1, 1, 1]);
+    // Again: the same, and nothing written.
+    let again = run(&fake, &text, &home).await.unwrap();
+    assert_eq!(writes(&fake), before);
+    assert_eq!(again.key, b.key);
+    assert_eq!(head_accounts(&again), head_accounts(&b));
+    assert_eq!(interfaces(&again, "cpu"), nat);
+    // The head launched from it runs as Ray's account; a worker runs as the default.
+    let polling = Polling {
+        initial: Duration::from_millis(100),
+        maximum: Duration::from_millis(300),
+        launch_wait: Duration::from_secs(10),
+    };
+    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling)
+        .await
+        .unwrap();
+    let p = GcpProvider::new(client, &b.config, Some("10.0.0.2"), polling).unwrap();
+    for (id, t) in [("r-head", "head"), ("r-cpu", "cpu")] {
+        let req = LaunchRequest {
+            request_id: id.into(),
+            node_type: t.into(),
+            count: 1,
+            launch_config_hash: b.config.node_type(t).unwrap().launch_config_hash.clone(),
+            avoid_zones: Vec::new(),
+            all_or_nothing: false,
+        };
+        if t == "head" {
+            p.launch_head(&req).await.unwrap();
+        } else {
+            p.launch(&req).await.unwrap();
+        }
+    }
+    let made: Vec<Value> = fake
+        .instances()
+        .keys()
+        .map(|n| fake.instance(n).unwrap())
+        .collect();
+    assert_eq!(made.len(), 2);
+    for i in &made {
+        let head = i["labels"]["ray-node-type"] == "head";
+        assert_eq!(
+            i["serviceAccounts"].get(0).map(|a| a["email"].clone()),
+            head.then(|| json!(EMAIL)),
+            "{i}"
+        );
+        assert_eq!(i["networkInterfaces"][0]["subnetwork"], SUBNET, "{i}");
+    }
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ray_and_rayscale_each_find_what_the_other_made() {
+    rayscale_tests::install_crypto_provider();
+    // Ray first, then rayscale: rayscale takes Ray's account, key and subnet.
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let home = scratch("ray-first");
+    let text = yaml("both", "", "");
+    let ray = rays(&fake, &text, &home);
+    let made = writes(&fake);
+    assert_eq!(
+        made,
+        [1, 1, 1],
+        "Ray made the account, the bindings and the key"
+    );
+    let ours = run(&fake, &text, &home).await.unwrap();
+    assert_eq!(writes(&fake), made, "rayscale made nothing more");
+    assert_eq!(head_accounts(&ours), ray["head_node"]["serviceAccounts"]);
+    assert_eq!(
+        ours.key.as_ref().map(|(_, p)| p.display().to_string()),
+        ray["ssh_private_key"].as_str().map(str::to_string)
+    );
+    for t in ["head", "cpu"] {
+        assert_eq!(
+            interfaces(&ours, t),
+            ray["node_configs"][t]["networkInterfaces"],
+            "{t}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&home);
+
+    // rayscale first, then Ray: Ray takes rayscale's, and sets the same.
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let home = scratch("rayscale-first");
+    let ours = run(&fake, &text, &home).await.unwrap();
+    let made = writes(&fake);
+    let ray = rays(&fake, &text, &home);
+    assert_eq!(writes(&fake), made, "Ray made nothing more");
+    assert_eq!(head_accounts(&ours), ray["head_node"]["serviceAccounts"]);
+    assert_eq!(
+        ours.key.as_ref().map(|(_, p)| p.display().to_string()),
+        ray["ssh_private_key"].as_str().map(str::to_string)
+    );
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_are_read_again_and_what_is_given_is_not_made() {
+    rayscale_tests::install_crypto_provider();
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let home = scratch("given");
+    // Another writer gets in before each of our writes: both are read again and retried.
+    fake.project(|p| {
+        p.policy_conflicts = 1;
+        p.metadata_conflicts = 1;
+        p.metadata
+            .push(json!({"key": "ssh-keys", "value": "alice:ssh-rsa BBBB alice"}));
+    });
+    let b = run(&fake, &yaml("race", "", ""), &home).await.unwrap();
+    assert_eq!(writes(&fake), [1, 2, 2]);
+    let keys = fake.project(|p| p.ssh_keys());
+    assert!(
+        keys.starts_with("alice:ssh-rsa BBBB alice\nubuntu:ssh-rsa "),
+        "the other key is kept: {keys}"
+    );
+    assert!(b.service_account.is_some());
+
+    // A head that names its account, a config with its key and interfaces: nothing made.
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let own = ", serviceAccounts: [{email: mine@proj.iam.gserviceaccount.com, scopes: [https://www.googleapis.com/auth/cloud-platform]}], networkInterfaces: [{network: global/networks/x}]";
+    let key = home.join("given.pem");
+    std::fs::write(&key, "not read").unwrap();
+    let text = yaml(
+        "given",
+        own,
+        &format!(", ssh_private_key: {}", key.display()),
+    )
+    .replace(
+        "machineType: n1-standard-2}}\n",
+        "machineType: n1-standard-2, networkInterfaces: [{network: global/networks/x}]}}\n",
+    );
+    let b = run(&fake, &text, &home).await.unwrap();
+    assert_eq!(writes(&fake), [0, 0, 0]);
+    assert_eq!((b.service_account, b.key, b.subnet), (None, None, None));
+    assert!(b.config.head_node.is_empty());
+    assert_eq!(
+        fake.project(|p| p.calls.get("compute.subnetworks.list").copied()),
+        None,
+        "every type names its network"
+    );
+
+    // A project Resource Manager does not show: a one-line error, nothing made.
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    fake.project(|p| p.hidden = true);
+    let e = run(&fake, &yaml("hidden", "", ""), &home)
+        .await
+        .unwrap_err();
+    assert!(
+        e.starts_with("provider.project_id: Cloud Resource Manager does not show project proj")
+            && !e.contains('\n'),
+        "{e}"
+    );
+    assert_eq!(writes(&fake), [0, 0, 0]);
+    // A region without subnetworks names the key to set.
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    fake.project(|p| p.subnets = Some(Vec::new()));
+    let e = run(&fake, &yaml("nosubnet", "", ""), &home)
+        .await
+        .unwrap_err();
+    assert!(
+        e.starts_with("provider.region: project proj has no subnetwork"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&home);
+}
