@@ -89,7 +89,19 @@ pub async fn up(
                 r.head.cloud_instance_id
             );
         };
-        let n = crate::ssh::copy_to_head(plan, &host, crate::ssh::ssh_wait())
+        let id = r.head.cloud_instance_id.clone();
+        // Gone only when the cloud's list says so; a list that fails says nothing.
+        let head_gone = async || -> Option<String> {
+            let listed = provider.list().await.ok()?;
+            match listed.iter().find(|i| i.cloud_instance_id == id) {
+                None => Some(format!("{id} is no longer in the cloud's list")),
+                Some(i) if i.state == CloudInstanceState::Stopping => {
+                    Some(format!("{id} is stopping or terminated"))
+                }
+                Some(_) => None,
+            }
+        };
+        let n = crate::ssh::copy_to_head(plan, &host, crate::ssh::ssh_wait(), head_gone)
             .await
             .with_context(|| {
                 format!(

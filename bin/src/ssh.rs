@@ -290,8 +290,15 @@ pub fn ssh_wait() -> Duration {
 }
 
 /// Waits for the head's SSH at `host`, copies the mounts there and leaves the mark its
-/// boot waits for. Returns how many were copied.
-pub async fn copy_to_head(plan: &Plan, host: &str, wait: Duration) -> Result<usize> {
+/// boot waits for. Returns how many were copied. Between tries `head_gone` is asked
+/// whether the cloud shows the head gone (`Some(what)`, only on the cloud's word): then
+/// it stops waiting.
+pub async fn copy_to_head(
+    plan: &Plan,
+    host: &str,
+    wait: Duration,
+    head_gone: impl AsyncFn() -> Option<String>,
+) -> Result<usize> {
     let started = Instant::now();
     loop {
         // Each try bounded: a stuck proxy command or session is not waited for.
@@ -307,6 +314,13 @@ pub async fn copy_to_head(plan: &Plan, host: &str, wait: Duration) -> Result<usi
                 )
             }
             Err(e) => tracing::info!("waiting for the head's SSH at {host}: {e:#}"),
+        }
+        // A head the cloud took away will never answer: say so now, not after `wait`.
+        if let Some(why) = head_gone().await {
+            bail!(
+                "the head {why} while up waited for its SSH at {host}; nothing was copied: \
+                 rayscale up again launches a new one"
+            );
         }
         tokio::time::sleep(READY_CHECK).await;
     }
