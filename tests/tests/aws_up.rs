@@ -557,6 +557,10 @@ fn file_mounts_that_cannot_be_copied_fail_up_loudly_and_leak_nothing() {
             && !out.contains("did not answer within"),
         "{out}"
     );
-    assert_eq!(moto.calls("RunInstances"), 2, "one head more, none after it went");
+    assert_eq!(
+        moto.calls("RunInstances"),
+        2,
+        "one head more, none after it went"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

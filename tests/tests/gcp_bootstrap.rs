@@ -252,6 +252,12 @@ async fn concurrent_writers_are_read_again_and_what_is_given_is_not_made() {
         p.metadata_conflicts = 1;
         p.metadata
             .push(json!({"key": "ssh-keys", "value": "alice:ssh-rsa BBBB alice"}));
+        // A conditional grant of a role of Ray's (a version-3 policy) is left as it is.
+        p.policy_format = 3;
+        p.bindings.push(
+            json!({"role": "roles/compute.admin", "members": ["user:x@example.com"],
+            "condition": {"title": "weekdays", "expression": "request.time.getDayOfWeek() < 5"}}),
+        );
     });
     let b = run(&fake, &yaml("race", "", ""), &home).await.unwrap();
     assert_eq!(writes(&fake), [1, 2, 2]);
@@ -261,6 +267,19 @@ async fn concurrent_writers_are_read_again_and_what_is_given_is_not_made() {
         "the other key is kept: {keys}"
     );
     assert!(b.service_account.is_some());
+    let (format, conditional) = fake.project(|p| {
+        (
+            p.policy_format,
+            p.bindings
+                .iter()
+                .filter(|b| b.get("condition").is_some())
+                .cloned()
+                .collect::<Vec<_>>(),
+        )
+    });
+    assert_eq!(format, 3);
+    assert_eq!(conditional.len(), 1);
+    assert_eq!(conditional[0]["members"], json!(["user:x@example.com"]));
 
     // A head that names its account, a config with its key and interfaces: nothing made.
     let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
@@ -298,6 +317,26 @@ async fn concurrent_writers_are_read_again_and_what_is_given_is_not_made() {
         "{e}"
     );
     assert_eq!(writes(&fake), [0, 0, 0]);
+    // OS Login on: instances take no ssh-keys line, so no key is made; with file mounts
+    // to copy, up says it cannot.
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    fake.project(|p| {
+        p.metadata
+            .push(json!({"key": "enable-oslogin", "value": "TRUE"}))
+    });
+    let b = run(&fake, &yaml("oslogin", "", ""), &home).await.unwrap();
+    assert_eq!(b.key, None);
+    assert_eq!(writes(&fake)[2], 0, "no metadata written");
+    let with_mounts = format!(
+        "{}file_mounts: {{'~/a': '{}'}}\n",
+        yaml("oslogin", "", ""),
+        home.display()
+    );
+    let e = run(&fake, &with_mounts, &home).await.unwrap_err();
+    assert!(
+        e.starts_with("auth.ssh_private_key: project proj has enable-oslogin=TRUE"),
+        "{e}"
+    );
     // A region without subnetworks names the key to set.
     let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
     fake.project(|p| p.subnets = Some(Vec::new()));

@@ -15,7 +15,26 @@ use rayscale_tests::e2e::{
 use rayscale_tests::fakes::gce::{GceFake, Timing};
 use rayscale_tests::mounts::{KeyCloud, up_copies_file_mounts_with_the_clusters_key};
 
-struct Gce(Arc<GceFake>);
+/// The fake, and the HOME `rayscale up`/`down` run with (where `up` keeps the project
+/// SSH key it makes), removed with it.
+struct Gce(Arc<GceFake>, std::path::PathBuf);
+
+impl Gce {
+    fn new(fake: Arc<GceFake>) -> Gce {
+        let port = fake.url().rsplit(':').next().unwrap_or("0").to_string();
+        let home =
+            std::env::temp_dir().join(format!("rayscale-gcp-home-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).expect("scratch HOME");
+        Gce(fake, home)
+    }
+}
+
+impl Drop for Gce {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
 
 /// The Compute Engine fake in one zone, with the runtime that serves it.
 fn fake() -> (tokio::runtime::Runtime, Arc<GceFake>) {
@@ -44,11 +63,7 @@ impl Cloud for Gce {
         vec![("RAYSCALE_GCP_ENDPOINT".to_string(), self.0.url())]
     }
     fn cli_env(&self) -> Vec<(String, String)> {
-        // A HOME per fake (its port), for the project SSH key `up` makes.
-        let port = self.0.url().rsplit(':').next().unwrap_or("0").to_string();
-        let home = std::env::temp_dir().join(format!("rayscale-gcp-home-{port}"));
-        std::fs::create_dir_all(&home).expect("scratch HOME");
-        self.0.cli_env(&home)
+        self.0.cli_env(&self.1)
     }
     fn provider(&self) -> String {
         "{type: gcp, region: us-west1, availability_zone: us-west1-a, project_id: proj}".into()
@@ -79,7 +94,7 @@ impl Cloud for Gce {
 #[test]
 fn rayscale_up_runs_a_ray_gcp_cluster_on_the_fake_and_down_removes_it() {
     let (_rt, fake) = fake();
-    up_scale_down("gcp", &Gce(fake));
+    up_scale_down("gcp", &Gce::new(fake));
 }
 
 /// A head without `rayscale` installs the wheel (`scripts/build-wheel.sh`, from a local
@@ -88,14 +103,14 @@ fn rayscale_up_runs_a_ray_gcp_cluster_on_the_fake_and_down_removes_it() {
 #[test]
 fn a_head_without_rayscale_installs_the_wheel_and_autoscales() {
     let (_rt, fake) = fake();
-    up_scale_down_from_the_wheel("gcpw", &Gce(fake));
+    up_scale_down_from_the_wheel("gcpw", &Gce::new(fake));
 }
 
 /// Autostop: with nothing to do, the worker goes and then the head deletes itself.
 #[test]
 fn autostop_stops_the_worker_then_the_head_deletes_itself() {
     let (_rt, fake) = fake();
-    autostop_stops_workers_then_head("gcp", &Gce(fake));
+    autostop_stops_workers_then_head("gcp", &Gce::new(fake));
 }
 
 impl SpotCloud for Gce {
@@ -127,7 +142,7 @@ impl SpotCloud for Gce {
 #[test]
 fn a_preempted_spot_worker_is_replaced_on_demand_before_it_dies() {
     let (_rt, fake) = fake();
-    preempt_and_replace("gcp", &Gce(fake));
+    preempt_and_replace("gcp", &Gce::new(fake));
 }
 
 impl KeyCloud for Gce {
@@ -164,5 +179,5 @@ impl KeyCloud for Gce {
 #[test]
 fn up_makes_rays_project_key_and_copies_the_file_mounts_with_it() {
     let (_rt, fake) = fake();
-    up_copies_file_mounts_with_the_clusters_key("gcpk", &Gce(fake));
+    up_copies_file_mounts_with_the_clusters_key("gcpk", &Gce::new(fake));
 }

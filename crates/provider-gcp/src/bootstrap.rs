@@ -78,8 +78,8 @@ fn valid_user(u: &str) -> bool {
 /// How many key names Ray tries (`_0` to `_9`).
 const KEY_TRIES: usize = 10;
 
-/// How many times a read-modify-write (IAM policy, project metadata) is tried when
-/// another writer got in between.
+/// How many times the project metadata's read-modify-write is tried when another writer
+/// got in between.
 const WRITE_TRIES: usize = 5;
 
 /// The three APIs' base URLs.
@@ -232,6 +232,22 @@ fn ssh_keys(metadata: &Value) -> &str {
         .unwrap_or("")
 }
 
+/// Whether the project's metadata turns OS Login on (`enable-oslogin`: `TRUE`), under
+/// which instances ignore `ssh-keys`.
+fn os_login(metadata: &Value) -> bool {
+    metadata
+        .get("items")
+        .and_then(Value::as_array)
+        .and_then(|items| {
+            items
+                .iter()
+                .find(|i| i.get("key").and_then(Value::as_str) == Some("enable-oslogin"))
+        })
+        .and_then(|i| i.get("value"))
+        .and_then(Value::as_str)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
 /// Whether the project's `ssh-keys` hold `line` (by its key), or, without one, any line
 /// of `user` (Ray's test: three words, the last the user).
 fn holds_key(metadata: &Value, user: &str, line: Option<&str>) -> bool {
@@ -311,12 +327,20 @@ pub async fn bootstrap(
         .get("projects.get", &format!("v1/projects/{project}"))
         .await
         .map_err(|e| match e.status() {
+            // A disabled API is said as Google says it.
+            Some(403)
+                if matches!(e.code(), Some("SERVICE_DISABLED" | "accessNotConfigured"))
+                    || e.to_string().contains("has not been used in project") =>
+            {
+                e
+            }
             Some(403 | 404) => GcpError::config(
                 "provider.project_id",
                 format!(
                     "Cloud Resource Manager does not show project {project} to these credentials \
-                     ({e}); rayscale up does not create projects: create it (with billing and \
-                     the Compute Engine API), or name one you can use"
+                     ({e}): it does not exist, or they lack resourcemanager.projects.get; \
+                     rayscale up does not create projects: create it (with billing and the \
+                     Compute Engine API), or name one you can use"
                 ),
             ),
             _ => e,
@@ -392,7 +416,27 @@ pub async fn bootstrap(
                  auth.ssh_private_key",
             ));
         };
-        key = Some(project_key(&compute, &project, &region, user, dir).await?);
+        key = project_key(&compute, &project, &region, user, dir).await?;
+        if key.is_none() {
+            // OS Login: instances take no ssh-keys metadata; only a copy needs SSH.
+            let copies = rayscale_core::config::mounts::head_copies(&config.raw)
+                .map_err(|e| GcpError::config("file_mounts", e.to_string()))?;
+            if !copies.is_empty() {
+                return Err(GcpError::config(
+                    "auth.ssh_private_key",
+                    format!(
+                        "project {project} has enable-oslogin=TRUE, so its instances let in no \
+                         ssh-keys line: rayscale up cannot copy file_mounts with a key it \
+                         makes; set auth.ssh_private_key (and auth.ssh_user) to a login OS \
+                         Login lets in"
+                    ),
+                ));
+            }
+            tracing::warn!(
+                %project,
+                "enable-oslogin is TRUE: no SSH key is put in the project's metadata"
+            );
+        }
     }
     let mut out = ClusterConfig::from_value(&raw, "").map_err(|e| {
         GcpError::config(
@@ -413,7 +457,7 @@ pub async fn bootstrap(
     let mut service_account = None;
     if !head.is_empty() && !head_names_one {
         let iam = Rest::new(&endpoints.iam, IAM_ENDPOINT_ENV).await?;
-        let email = head_account(&iam, &crm, &project).await?;
+        let email = head_account(&iam, &crm, &project, &head).await?;
         out.head_node.insert(
             "serviceAccounts".into(),
             json!([{"email": email, "scopes": [CLOUD_PLATFORM]}]),
@@ -428,14 +472,35 @@ pub async fn bootstrap(
     })
 }
 
-/// Ray's service account, found or made, with [`ROLES`] bound on the project.
-async fn head_account(iam: &Rest, crm: &Rest, project: &str) -> Result<String, GcpError> {
+/// Ray's service account, found or made, with [`ROLES`] bound on the project. IAM is
+/// eventually consistent: an account just made may be unknown to `setIamPolicy` (400)
+/// or `get` (404) for a while, so those are tried again with backoff for up to
+/// [`IAM_SPREAD`] when this run made the account; a concurrent policy change (409) is
+/// read again after a backoff, as Google's answer asks.
+async fn head_account(
+    iam: &Rest,
+    crm: &Rest,
+    project: &str,
+    head: &str,
+) -> Result<String, GcpError> {
     let email = service_account_email(project);
+    // What went wrong, with the way out (naming an account skips this step).
+    let explain = |e: GcpError| GcpError::Call {
+        call: "head service account",
+        code: e.code().map(str::to_string),
+        status: e.status(),
+        kind: e.kind(),
+        message: format!(
+            "{email} in project {project}: {e}; or name the head's own in \
+             available_node_types.{head}.node_config.serviceAccounts"
+        ),
+    };
     let path = format!("v1/projects/{project}/serviceAccounts/{email}");
+    let mut made = false;
     let account = match iam.get("serviceAccounts.get", &path).await {
         Ok(a) => a,
         Err(e) if e.status() == Some(404) => {
-            let made = iam
+            let create = iam
                 .post(
                     "serviceAccounts.create",
                     &format!("v1/projects/{project}/serviceAccounts"),
@@ -447,14 +512,26 @@ async fn head_account(iam: &Rest, crm: &Rest, project: &str) -> Result<String, G
                     }),
                 )
                 .await;
-            match made {
-                Ok(a) => a,
-                // Made meanwhile by another `up`.
-                Err(e) if e.status() == Some(409) => iam.get("serviceAccounts.get", &path).await?,
-                Err(e) => return Err(e),
+            match create {
+                Ok(a) => {
+                    made = true;
+                    a
+                }
+                // Made meanwhile by another `up` (it may take a while to read back).
+                Err(e) if e.status() == Some(409) => {
+                    let mut backoff = Backoff::new();
+                    loop {
+                        match iam.get("serviceAccounts.get", &path).await {
+                            Ok(a) => break a,
+                            Err(e) if e.status() == Some(404) && backoff.wait().await => {}
+                            Err(e) => return Err(explain(e)),
+                        }
+                    }
+                }
+                Err(e) => return Err(explain(e)),
             }
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(explain(e)),
     };
     let email = account
         .get("email")
@@ -462,14 +539,16 @@ async fn head_account(iam: &Rest, crm: &Rest, project: &str) -> Result<String, G
         .unwrap_or(&email)
         .to_string();
     let member = format!("serviceAccount:{email}");
-    for attempt in 1..=WRITE_TRIES {
+    let mut backoff = Backoff::new();
+    loop {
         let policy = crm
             .post(
                 "projects.getIamPolicy",
                 &format!("v1/projects/{project}:getIamPolicy"),
                 &json!({"options": {"requestedPolicyVersion": 3}}),
             )
-            .await?;
+            .await
+            .map_err(explain)?;
         let Some(new) = policy_with_roles(&policy, &member, &ROLES)? else {
             return Ok(email);
         };
@@ -483,13 +562,44 @@ async fn head_account(iam: &Rest, crm: &Rest, project: &str) -> Result<String, G
         {
             Ok(_) => return Ok(email),
             // The etag is stale: another writer changed the policy.
-            Err(e) if e.status() == Some(409) && attempt < WRITE_TRIES => {
+            Err(e) if e.status() == Some(409) && backoff.wait().await => {
                 tracing::info!(%project, "the IAM policy changed meanwhile; reading it again");
             }
-            Err(e) => return Err(e),
+            // The account just made is not known everywhere yet.
+            Err(e) if made && e.status() == Some(400) && backoff.wait().await => {
+                tracing::info!(%email, "IAM does not know the new account yet; trying again");
+            }
+            Err(e) => return Err(explain(e)),
         }
     }
-    Ok(email)
+}
+
+/// How long an account just made is given to spread through IAM.
+const IAM_SPREAD: Duration = Duration::from_secs(60);
+
+/// Waits of 0.5 s doubling to 4 s, for up to [`IAM_SPREAD`] in all.
+struct Backoff {
+    next: Duration,
+    until: tokio::time::Instant,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff {
+            next: Duration::from_millis(500),
+            until: tokio::time::Instant::now() + IAM_SPREAD,
+        }
+    }
+
+    /// Sleeps the next wait and says true, or says false when the time is up.
+    async fn wait(&mut self) -> bool {
+        if tokio::time::Instant::now() + self.next > self.until {
+            return false;
+        }
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(Duration::from_secs(4));
+        true
+    }
 }
 
 /// The cluster's key (see the module's docs): its name and private half's path.
@@ -499,7 +609,7 @@ async fn project_key(
     region: &str,
     user: &str,
     ssh_dir: &Path,
-) -> Result<(String, PathBuf), GcpError> {
+) -> Result<Option<(String, PathBuf)>, GcpError> {
     let read = || async {
         let p = compute
             .get("projects.get", &format!("compute/v1/projects/{project}"))
@@ -511,6 +621,9 @@ async fn project_key(
         )
     };
     let metadata = read().await?;
+    if os_login(&metadata) {
+        return Ok(None);
+    }
     for i in 0..KEY_TRIES {
         let name = key_name(region, project, user, i);
         let private = ssh_dir.join(&name);
@@ -521,19 +634,19 @@ async fn project_key(
                 Err(_) => None,
             };
             if holds_key(&metadata, user, line.as_deref()) {
-                return Ok((name, private));
+                return Ok(Some((name, private)));
             }
             // Ours, and missing from the project (a trimmed metadata): put it back.
             if let Some(line) = line {
                 add_line(compute, project, &line, metadata, read).await?;
-                return Ok((name, private));
+                return Ok(Some((name, private)));
             }
             continue;
         }
         let public_key = generate_key(&private)?;
         let line = ssh_key_line(user, &public_key)?;
         add_line(compute, project, &line, metadata, read).await?;
-        return Ok((name, private));
+        return Ok(Some((name, private)));
     }
     Err(GcpError::config(
         "auth.ssh_private_key",
@@ -563,6 +676,24 @@ where
     for attempt in 1..=WRITE_TRIES {
         if holds_key(&metadata, "", Some(line)) {
             return Ok(());
+        }
+        // Without the fingerprint the write would not be conditional and could replace
+        // what another writer set meanwhile.
+        if metadata
+            .get("fingerprint")
+            .and_then(Value::as_str)
+            .is_none()
+        {
+            return Err(GcpError::Call {
+                call: "projects.get",
+                code: None,
+                status: None,
+                kind: rayscale_core::provider::ProviderErrorKind::Transient,
+                message: format!(
+                    "project {project}'s commonInstanceMetadata has no fingerprint: its \
+                     ssh-keys are left as they are"
+                ),
+            });
         }
         let body = metadata_with_line(&metadata, line);
         match compute

@@ -164,6 +164,27 @@ impl GcpConfig {
             ));
         }
         let region = text("region", "a region name")?;
+        // Each goes into URL paths (and the region into the SSH key's file name): only
+        // the characters Google's names have.
+        let plain = |s: &str, extra: &[char]| {
+            s.chars().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || extra.contains(&c)
+            })
+        };
+        for (key, value, extra) in [
+            ("project_id", Some(project_id.as_str()), &['.', ':'][..]),
+            ("availability_zone", Some(zone.as_str()), &[][..]),
+            ("region", region.as_deref(), &[][..]),
+        ] {
+            if let Some(v) = value
+                && !plain(v, extra)
+            {
+                return Err(GcpError::config(
+                    format!("provider.{key}"),
+                    format!("{v:?}: not a Google Cloud name (lowercase letters, digits and -)"),
+                ));
+            }
+        }
         let cache_stopped_nodes = match provider.get("cache_stopped_nodes") {
             None | Some(Value::Null) => DEFAULT_CACHE_STOPPED_NODES,
             Some(Value::Bool(b)) => *b,
@@ -350,6 +371,35 @@ mod tests {
         let w = &c.node_types["w"];
         assert_eq!(w.body["scheduling"]["preemptible"], Value::Bool(true));
         assert!(w.is_spot());
+        // Names go into URL paths and a key's file name: Google's characters only.
+        for (from, to, key) in [
+            (
+                "region: us-west1",
+                "region: 'x/../../y'",
+                "provider.region: ",
+            ),
+            (
+                "project_id: proj",
+                "project_id: 'p/q'",
+                "provider.project_id: ",
+            ),
+            (
+                "availability_zone: us-west1-a",
+                "availability_zone: 'A?b'",
+                "provider.availability_zone: ",
+            ),
+        ] {
+            let e = GcpConfig::from_cluster(&cluster(&BASE.replace(from, to)))
+                .expect_err("refused")
+                .to_string();
+            assert!(e.starts_with(key), "{e}");
+        }
+        assert!(
+            GcpConfig::from_cluster(&cluster(
+                &BASE.replace("project_id: proj", "project_id: 'example.com:proj-1'")
+            ))
+            .is_ok()
+        );
     }
 
     #[test]

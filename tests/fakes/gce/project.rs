@@ -42,6 +42,8 @@ pub struct ProjectApis {
     metadata_version: u64,
     /// The IAM policy's bindings.
     pub bindings: Vec<Value>,
+    /// The policy's `version` (1 when unset; 3 once it has conditions).
+    pub policy_format: u64,
     policy_version: u64,
     /// Service accounts by email.
     pub accounts: BTreeMap<String, Value>,
@@ -139,7 +141,17 @@ pub(super) fn reply(w: &mut World, req: &Request, op_time: std::time::Duration) 
         let Some(bindings) = p.get("bindings").and_then(Value::as_array) else {
             return Some(error(400, "badRequest", "policy.bindings must be a list"));
         };
+        // "Policy versions": a policy with conditions must be version 3.
+        let version = p.get("version").and_then(Value::as_u64).unwrap_or(1);
+        if version < 3 && bindings.iter().any(|b| b.get("condition").is_some()) {
+            return Some(error(
+                400,
+                "badRequest",
+                "Conditional role bindings require policy version 3",
+            ));
+        }
         a.bindings = bindings.clone();
+        a.policy_format = version;
         a.policy_version += 1;
         return Some(Reply::new(200).set_body_json(policy(a)));
     }
@@ -293,7 +305,7 @@ fn forbidden(project: &str) -> Reply {
 
 fn policy(a: &ProjectApis) -> Value {
     json!({
-        "version": 1,
+        "version": a.policy_format.max(1),
         "etag": fingerprint(a.policy_version),
         "bindings": a.bindings,
     })
