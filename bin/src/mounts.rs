@@ -28,8 +28,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::config::mounts::{
-    KIND_HEADER, MODE_HEADER, MountsSource, expand_home, from_hex, head_copies, head_location,
-    mount_paths, tar_excludes,
+    KIND_HEADER, MODE_HEADER, MountsSource, STATE_PATH, expand_home, from_hex, head_copies,
+    head_location, mount_paths, tar_excludes,
 };
 use rayscale_core::provider::boot::head_mounts_prefix;
 use tokio::io::{AsyncRead, ReadBuf};
@@ -129,6 +129,8 @@ struct Served {
     home: PathBuf,
     token: String,
     transfers: Arc<Semaphore>,
+    /// The last state answered, and when it was computed.
+    state: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
 
 async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> {
@@ -146,6 +148,9 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
             StatusCode::UNAUTHORIZED,
             "a bearer token is needed\n".into(),
         );
+    }
+    if req.uri().path() == STATE_PATH {
+        return state(&s).await;
     }
     let Some(remote) = req
         .uri()
@@ -177,19 +182,10 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
             ),
         );
     }
-    // A head whose Ray runs in a container keeps what `up` copied where its container
-    // mounts them from (`cluster_synced_files` are the head's own, at their paths).
-    let copied = head_copies(&config.raw).is_ok_and(|c| c.iter().any(|(r, _)| *r == remote));
-    let prefix = match head_mounts_prefix(&config) {
-        Ok(p) => p.filter(|_| copied),
-        Err(e) => {
-            return text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the head cannot read its docker settings: {e}\n"),
-            );
-        }
+    let local = match local_of(&config, &remote, &s.home) {
+        Ok(l) => l,
+        Err(m) => return text(StatusCode::SERVICE_UNAVAILABLE, m),
     };
-    let local = expand_home(&head_location(&remote, prefix.as_deref()), &s.home);
     let Ok(permit) = s.transfers.clone().acquire_owned().await else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());
     };
@@ -277,6 +273,108 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
     r
 }
 
+/// Where the head keeps mount `remote`: a head whose Ray runs in a container keeps what
+/// `up` copied where its container mounts them from (`cluster_synced_files` are the
+/// head's own, at their paths).
+fn local_of(
+    config: &ClusterConfig,
+    remote: &str,
+    home: &Path,
+) -> std::result::Result<PathBuf, String> {
+    let copied = head_copies(&config.raw).is_ok_and(|c| c.iter().any(|(r, _)| r == remote));
+    let prefix = match head_mounts_prefix(config) {
+        Ok(p) => p.filter(|_| copied),
+        Err(e) => return Err(format!("the head cannot read its docker settings: {e}\n")),
+    };
+    Ok(expand_home(&head_location(remote, prefix.as_deref()), home))
+}
+
+/// How long one state is answered before the trees are walked again (every worker asks
+/// every few seconds).
+const STATE_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /file-mounts-state`: a digest of every mount's tree on the head (see
+/// [`tree_digest`]), which changes when any of them does.
+async fn state(s: &Served) -> Response<ReaderBody> {
+    {
+        let cached = s.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, digest)) = cached.as_ref()
+            && at.elapsed() < STATE_TTL
+        {
+            return text(StatusCode::OK, format!("{digest}\n"));
+        }
+    }
+    let config = match crate::driver::load_config(&s.config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the head cannot read its config: {e:#}\n"),
+            );
+        }
+    };
+    let mut roots = Vec::new();
+    for remote in mount_paths(&config.raw) {
+        match local_of(&config, &remote, &s.home) {
+            Ok(l) => roots.push((remote, l)),
+            Err(m) => return text(StatusCode::SERVICE_UNAVAILABLE, m),
+        }
+    }
+    let digest = match tokio::task::spawn_blocking(move || tree_digest(&roots)).await {
+        Ok(d) => d,
+        Err(e) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the head could not read its copies: {e}\n"),
+            );
+        }
+    };
+    *s.state.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some((std::time::Instant::now(), digest.clone()));
+    text(StatusCode::OK, format!("{digest}\n"))
+}
+
+/// A digest of the trees at `roots` (each `(remote path, local path)`): every entry's
+/// relative path, kind, size, modification time and mode, in sorted order, symlinks not
+/// followed; a path that cannot be read counts as such. Excluded files count too (a
+/// change there fetches the same content again, nothing worse).
+fn tree_digest(roots: &[(String, PathBuf)]) -> String {
+    use std::hash::Hasher as _;
+    use std::os::unix::fs::MetadataExt as _;
+    // `DefaultHasher::new()` has fixed keys: the same trees give the same digest in any
+    // process of this binary (a new binary may change it: the workers fetch once more).
+    let mut h = std::hash::DefaultHasher::new();
+    fn walk(h: &mut impl std::hash::Hasher, path: &Path, rel: &str) {
+        match std::fs::symlink_metadata(path) {
+            Err(_) => {
+                h.write(rel.as_bytes());
+                h.write(b"\0unreadable\0");
+            }
+            Ok(m) => {
+                h.write(rel.as_bytes());
+                h.write_u64(m.len());
+                h.write_i64(m.mtime());
+                h.write_i64(m.mtime_nsec());
+                h.write_u32(m.mode());
+                if m.is_dir() {
+                    let mut names: Vec<_> = std::fs::read_dir(path)
+                        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                        .unwrap_or_default();
+                    names.sort();
+                    for n in names {
+                        let child = format!("{rel}/{}", n.to_string_lossy());
+                        walk(h, &path.join(&n), &child);
+                    }
+                }
+            }
+        }
+    }
+    for (remote, local) in roots {
+        walk(&mut h, local, remote);
+    }
+    format!("{:016x}", h.finish())
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
@@ -300,6 +398,7 @@ pub async fn serve(config_path: &Path, home: &Path, port: u16) -> Result<MountsS
         home: home.to_path_buf(),
         token: token.clone(),
         transfers: Arc::new(Semaphore::new(MAX_TRANSFERS)),
+        state: std::sync::Mutex::new(None),
     });
     let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
@@ -449,6 +548,77 @@ mod tests {
             src.token
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A worker's boot commands with `file_mounts_sync_continuously` (the boot script's
+    /// own, run by bash against this server): the first fetch, then a change on the head
+    /// reaches the worker without anything else run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_sync_continuously_a_worker_fetches_what_changed_on_the_head() {
+        use std::os::unix::process::CommandExt as _;
+        let dir = std::env::temp_dir().join(format!("rayscale-mounts-sync-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (home, worker) = (dir.join("head"), dir.join("worker"));
+        std::fs::create_dir_all(home.join("code")).unwrap();
+        std::fs::create_dir_all(&worker).unwrap();
+        std::fs::write(home.join("code/a.py"), "a1").unwrap();
+        let config = dir.join("cluster.yaml");
+        std::fs::write(
+            &config,
+            "cluster_name: m\nprovider: {type: aws, region: us-east-1}\nhead_node_type: h\n\
+             available_node_types:\n  h: {resources: {}, node_config: {InstanceType: m5.large}}\n\
+             file_mounts: {'~/code': ./code}\nfile_mounts_sync_continuously: true\n",
+        )
+        .unwrap();
+        let src = serve(&config, &home, 0).await.unwrap();
+        // The state: only with the token, the same while nothing changes.
+        let (head, _) = get(src.port, STATE_PATH, None).await;
+        assert!(head.starts_with("http/1.0 401"), "{head}");
+        let (_, first) = get(src.port, STATE_PATH, Some(&src.token)).await;
+        let (_, again) = get(src.port, STATE_PATH, Some(&src.token)).await;
+        assert_eq!(first, again);
+        assert_eq!(String::from_utf8_lossy(&first).trim().len(), 16);
+        let cfg = crate::driver::load_config(&config).unwrap();
+        let cmds = rayscale_core::provider::boot::worker_mount_commands(&cfg.raw, &src, None);
+        let script = format!("set -e\nRAY_HEAD_IP=127.0.0.1\n{}\n", cmds.join("\n"));
+        // Its own process group, which the loop left running stays in.
+        let child = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .env("HOME", &worker)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = child.id();
+        let stop = || {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", "--", &format!("-{group}")])
+                .status();
+        };
+        let out = child.wait_with_output().unwrap();
+        if !out.status.success() {
+            stop();
+        }
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let read = || std::fs::read_to_string(worker.join("code/a.py")).unwrap_or_default();
+        assert_eq!(read(), "a1");
+        std::fs::write(home.join("code/a.py"), "a2").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while read() != "a2" && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let log = std::fs::read_to_string(worker.join(".rayscale/file-mounts-sync.log"))
+            .unwrap_or_default();
+        stop();
+        assert_eq!(read(), "a2", "the change did not reach the worker: {log}");
+        assert!(log.contains("the head's file mounts changed"), "{log}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

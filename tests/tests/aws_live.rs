@@ -123,7 +123,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
             "cluster_name: {cluster}\nmax_workers: 4\nupscaling_speed: 100\nidle_timeout_minutes: 0.2\n\
              provider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
              auth: {{ssh_user: {user}, ssh_private_key: {key}, ssh_proxy_command: 'nc 127.0.0.2 {ssh_port}'}}\n\
-             {mounts}head_node_type: head\n\
+             {mounts}file_mounts_sync_continuously: true\nhead_node_type: head\n\
              head_start_ray_commands:\n  - ray start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsh-$RAY_CLOUD_INSTANCE_ID\n\
              worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-$RAY_CLOUD_INSTANCE_ID --disable-usage-stats\n\
              available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: ami-12c6146b}}}}\n  \
@@ -244,12 +244,18 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     let workers: Vec<String> = booted.iter().filter(|i| **i != head_id).cloned().collect();
     assert!(moto.calls("RunInstances") >= 2, "{}", diag());
     assert!(!workers.is_empty(), "{}", diag());
-    // Each worker got the head's copies (the second `up`'s) at boot.
+    // Each worker got the head's copies (the second `up`'s) at boot, and follows them
+    // (`file_mounts_sync_continuously`; the change itself: bin/src/mounts.rs's test).
     for id in &workers {
         assert_mounts(
             &scratch.join("sim").join(id).join("home"),
             id,
             "print('a2')\n",
+        );
+        let log = sim.log(id);
+        assert!(
+            log.contains("the file mounts follow the head's copies"),
+            "{id}: {log}"
         );
     }
     // The workers joined with their EC2 ids.

@@ -286,7 +286,8 @@ impl ClusterConfig {
     /// them at start, so nothing is dropped silently. Ray's v1 providers (through the
     /// adapter) run Ray's own node updater, which acts on them all. On AWS, GCP and Azure
     /// `rayscale up` copies the mounts to the head and the head's `rayscale run` serves
-    /// them to the workers it boots ([`mounts`]).
+    /// them to the workers it boots ([`mounts`]), and again when they change with
+    /// `file_mounts_sync_continuously`.
     pub fn keys_not_acted_on(&self) -> Vec<String> {
         const V1: &[&str] = &["local", "vsphere", "aliyun", "external", "fake_multinode"];
         const BOOTED: &[&str] = &["aws", "gcp", "azure"];
@@ -300,16 +301,9 @@ impl ClusterConfig {
             Some(_) => true,
         };
         if BOOTED.contains(&self.provider_type.as_str()) {
-            let mut out = Vec::new();
-            if set("file_mounts_sync_continuously") {
-                out.push(
-                    "file_mounts_sync_continuously: not acted on: the head gets the mounts when \
-                     `rayscale up` runs and each worker when it boots; a change reaches the \
-                     head at the next `rayscale up`, and new workers only"
-                        .to_string(),
-                );
-            }
-            return out;
+            // With `file_mounts_sync_continuously`, each worker keeps fetching the head's
+            // copies when they change (the boot script's sync loop).
+            return Vec::new();
         }
         [
             "file_mounts",

@@ -16,6 +16,11 @@
 //! them: over SSH with the YAML's `auth`, with rsync and Ray's filters, before the head's
 //! `initialization_commands` (its boot waits for [`COPIED_MARK`]; see [`head_copies`]).
 //!
+//! With `file_mounts_sync_continuously`, as Ray's monitor re-syncs a node whose mounts'
+//! contents changed on the head, each worker keeps asking the head's server for the state
+//! of its copies ([`STATE_PATH`]) every [`SYNC_INTERVAL_S`] and fetches them all again
+//! when it changed (without running any setup again, as Ray's updater does then).
+//!
 //! This module is pure: what to copy, serve and fetch, from the config. The copy and the
 //! server are the binary's (`bin/src/ssh.rs`, `bin/src/mounts.rs`), the wait and the fetch
 //! are steps of the boot script (`boot`).
@@ -77,6 +82,19 @@ pub fn head_copies(raw: &Value) -> Result<Vec<(String, String)>, CoreError> {
 /// The head's port for the mounts server unless `rayscale run --file-mounts-port` says
 /// otherwise (Ray's cluster security group lets the cluster's nodes reach every port).
 pub const DEFAULT_PORT: u16 = 8079;
+
+/// The server's path answering the state of the head's copies: one hex digest of every
+/// mount's tree (paths, sizes, modification times, modes), which changes when any does.
+pub const STATE_PATH: &str = "/file-mounts-state";
+
+/// How often a worker with `file_mounts_sync_continuously` asks for that state (Ray's
+/// monitor updates every 5 s).
+pub const SYNC_INTERVAL_S: u32 = 5;
+
+/// Whether the config asks for `file_mounts_sync_continuously`.
+pub fn sync_continuously(raw: &Value) -> bool {
+    raw.get("file_mounts_sync_continuously") == Some(&Value::Bool(true))
+}
 
 /// The server's answer header saying whether a mount is a `dir` or a `file`.
 pub const KIND_HEADER: &str = "x-rayscale-mount-kind";

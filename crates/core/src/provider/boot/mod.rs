@@ -341,7 +341,7 @@ fn render(
         .map(|_| docker::host_mount_prefix(&config.cluster_name));
     let fetch = match (&role, &config.mounts_source) {
         (Role::Worker { .. }, Some(src)) => {
-            mount_fetch_commands(&config.raw, src, host_prefix.as_deref())
+            worker_mount_commands(&config.raw, src, host_prefix.as_deref())
         }
         // The head waits for `rayscale up` to copy them from the user's machine.
         (Role::Head { .. }, _) if !crate::config::mounts::head_copies(raw)?.is_empty() => {
@@ -661,13 +661,20 @@ fn commands(v: &Value, path: &str) -> Result<Vec<String>, CoreError> {
 /// its server into the same path here (`~` the SSH user's home), or with a container
 /// under `host_prefix` (Ray's host mount location, bind-mounted into it): a directory's tar
 /// unpacked into it (over what is there, as rsync copies), a file put in place with its
-/// mode; a mount the head does not serve fails the boot, with the head's reason.
-fn mount_fetch_commands(
+/// mode; a mount the head does not serve fails the boot, with the head's reason. With
+/// `file_mounts_sync_continuously`, the state of the head's copies is read first and a
+/// loop left running in the background fetches them all again whenever it changes (a
+/// failed pass is tried again at the next change check; its lines go to
+/// `~/.rayscale/file-mounts-sync.log`).
+pub fn worker_mount_commands(
     raw: &Value,
     src: &crate::config::mounts::MountsSource,
     host_prefix: Option<&str>,
 ) -> Vec<String> {
-    use crate::config::mounts::{KIND_HEADER, MODE_HEADER, hex_of, mount_paths};
+    use crate::config::mounts::{
+        KIND_HEADER, MODE_HEADER, STATE_PATH, SYNC_INTERVAL_S, hex_of, mount_paths,
+        sync_continuously,
+    };
     let paths = mount_paths(raw);
     if paths.is_empty() {
         return Vec::new();
@@ -702,18 +709,41 @@ fn mount_fetch_commands(
         format!("MOUNTS_TOKEN={}", quote(&src.token)),
         function,
     ];
-    for p in &paths {
-        let dest = match host_prefix {
-            Some(prefix) => format!("{prefix}/{p}"),
-            None => p.clone(),
-        };
-        out.push(format!(
-            "fetch_mount {} {} {}",
-            hex_of(p),
-            quote(p),
-            quote(&dest)
-        ));
+    let fetches: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            let dest = match host_prefix {
+                Some(prefix) => format!("{prefix}/{p}"),
+                None => p.clone(),
+            };
+            format!("fetch_mount {} {} {}", hex_of(p), quote(p), quote(&dest))
+        })
+        .collect();
+    if !sync_continuously(raw) {
+        out.extend(fetches);
+        return out;
     }
+    // The state before the first fetch: a change made meanwhile is fetched again.
+    out.push(format!(
+        "mounts_state() {{ curl -fsS --max-time 30 -H \"Authorization: Bearer $MOUNTS_TOKEN\" \"http://$RAY_HEAD_IP:$MOUNTS_PORT{STATE_PATH}\" 2>/dev/null || true; }}"
+    ));
+    out.push("MOUNTS_STATE=\"$(mounts_state)\"".to_string());
+    out.push("fetch_all() {".to_string());
+    out.extend(fetches.iter().map(|f| format!("  {f} || return 1")));
+    out.push("}".to_string());
+    out.push("fetch_all".to_string());
+    out.push("mkdir -p ~/.rayscale".to_string());
+    out.push(format!(
+        "( while sleep {SYNC_INTERVAL_S}; do now=\"$(mounts_state)\"; \
+         if [ -n \"$now\" ] && [ \"$now\" != \"$MOUNTS_STATE\" ]; then \
+         echo \"rayscale: the head's file mounts changed ($(date -u +%FT%TZ)); fetching them again\"; \
+         if fetch_all; then MOUNTS_STATE=\"$now\"; fi; fi; done ) \
+         </dev/null >>~/.rayscale/file-mounts-sync.log 2>&1 &"
+    ));
+    out.push(
+        "echo \"rayscale: the file mounts follow the head's copies (file_mounts_sync_continuously)\""
+            .to_string(),
+    );
     out
 }
 

@@ -325,3 +325,33 @@ fn the_head_waits_for_up_to_copy_its_file_mounts_before_its_setup() {
         None
     );
 }
+
+#[test]
+fn only_sync_continuously_leaves_a_loop_that_fetches_the_mounts_again() {
+    use crate::provider::boot::worker_mount_commands;
+    let src = source().unwrap_or_else(|| unreachable!());
+    let once = cfg("file_mounts: {'~/code': ./code}\n");
+    let plain = worker_mount_commands(&once.raw, &src, None).join("\n");
+    assert!(plain.contains("fetch_mount "), "{plain}");
+    assert!(
+        !plain.contains("file-mounts-state") && !plain.contains("while sleep"),
+        "{plain}"
+    );
+    let kept = cfg("file_mounts: {'~/code': ./code}\nfile_mounts_sync_continuously: true\n");
+    let synced = worker_mount_commands(&kept.raw, &src, None);
+    let text = synced.join("\n");
+    // The state is read before the first fetch, the loop started after it, detached.
+    let state = text
+        .find("MOUNTS_STATE=\"$(mounts_state)\"")
+        .unwrap_or(usize::MAX);
+    let first = text.find("\nfetch_all\n").unwrap_or(0);
+    let looping = text.find("( while sleep 5;").unwrap_or(0);
+    assert!(state < first && first < looping, "{text}");
+    assert!(
+        text.contains("</dev/null >>~/.rayscale/file-mounts-sync.log 2>&1 &"),
+        "{text}"
+    );
+    // No file mounts, no loop.
+    let none = cfg("file_mounts_sync_continuously: true\n");
+    assert!(worker_mount_commands(&none.raw, &src, None).is_empty());
+}
