@@ -349,3 +349,59 @@ async fn concurrent_writers_are_read_again_and_what_is_given_is_not_made() {
     );
     let _ = std::fs::remove_dir_all(&home);
 }
+
+/// Ray's own GCP `defaults.yaml` from the wheel, as a user runs it (only `project_id`,
+/// which Ray leaves null, and the cluster name given): `rayscale up` bootstraps the
+/// project and launches the head as `ray up` would, in a HOME of its own; `down` removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rays_gcp_defaults_yaml_goes_up_unchanged() {
+    rayscale_tests::install_crypto_provider();
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let home = scratch("defaults");
+    let ray = rayscale_tests::cluster_yamls::ray_autoscaler_dir().join("gcp/defaults.yaml");
+    let text = std::fs::read_to_string(&ray).unwrap();
+    assert!(text.contains("project_id: null"), "Ray's defaults changed: {text}");
+    let text = text
+        .replace("project_id: null", &format!("project_id: {PROJECT}"))
+        .replace("cluster_name: default", "cluster_name: raydefaults");
+    let path = home.join("defaults.yaml");
+    std::fs::write(&path, text).unwrap();
+    let arg = path.display().to_string();
+    let env = fake.cli_env(&home);
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(rayscale_tests::workspace_bin("rayscale"))
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, out) = tokio::task::block_in_place(|| cli(&["up", &arg]));
+    assert!(ok && out.contains("launched"), "{out}");
+    for said in [
+        "take subnetwork https://www.googleapis.com/compute/v1/projects/proj/regions/us-west1/subnetworks/default",
+        "key ray-autoscaler_gcp_us-west1_proj_ubuntu_0",
+        "service account ray-autoscaler-sa-v1@proj.iam.gserviceaccount.com",
+    ] {
+        assert!(out.contains(said), "{said}: {out}");
+    }
+    let heads: Vec<Value> = fake
+        .instances()
+        .keys()
+        .map(|n| fake.instance(n).unwrap())
+        .collect();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert_eq!(heads[0]["serviceAccounts"][0]["email"], EMAIL);
+    assert_eq!(heads[0]["networkInterfaces"][0]["subnetwork"], SUBNET);
+    assert_eq!(heads[0]["labels"]["ray-user-node-type"], "ray_head_default");
+    let (ok, out) = tokio::task::block_in_place(|| cli(&["down", &arg, "-y"]));
+    assert!(ok, "{out}");
+    let gone = rayscale_tests::wait_until(Duration::from_secs(20), || fake.instances().is_empty());
+    assert!(gone, "{:?}", fake.instances());
+    let _ = std::fs::remove_dir_all(&home);
+}
