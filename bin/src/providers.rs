@@ -464,7 +464,9 @@ pub async fn build_for_launcher(config: &ClusterConfig) -> Result<Arc<dyn CloudI
         )),
         #[cfg(feature = "azure")]
         Some((_, Served::Feature(_, true))) if t == "azure" => Ok(Arc::new(
-            rayscale_provider_azure::AzureProvider::from_environment(config, None)?,
+            // The launcher's commands print workers' addresses too (`get-worker-ips`).
+            rayscale_provider_azure::AzureProvider::from_environment(config, None)?
+                .with_worker_addresses(),
         )),
         Some((_, Served::Feature(_, true) | Served::Always)) => bail!(
             "provider.type {t:?}: rayscale does not launch its head; start the head as it \

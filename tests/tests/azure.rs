@@ -409,7 +409,8 @@ async fn the_head_boots_rayscale_and_workers_join_it() {
         "not returned"
     );
     // A running head's addresses, read from its NIC and its public address resource (as
-    // Ray's Azure provider reads them); a worker's are not read.
+    // Ray's Azure provider reads them); a worker's are not read by the autoscaler's
+    // provider, only by the launcher's (`get-worker-ips`).
     let head_id = head.instances[0].cloud_instance_id.clone();
     let mut listed = Vec::new();
     for _ in 0..50 {
@@ -440,6 +441,29 @@ async fn the_head_boots_rayscale_and_workers_join_it() {
     assert_eq!(
         (wk.private_ip.as_deref(), wk.public_ip.as_deref()),
         (None, None)
+    );
+    let launcher = provider_with(&fake, &cfg, None, polling()).with_worker_addresses();
+    let worker_id = w.instances[0].cloud_instance_id.clone();
+    let mut wk = None;
+    for _ in 0..50 {
+        wk = launcher
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|i| i.cloud_instance_id == worker_id && i.public_ip.is_some());
+        if wk.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let wk = wk.expect("the worker's addresses");
+    assert!(wk.private_ip.is_some(), "{wk:?}");
+    assert!(
+        wk.public_ip
+            .as_deref()
+            .is_some_and(|a| a.starts_with("203.0.113.")),
+        "{wk:?}"
     );
 }
 

@@ -360,7 +360,10 @@ async fn rays_gcp_defaults_yaml_goes_up_unchanged() {
     let home = scratch("defaults");
     let ray = rayscale_tests::cluster_yamls::ray_autoscaler_dir().join("gcp/defaults.yaml");
     let text = std::fs::read_to_string(&ray).unwrap();
-    assert!(text.contains("project_id: null"), "Ray's defaults changed: {text}");
+    assert!(
+        text.contains("project_id: null"),
+        "Ray's defaults changed: {text}"
+    );
     let text = text
         .replace("project_id: null", &format!("project_id: {PROJECT}"))
         .replace("cluster_name: default", "cluster_name: raydefaults");
@@ -378,7 +381,8 @@ async fn rays_gcp_defaults_yaml_goes_up_unchanged() {
             .unwrap();
         (
             out.status.success(),
-            String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
         )
     };
     let (ok, out) = tokio::task::block_in_place(|| cli(&["up", &arg]));

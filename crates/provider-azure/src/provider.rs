@@ -85,8 +85,12 @@ pub struct AzureProvider {
     power: Mutex<BTreeMap<String, PowerEntry>>,
     /// VMs whose create failed, still to delete.
     failed: Mutex<BTreeSet<String>>,
-    /// Heads' addresses (private, public), by `vmId`.
+    /// Addresses (private, public) by `vmId`: heads', and workers' too with
+    /// [`with_worker_addresses`](AzureProvider::with_worker_addresses).
     head_ips: Mutex<BTreeMap<String, (String, Option<String>)>>,
+    /// Whether `list` reads running workers' addresses too (`get-worker-ips`; the
+    /// autoscaler itself never needs them, so it spends no call on them).
+    worker_addresses: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -143,7 +147,15 @@ impl AzureProvider {
             power: Mutex::new(BTreeMap::new()),
             failed: Mutex::new(BTreeSet::new()),
             head_ips: Mutex::new(BTreeMap::new()),
+            worker_addresses: false,
         })
+    }
+
+    /// This provider, whose `list` also reads each running worker's addresses (once per
+    /// VM, from its NIC and public address), as `rayscale get-worker-ips` prints them.
+    pub fn with_worker_addresses(mut self) -> Self {
+        self.worker_addresses = true;
+        self
     }
 
     /// A provider whose client uses `RAYSCALE_AZURE_ENDPOINT` when set (else Azure's
@@ -268,9 +280,9 @@ impl AzureProvider {
         out
     }
 
-    /// A running head's private and public addresses (read from its NIC and its public
+    /// A running VM's private and public addresses (read from its NIC and its public
     /// address resource, once per VM; not kept while the public one cannot be read).
-    async fn head_addresses(&self, v: &Vm) -> Option<(String, Option<String>)> {
+    async fn addresses(&self, v: &Vm) -> Option<(String, Option<String>)> {
         if let Some(a) = lock(&self.head_ips).get(&v.vm_id) {
             return Some(a.clone());
         }
@@ -278,7 +290,7 @@ impl AzureProvider {
         let nic = match self.arm.nic_addresses(nic).await {
             Ok(n) => n,
             Err(e) => {
-                tracing::debug!("the address of head {}: {e}", v.name);
+                tracing::debug!("the address of {}: {e}", v.name);
                 return None;
             }
         };
@@ -298,7 +310,7 @@ impl AzureProvider {
             }
             Err(e) => {
                 // Said: `get-head-ip` and `up` fall back to the private address.
-                tracing::warn!("the public address of head {}: {e}", v.name);
+                tracing::warn!("the public address of {}: {e}", v.name);
                 Some((private, None))
             }
         }
@@ -396,9 +408,9 @@ impl CloudInstanceProvider for AzureProvider {
             let Some(mut c) = mapping::cloud_instance(v, p) else {
                 continue;
             };
-            if c.is_head()
+            if (c.is_head() || self.worker_addresses)
                 && c.is_running()
-                && let Some((private, public)) = self.head_addresses(v).await
+                && let Some((private, public)) = self.addresses(v).await
             {
                 c.private_ip = Some(private);
                 c.public_ip = public;
