@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::config::mounts::{COPIED_MARK, expand_home, head_copies, head_location};
+use rayscale_core::config::mounts::{copied_mark, expand_home, head_copies, head_location};
 use rayscale_core::provider::boot::head_mounts_prefix;
 use serde_json::Value;
 
@@ -50,6 +50,8 @@ pub struct Plan {
     pub proxy: Option<String>,
     /// rsync's arguments for `rsync_exclude` and `rsync_filter`, as Ray gives them.
     pub filters: Vec<String>,
+    /// Where the mark the head's boot waits for goes (`config::mounts::copied_mark`).
+    pub mark: String,
 }
 
 /// What `up` will copy to the head of `config` (`None`: no `file_mounts`), checked: each
@@ -137,6 +139,7 @@ pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
         key,
         proxy: text("ssh_proxy_command")?,
         filters,
+        mark: copied_mark(prefix.as_deref()),
     }))
 }
 
@@ -343,7 +346,14 @@ pub async fn copy_to_head(
             c.local
         );
     }
-    let mark = format!("mkdir -p ~/.rayscale && touch ~/{COPIED_MARK}");
+    let mark = match parent_of(&plan.mark) {
+        Some(dir) => format!(
+            "mkdir -p {} && touch {}",
+            remote_path(dir),
+            remote_path(&plan.mark)
+        ),
+        None => format!("touch {}", remote_path(&plan.mark)),
+    };
     run(&plan.ssh(host, &mark, 120), Some(Duration::from_secs(300)))
         .await
         .context("marking the file mounts copied on the head")?;
@@ -438,6 +448,8 @@ mod tests {
         );
         let p = plan(&c, &home).expect("plan").expect("mounts");
         assert_eq!(p.copies[0].remote, "/tmp/ray_tmp_mount/c/~/code/");
+        // The mark beside the copies: a head whose /tmp was emptied waits for `up` again.
+        assert_eq!(p.mark, "/tmp/ray_tmp_mount/c/.rayscale-file-mounts.copied");
         assert_eq!(p.key, None);
         assert!(!p.ssh("h", "uptime", 10).contains(&"-i".to_string()));
         let _ = std::fs::remove_dir_all(&home);

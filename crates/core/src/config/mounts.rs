@@ -36,6 +36,17 @@ use crate::CoreError;
 /// its `initialization_commands`, as Ray's node updater syncs the mounts before them.
 pub const COPIED_MARK: &str = ".rayscale/file-mounts.copied";
 
+/// Where the mark is for a head whose copies go under `prefix` (a container head's host
+/// directory, [`head_location`]): beside them, so that a head whose `/tmp` was emptied (a
+/// reboot) waits for `up` again rather than start its container without them. Without a
+/// prefix: `~/`[`COPIED_MARK`].
+pub fn copied_mark(prefix: Option<&str>) -> String {
+    match prefix {
+        Some(p) => format!("{}/.rayscale-file-mounts.copied", p.trim_end_matches('/')),
+        None => format!("~/{COPIED_MARK}"),
+    }
+}
+
 /// Ray's own bootstrap files, which `ray up` adds to a head's `file_mounts` (a YAML taken
 /// from a Ray head has them): the head's boot writes the config itself, so they are not
 /// copied, nor bind-mounted into a container (Ray copies them in).

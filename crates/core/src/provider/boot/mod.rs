@@ -345,7 +345,7 @@ fn render(
         }
         // The head waits for `rayscale up` to copy them from the user's machine.
         (Role::Head { .. }, _) if !crate::config::mounts::head_copies(raw)?.is_empty() => {
-            wait_for_copies()
+            wait_for_copies(host_prefix.as_deref())
         }
         _ => Vec::new(),
     };
@@ -607,8 +607,13 @@ pub fn head_mounts_prefix(config: &ClusterConfig) -> Result<Option<String>, Core
 /// `HOME`), saying so once a minute. No deadline: as with Ray's `ray up`, a head does not
 /// go on to its setup without the mounts; `rayscale up` run again copies them (or
 /// `rayscale down` ends it).
-fn wait_for_copies() -> Vec<String> {
-    let mark = crate::config::mounts::COPIED_MARK;
+fn wait_for_copies(prefix: Option<&str>) -> Vec<String> {
+    let shown = crate::config::mounts::copied_mark(prefix);
+    // `~` is the SSH user's home, looked up on each pass.
+    let mark = match shown.strip_prefix("~/") {
+        Some(rest) => format!("$(mark_home)/{rest}"),
+        None => shown.clone(),
+    };
     vec![
         "mark_home() {".to_string(),
         "  if [ -n \"${SSH_USER:-}\" ] && [ \"$(id -un)\" != \"$SSH_USER\" ] && id \"$SSH_USER\" >/dev/null 2>&1; then".to_string(),
@@ -618,9 +623,9 @@ fn wait_for_copies() -> Vec<String> {
         "  fi".to_string(),
         "}".to_string(),
         "n=0".to_string(),
-        format!("while [ ! -e \"$(mark_home)/{mark}\" ]; do"),
+        format!("while [ ! -e \"{mark}\" ]; do"),
         format!(
-            "  if [ $((n % 60)) -eq 0 ]; then echo \"rayscale: waiting for rayscale up to copy the file mounts here (~/{mark})\"; fi"
+            "  if [ $((n % 60)) -eq 0 ]; then echo \"rayscale: waiting for rayscale up to copy the file mounts here ({shown})\"; fi"
         ),
         "  n=$((n + 1)); sleep 1".to_string(),
         "done".to_string(),

@@ -314,6 +314,11 @@ fn the_head_waits_for_up_to_copy_its_file_mounts_before_its_setup() {
     );
     let s = head_script(&d).unwrap_or_else(|e| panic!("{e}"));
     assert!(s.contains("/tmp/ray_tmp_mount/demo/~/code"), "{s}");
+    // Its mark beside the copies (a reboot that empties /tmp empties both).
+    assert!(
+        s.contains("while [ ! -e \"/tmp/ray_tmp_mount/demo/.rayscale-file-mounts.copied\" ]"),
+        "{s}"
+    );
     assert_eq!(
         head_mounts_prefix(&d)
             .unwrap_or_else(|e| panic!("{e}"))
