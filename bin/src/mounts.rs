@@ -164,14 +164,9 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
         );
     };
     // The config as it is now: only its mounts are served.
-    let config = match crate::driver::load_config(&s.config_path) {
+    let config = match config_now(s.as_ref()) {
         Ok(c) => c,
-        Err(e) => {
-            return text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the head cannot read its config: {e:#}\n"),
-            );
-        }
+        Err(r) => return *r,
     };
     if !mount_paths(&config.raw).contains(&remote) {
         return text(
@@ -273,6 +268,16 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
     r
 }
 
+/// The config as it is now (each answer follows it), or the answer saying why not.
+fn config_now(s: &Served) -> std::result::Result<ClusterConfig, Box<Response<ReaderBody>>> {
+    crate::driver::load_config(&s.config_path).map_err(|e| {
+        Box::new(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the head cannot read its config: {e:#}\n"),
+        ))
+    })
+}
+
 /// Where the head keeps mount `remote`: a head whose Ray runs in a container keeps what
 /// `up` copied where its container mounts them from (`cluster_synced_files` are the
 /// head's own, at their paths).
@@ -304,14 +309,9 @@ async fn state(s: &Served) -> Response<ReaderBody> {
             return text(StatusCode::OK, format!("{digest}\n"));
         }
     }
-    let config = match crate::driver::load_config(&s.config_path) {
+    let config = match config_now(s) {
         Ok(c) => c,
-        Err(e) => {
-            return text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the head cannot read its config: {e:#}\n"),
-            );
-        }
+        Err(r) => return *r,
     };
     let mut roots = Vec::new();
     for remote in mount_paths(&config.raw) {

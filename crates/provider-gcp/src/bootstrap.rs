@@ -217,35 +217,29 @@ pub fn ssh_key_line(user: &str, public_key: &str) -> Result<String, GcpError> {
     }
 }
 
-/// The `ssh-keys` value of a `Metadata` (`{fingerprint, items: [{key, value}]}`).
-fn ssh_keys(metadata: &Value) -> &str {
+/// The value of item `key` of a `Metadata` (`{fingerprint, items: [{key, value}]}`).
+fn metadata_item<'a>(metadata: &'a Value, key: &str) -> Option<&'a str> {
     metadata
         .get("items")
         .and_then(Value::as_array)
         .and_then(|items| {
             items
                 .iter()
-                .find(|i| i.get("key").and_then(Value::as_str) == Some("ssh-keys"))
+                .find(|i| i.get("key").and_then(Value::as_str) == Some(key))
         })
         .and_then(|i| i.get("value"))
         .and_then(Value::as_str)
-        .unwrap_or("")
+}
+
+/// The `ssh-keys` value of a `Metadata`.
+fn ssh_keys(metadata: &Value) -> &str {
+    metadata_item(metadata, "ssh-keys").unwrap_or("")
 }
 
 /// Whether the project's metadata turns OS Login on (`enable-oslogin`: `TRUE`), under
 /// which instances ignore `ssh-keys`.
 fn os_login(metadata: &Value) -> bool {
-    metadata
-        .get("items")
-        .and_then(Value::as_array)
-        .and_then(|items| {
-            items
-                .iter()
-                .find(|i| i.get("key").and_then(Value::as_str) == Some("enable-oslogin"))
-        })
-        .and_then(|i| i.get("value"))
-        .and_then(Value::as_str)
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    metadata_item(metadata, "enable-oslogin").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
 /// Whether the project's `ssh-keys` hold `line` (by its key), or, without one, any line
