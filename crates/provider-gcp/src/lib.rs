@@ -11,7 +11,9 @@
 //! What it must not do: decide anything (the reconciler does), guess whether Ray runs on
 //! an instance, hold global state or create a runtime, take an operation that ended with
 //! an error for a success, send plain http anywhere but loopback, or make Cloud TPUs
-//! (a TPU node config is refused at load).
+//! (a TPU node config is refused at load). Its bootstrap must not create projects, make
+//! a service account a head that names its own does not use, or write project metadata
+//! without the fingerprint it read.
 //!
 //! Files: `config` (the YAML), `mapping` (pure: node_config -> `Instance`, instance ->
 //! `CloudInstance`, names, labels, the list filter), `client` (credentials, endpoint,
