@@ -297,7 +297,7 @@ pub async fn down_workers(config: &ClusterConfig, keep_min_workers: bool) -> Res
 /// `ray get-head-ip` / `ray get-worker-ips` print them: public, or private with
 /// `provider.use_internal_ips`.
 pub async fn ips(config: &ClusterConfig, head: bool) -> Result<String> {
-    let provider = crate::providers::build_for_launcher(config).await?;
+    let provider = crate::providers::build_for_launcher_with(config, !head).await?;
     let all = provider.list().await?;
     let ips: Vec<String> = all
         .iter()

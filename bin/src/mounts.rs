@@ -29,7 +29,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::config::mounts::{
     KIND_HEADER, MODE_HEADER, MountsSource, STATE_PATH, expand_home, from_hex, head_copies,
-    head_location, mount_paths, tar_excludes,
+    head_location, hex_of, mount_paths, tar_excludes,
 };
 use rayscale_core::provider::boot::head_mounts_prefix;
 use tokio::io::{AsyncRead, ReadBuf};
@@ -129,8 +129,8 @@ struct Served {
     home: PathBuf,
     token: String,
     transfers: Arc<Semaphore>,
-    /// The last state answered, and when it was computed.
-    state: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+    /// The last state answered, and when it was computed (held across a walk).
+    state: tokio::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
 
 async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> {
@@ -298,16 +298,15 @@ fn local_of(
 /// every few seconds).
 const STATE_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// `GET /file-mounts-state`: a digest of every mount's tree on the head (see
-/// [`tree_digest`]), which changes when any of them does.
+/// `GET /file-mounts-state`: one line per mount, `<hex of its path> <digest of its tree
+/// on the head>` (see [`tree_digest`]); a line changes when its mount does. One walk at a
+/// time: a request that comes during a walk waits for it and takes its answer.
 async fn state(s: &Served) -> Response<ReaderBody> {
+    let mut cached = s.state.lock().await;
+    if let Some((at, lines)) = cached.as_ref()
+        && at.elapsed() < STATE_TTL
     {
-        let cached = s.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, digest)) = cached.as_ref()
-            && at.elapsed() < STATE_TTL
-        {
-            return text(StatusCode::OK, format!("{digest}\n"));
-        }
+        return text(StatusCode::OK, lines.clone());
     }
     let config = match config_now(s) {
         Ok(c) => c,
@@ -320,8 +319,15 @@ async fn state(s: &Served) -> Response<ReaderBody> {
             Err(m) => return text(StatusCode::SERVICE_UNAVAILABLE, m),
         }
     }
-    let digest = match tokio::task::spawn_blocking(move || tree_digest(&roots)).await {
-        Ok(d) => d,
+    let walked = tokio::task::spawn_blocking(move || {
+        roots
+            .iter()
+            .map(|(remote, local)| format!("{} {}\n", hex_of(remote), tree_digest(local, remote)))
+            .collect::<String>()
+    })
+    .await;
+    let lines = match walked {
+        Ok(l) => l,
         Err(e) => {
             return text(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -329,16 +335,15 @@ async fn state(s: &Served) -> Response<ReaderBody> {
             );
         }
     };
-    *s.state.lock().unwrap_or_else(|p| p.into_inner()) =
-        Some((std::time::Instant::now(), digest.clone()));
-    text(StatusCode::OK, format!("{digest}\n"))
+    *cached = Some((std::time::Instant::now(), lines.clone()));
+    text(StatusCode::OK, lines)
 }
 
-/// A digest of the trees at `roots` (each `(remote path, local path)`): every entry's
-/// relative path, kind, size, modification time and mode, in sorted order, symlinks not
-/// followed; a path that cannot be read counts as such. Excluded files count too (a
-/// change there fetches the same content again, nothing worse).
-fn tree_digest(roots: &[(String, PathBuf)]) -> String {
+/// A digest of the tree at `local` (mount `remote`): every entry's relative path, size,
+/// modification time and mode, in sorted order, symlinks not followed; a path that
+/// cannot be read counts as such. Excluded files count too (a change there fetches the
+/// same content again, nothing worse).
+fn tree_digest(local: &Path, remote: &str) -> String {
     use std::hash::Hasher as _;
     use std::os::unix::fs::MetadataExt as _;
     // `DefaultHasher::new()` has fixed keys: the same trees give the same digest in any
@@ -369,9 +374,7 @@ fn tree_digest(roots: &[(String, PathBuf)]) -> String {
             }
         }
     }
-    for (remote, local) in roots {
-        walk(&mut h, local, remote);
-    }
+    walk(&mut h, local, remote);
     format!("{:016x}", h.finish())
 }
 
@@ -398,7 +401,7 @@ pub async fn serve(config_path: &Path, home: &Path, port: u16) -> Result<MountsS
         home: home.to_path_buf(),
         token: token.clone(),
         transfers: Arc::new(Semaphore::new(MAX_TRANSFERS)),
-        state: std::sync::Mutex::new(None),
+        state: tokio::sync::Mutex::new(None),
     });
     let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
@@ -562,12 +565,14 @@ mod tests {
         std::fs::create_dir_all(home.join("code")).unwrap();
         std::fs::create_dir_all(&worker).unwrap();
         std::fs::write(home.join("code/a.py"), "a1").unwrap();
+        std::fs::write(home.join("data.txt"), "d").unwrap();
         let config = dir.join("cluster.yaml");
         std::fs::write(
             &config,
             "cluster_name: m\nprovider: {type: aws, region: us-east-1}\nhead_node_type: h\n\
              available_node_types:\n  h: {resources: {}, node_config: {InstanceType: m5.large}}\n\
-             file_mounts: {'~/code': ./code}\nfile_mounts_sync_continuously: true\n",
+             file_mounts: {'~/code': ./code, '~/data.txt': ./data.txt}\n\
+             file_mounts_sync_continuously: true\n",
         )
         .unwrap();
         let src = serve(&config, &home, 0).await.unwrap();
@@ -577,7 +582,12 @@ mod tests {
         let (_, first) = get(src.port, STATE_PATH, Some(&src.token)).await;
         let (_, again) = get(src.port, STATE_PATH, Some(&src.token)).await;
         assert_eq!(first, again);
-        assert_eq!(String::from_utf8_lossy(&first).trim().len(), 16);
+        let line = String::from_utf8_lossy(&first).to_string();
+        let hexes: Vec<&str> = line
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(hexes, [hex_of("~/code"), hex_of("~/data.txt")], "{line}");
         let cfg = crate::driver::load_config(&config).unwrap();
         let cmds = rayscale_core::provider::boot::worker_mount_commands(&cfg.raw, &src, None);
         let script = format!("set -e\nRAY_HEAD_IP=127.0.0.1\n{}\n", cmds.join("\n"));
@@ -591,16 +601,17 @@ mod tests {
             .process_group(0)
             .spawn()
             .unwrap();
-        let group = child.id();
-        let stop = || {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", "--", &format!("-{group}")])
-                .status();
-        };
-        let out = child.wait_with_output().unwrap();
-        if !out.status.success() {
-            stop();
+        /// Kills the process group (the loop too) however the test ends.
+        struct Group(u32);
+        impl Drop for Group {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-TERM", "--", &format!("-{}", self.0)])
+                    .status();
+            }
         }
+        let _group = Group(child.id());
+        let out = child.wait_with_output().unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -609,15 +620,26 @@ mod tests {
         let read = || std::fs::read_to_string(worker.join("code/a.py")).unwrap_or_default();
         assert_eq!(read(), "a1");
         std::fs::write(home.join("code/a.py"), "a2").unwrap();
+        let log = || {
+            std::fs::read_to_string(worker.join(".rayscale/file-mounts-sync.log"))
+                .unwrap_or_default()
+        };
+        // Until the pass that fetched it has said so.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while read() != "a2" && std::time::Instant::now() < deadline {
+        while !(read() == "a2" && log().contains("file mount ~/code fetched"))
+            && std::time::Instant::now() < deadline
+        {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
-        let log = std::fs::read_to_string(worker.join(".rayscale/file-mounts-sync.log"))
-            .unwrap_or_default();
-        stop();
+        let log = log();
         assert_eq!(read(), "a2", "the change did not reach the worker: {log}");
-        assert!(log.contains("the head's file mounts changed"), "{log}");
+        assert!(log.contains("a file mount changed on the head"), "{log}");
+        // Only the mount that changed is fetched again.
+        assert!(
+            log.contains("file mount ~/code fetched")
+                && !log.contains("file mount ~/data.txt fetched"),
+            "{log}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -452,6 +452,17 @@ pub async fn filled_or_as_is(config: ClusterConfig) -> ClusterConfig {
 /// The provider of a cloud cluster for the launcher (`up`, `down`) on this machine: it
 /// launches the head and removes the cluster; the head's own rayscale launches workers.
 pub async fn build_for_launcher(config: &ClusterConfig) -> Result<Arc<dyn CloudInstanceProvider>> {
+    build_for_launcher_with(config, false).await
+}
+
+/// [`build_for_launcher`], whose list also gives running workers' addresses where the
+/// cloud needs extra calls for them (Azure), with `worker_addresses` (`get-worker-ips`).
+pub async fn build_for_launcher_with(
+    config: &ClusterConfig,
+    worker_addresses: bool,
+) -> Result<Arc<dyn CloudInstanceProvider>> {
+    #[cfg(not(feature = "azure"))]
+    let _ = worker_addresses;
     let t = config.provider_type.as_str();
     match TYPES.iter().find(|(name, _)| *name == t) {
         #[cfg(feature = "aws")]
@@ -463,11 +474,14 @@ pub async fn build_for_launcher(config: &ClusterConfig) -> Result<Arc<dyn CloudI
             rayscale_provider_gcp::GcpProvider::from_environment(config, None).await?,
         )),
         #[cfg(feature = "azure")]
-        Some((_, Served::Feature(_, true))) if t == "azure" => Ok(Arc::new(
-            // The launcher's commands print workers' addresses too (`get-worker-ips`).
-            rayscale_provider_azure::AzureProvider::from_environment(config, None)?
-                .with_worker_addresses(),
-        )),
+        Some((_, Served::Feature(_, true))) if t == "azure" => Ok(Arc::new({
+            let p = rayscale_provider_azure::AzureProvider::from_environment(config, None)?;
+            if worker_addresses {
+                p.with_worker_addresses()
+            } else {
+                p
+            }
+        })),
         Some((_, Served::Feature(_, true) | Served::Always)) => bail!(
             "provider.type {t:?}: rayscale does not launch its head; start the head as it \
              documents and run `rayscale run` there"

@@ -609,11 +609,13 @@ pub fn head_mounts_prefix(config: &ClusterConfig) -> Result<Option<String>, Core
 /// `rayscale down` ends it).
 fn wait_for_copies(prefix: Option<&str>) -> Vec<String> {
     let shown = crate::config::mounts::copied_mark(prefix);
-    // `~` is the SSH user's home, looked up on each pass.
+    // `~` is the SSH user's home, looked up on each pass; a container head's path holds
+    // the cluster name, quoted.
     let mark = match shown.strip_prefix("~/") {
-        Some(rest) => format!("$(mark_home)/{rest}"),
-        None => shown.clone(),
+        Some(rest) => format!("\"$(mark_home)\"/{}", quote(rest)),
+        None => quote(&shown),
     };
+    let shown = quote(&shown);
     vec![
         "mark_home() {".to_string(),
         "  if [ -n \"${SSH_USER:-}\" ] && [ \"$(id -un)\" != \"$SSH_USER\" ] && id \"$SSH_USER\" >/dev/null 2>&1; then".to_string(),
@@ -623,9 +625,9 @@ fn wait_for_copies(prefix: Option<&str>) -> Vec<String> {
         "  fi".to_string(),
         "}".to_string(),
         "n=0".to_string(),
-        format!("while [ ! -e \"{mark}\" ]; do"),
+        format!("while [ ! -e {mark} ]; do"),
         format!(
-            "  if [ $((n % 60)) -eq 0 ]; then echo \"rayscale: waiting for rayscale up to copy the file mounts here ({shown})\"; fi"
+            "  if [ $((n % 60)) -eq 0 ]; then echo \"rayscale: waiting for rayscale up to copy the file mounts here (\"{shown}\")\"; fi"
         ),
         "  n=$((n + 1)); sleep 1".to_string(),
         "done".to_string(),
@@ -688,19 +690,24 @@ pub fn worker_mount_commands(
         "fetch_mount() {",
         "  local n=\"$1\" dest=\"$3\" tmp code",
         "  case \"$dest\" in \"~\") dest=\"$HOME\" ;; \"~/\"*) dest=\"$HOME/${dest#\"~/\"}\" ;; esac",
-        "  tmp=\"$(mktemp -d)\"",
+        // Each step checked: `set -e` does not reach into a function called from a
+        // condition (the sync loop's `if fetch_all`).
+        "  tmp=\"$(mktemp -d)\" || return 1",
         "  code=\"$(curl -sS --retry 10 --retry-connrefused --retry-delay 3 -H \"Authorization: Bearer $MOUNTS_TOKEN\" \\",
         "    -D \"$tmp/headers\" -o \"$tmp/body\" -w '%{http_code}' \"http://$RAY_HEAD_IP:$MOUNTS_PORT/file-mounts/$n\")\" || code=000",
         "  if [ \"$code\" != 200 ]; then",
         "    echo \"rayscale: file mount $2: the head ($RAY_HEAD_IP:$MOUNTS_PORT) answered $code: $(head -c 400 \"$tmp/body\" 2>/dev/null)\" >&2",
         "    rm -rf \"$tmp\"; return 1",
         "  fi",
-        "  mkdir -p \"$(dirname \"$dest\")\"",
         "  if grep -qi '^KIND: *dir' \"$tmp/headers\"; then",
-        "    mkdir -p \"$dest\" && tar -xzf \"$tmp/body\" -C \"$dest\"",
+        "    if ! { mkdir -p \"$dest\" && tar -xzf \"$tmp/body\" -C \"$dest\"; }; then",
+        "      echo \"rayscale: file mount $2: cannot unpack it into $dest\" >&2; rm -rf \"$tmp\"; return 1",
+        "    fi",
         "  else",
         "    chmod \"$(sed -n 's/^MODE: *\\([0-7]*\\).*/\\1/Ip' \"$tmp/headers\" | head -n 1)\" \"$tmp/body\" 2>/dev/null || true",
-        "    mv -f \"$tmp/body\" \"$dest\"",
+        "    if ! { mkdir -p \"$(dirname \"$dest\")\" && mv -f \"$tmp/body\" \"$dest\"; }; then",
+        "      echo \"rayscale: file mount $2: cannot put it at $dest\" >&2; rm -rf \"$tmp\"; return 1",
+        "    fi",
         "  fi",
         "  rm -rf \"$tmp\"",
         "  echo \"rayscale: file mount $2 fetched from the head\"",
@@ -714,36 +721,55 @@ pub fn worker_mount_commands(
         format!("MOUNTS_TOKEN={}", quote(&src.token)),
         function,
     ];
-    let fetches: Vec<String> = paths
+    let fetches: Vec<(String, String)> = paths
         .iter()
         .map(|p| {
             let dest = match host_prefix {
                 Some(prefix) => format!("{prefix}/{p}"),
                 None => p.clone(),
             };
-            format!("fetch_mount {} {} {}", hex_of(p), quote(p), quote(&dest))
+            (
+                hex_of(p),
+                format!("fetch_mount {} {} {}", hex_of(p), quote(p), quote(&dest)),
+            )
         })
         .collect();
     if !sync_continuously(raw) {
-        out.extend(fetches);
+        out.extend(fetches.into_iter().map(|(_, f)| f));
         return out;
     }
-    // The state before the first fetch: a change made meanwhile is fetched again.
+    // Each mount's state (`<hex of its path> <digest>` lines) is read before the first
+    // fetch, so a change made meanwhile is fetched again; then only a mount whose state
+    // changed is fetched again, and a failed one is tried at the next pass, the passes
+    // spaced out (up to a minute) while one fails.
     out.push(format!(
         "mounts_state() {{ curl -fsS --max-time 30 -H \"Authorization: Bearer $MOUNTS_TOKEN\" \"http://$RAY_HEAD_IP:$MOUNTS_PORT{STATE_PATH}\" 2>/dev/null || true; }}"
     ));
-    out.push("MOUNTS_STATE=\"$(mounts_state)\"".to_string());
-    out.push("fetch_all() {".to_string());
-    out.extend(fetches.iter().map(|f| format!("  {f} || return 1")));
+    out.push("MOUNTS_STATE_DIR=\"$HOME/.rayscale/file-mounts-state\"".to_string());
+    out.push("mkdir -p \"$MOUNTS_STATE_DIR\"".to_string());
+    out.push("mounts_state >\"$MOUNTS_STATE_DIR/first\"".to_string());
+    out.push("fetch_one() {".to_string());
+    out.push("  case \"$1\" in".to_string());
+    for (hex, f) in &fetches {
+        out.push(format!("    {hex}) {f} ;;"));
+    }
+    out.push("    *) return 0 ;;".to_string());
+    out.push("  esac".to_string());
     out.push("}".to_string());
-    out.push("fetch_all".to_string());
-    out.push("mkdir -p ~/.rayscale".to_string());
+    out.extend(fetches.iter().map(|(_, f)| f.clone()));
+    out.push(
+        "while read -r n d; do [ -n \"$n\" ] && [ -n \"$d\" ] && printf '%s\\n' \"$d\" >\"$MOUNTS_STATE_DIR/$n\"; done <\"$MOUNTS_STATE_DIR/first\""
+            .to_string(),
+    );
     out.push(format!(
-        "( while sleep {SYNC_INTERVAL_S}; do now=\"$(mounts_state)\"; \
-         if [ -n \"$now\" ] && [ \"$now\" != \"$MOUNTS_STATE\" ]; then \
-         echo \"rayscale: the head's file mounts changed ($(date -u +%FT%TZ)); fetching them again\"; \
-         if fetch_all; then MOUNTS_STATE=\"$now\"; fi; fi; done ) \
-         </dev/null >>~/.rayscale/file-mounts-sync.log 2>&1 &"
+        "( pause={SYNC_INTERVAL_S}; while sleep $((pause + RANDOM % 3)); do failed=0; \
+         while read -r n d; do \
+         if [ -z \"$n\" ] || [ -z \"$d\" ] || [ \"$d\" = \"$(cat \"$MOUNTS_STATE_DIR/$n\" 2>/dev/null)\" ]; then continue; fi; \
+         echo \"rayscale: a file mount changed on the head ($(date -u +%FT%TZ)); fetching it again\"; \
+         if fetch_one \"$n\"; then printf '%s\\n' \"$d\" >\"$MOUNTS_STATE_DIR/$n\"; else failed=1; fi; \
+         done < <(mounts_state); \
+         if [ \"$failed\" = 1 ]; then pause=$((pause * 2 > 60 ? 60 : pause * 2)); else pause={SYNC_INTERVAL_S}; fi; \
+         done ) </dev/null >>~/.rayscale/file-mounts-sync.log 2>&1 &"
     ));
     out.push(
         "echo \"rayscale: the file mounts follow the head's copies (file_mounts_sync_continuously)\""

@@ -316,7 +316,7 @@ fn the_head_waits_for_up_to_copy_its_file_mounts_before_its_setup() {
     assert!(s.contains("/tmp/ray_tmp_mount/demo/~/code"), "{s}");
     // Its mark beside the copies (a reboot that empties /tmp empties both).
     assert!(
-        s.contains("while [ ! -e \"/tmp/ray_tmp_mount/demo/.rayscale-file-mounts.copied\" ]"),
+        s.contains("while [ ! -e '/tmp/ray_tmp_mount/demo/.rayscale-file-mounts.copied' ]"),
         "{s}"
     );
     assert_eq!(
@@ -345,12 +345,16 @@ fn only_sync_continuously_leaves_a_loop_that_fetches_the_mounts_again() {
     let kept = cfg("file_mounts: {'~/code': ./code}\nfile_mounts_sync_continuously: true\n");
     let synced = worker_mount_commands(&kept.raw, &src, None);
     let text = synced.join("\n");
-    // The state is read before the first fetch, the loop started after it, detached.
+    // The state is read before the first fetch, the loop started after it, detached;
+    // it fetches only the mount whose state changed.
     let state = text
-        .find("MOUNTS_STATE=\"$(mounts_state)\"")
+        .find("mounts_state >\"$MOUNTS_STATE_DIR/first\"")
         .unwrap_or(usize::MAX);
-    let first = text.find("\nfetch_all\n").unwrap_or(0);
-    let looping = text.find("( while sleep 5;").unwrap_or(0);
+    let first = text.find("\nfetch_mount ").unwrap_or(0);
+    let looping = text
+        .find("while sleep $((pause + RANDOM % 3))")
+        .unwrap_or(0);
+    assert!(text.contains("if fetch_one \"$n\""), "{text}");
     assert!(state < first && first < looping, "{text}");
     assert!(
         text.contains("</dev/null >>~/.rayscale/file-mounts-sync.log 2>&1 &"),
