@@ -142,22 +142,20 @@ pub fn policy_with_roles(
     roles: &[&str],
 ) -> Result<Option<Value>, GcpError> {
     let mut policy = policy.clone();
-    let obj = policy.as_object_mut().ok_or_else(|| GcpError::Call {
-        call: "projects.getIamPolicy",
-        code: None,
-        status: None,
-        kind: rayscale_core::provider::ProviderErrorKind::Transient,
-        message: "the policy is not a JSON object".into(),
+    let obj = policy.as_object_mut().ok_or_else(|| {
+        GcpError::transient(
+            "projects.getIamPolicy",
+            None,
+            "the policy is not a JSON object",
+        )
     })?;
     let bindings = obj.entry("bindings").or_insert_with(|| json!([]));
     let Value::Array(bindings) = bindings else {
-        return Err(GcpError::Call {
-            call: "projects.getIamPolicy",
-            code: None,
-            status: None,
-            kind: rayscale_core::provider::ProviderErrorKind::Transient,
-            message: "the policy's bindings are not a list".into(),
-        });
+        return Err(GcpError::transient(
+            "projects.getIamPolicy",
+            None,
+            "the policy's bindings are not a list",
+        ));
     };
     let mut changed = false;
     for role in roles {
@@ -177,13 +175,11 @@ pub fn policy_with_roles(
                         }
                     }
                     _ => {
-                        return Err(GcpError::Call {
-                            call: "projects.getIamPolicy",
-                            code: None,
-                            status: None,
-                            kind: rayscale_core::provider::ProviderErrorKind::Transient,
-                            message: format!("the binding of {role} has no list of members"),
-                        });
+                        return Err(GcpError::transient(
+                            "projects.getIamPolicy",
+                            None,
+                            format!("the binding of {role} has no list of members"),
+                        ));
                     }
                 }
             }
@@ -678,16 +674,14 @@ where
             .and_then(Value::as_str)
             .is_none()
         {
-            return Err(GcpError::Call {
-                call: "projects.get",
-                code: None,
-                status: None,
-                kind: rayscale_core::provider::ProviderErrorKind::Transient,
-                message: format!(
+            return Err(GcpError::transient(
+                "projects.get",
+                None,
+                format!(
                     "project {project}'s commonInstanceMetadata has no fingerprint: its \
                      ssh-keys are left as they are"
                 ),
-            });
+            ));
         }
         let body = metadata_with_line(&metadata, line);
         match compute
@@ -739,13 +733,11 @@ async fn global_operation(compute: &Rest, project: &str, mut op: Value) -> Resul
             };
         }
         if name.is_empty() || tokio::time::Instant::now() >= deadline {
-            return Err(GcpError::Call {
-                call: "projects.setCommonInstanceMetadata",
-                code: None,
-                status: None,
-                kind: rayscale_core::provider::ProviderErrorKind::Transient,
-                message: format!("operation {name:?} did not end within 60 s"),
-            });
+            return Err(GcpError::transient(
+                "projects.setCommonInstanceMetadata",
+                None,
+                format!("operation {name:?} did not end within 60 s"),
+            ));
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(2));

@@ -49,6 +49,18 @@ impl GcpError {
         }
     }
 
+    /// A call's answer that cannot be used (garbage, no answer, an unfinished operation):
+    /// transient, without a code; `status` when a response came.
+    pub fn transient(call: &'static str, status: Option<u16>, message: impl Into<String>) -> Self {
+        GcpError::Call {
+            call,
+            code: None,
+            status,
+            kind: ProviderErrorKind::Transient,
+            message: message.into(),
+        }
+    }
+
     /// The contract kind of this error.
     pub fn kind(&self) -> ProviderErrorKind {
         match self {

@@ -102,35 +102,27 @@ impl Rest {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await.map_err(|e| GcpError::Call {
-            call,
-            code: None,
-            status: None,
-            kind: rayscale_core::provider::ProviderErrorKind::Transient,
-            message: one_line(&e.to_string()),
-        })?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| GcpError::transient(call, None, one_line(&e.to_string())))?;
         let status = resp.status().as_u16();
-        let text = resp.text().await.map_err(|e| GcpError::Call {
-            call,
-            code: None,
-            status: Some(status),
-            kind: rayscale_core::provider::ProviderErrorKind::Transient,
-            message: one_line(&e.to_string()),
-        })?;
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| GcpError::transient(call, Some(status), one_line(&e.to_string())))?;
         let parsed: Option<Value> = serde_json::from_str(&text).ok();
         if (200..300).contains(&status) {
             return match parsed {
                 Some(v) if v.is_object() => Ok(v),
-                _ => Err(GcpError::Call {
+                _ => Err(GcpError::transient(
                     call,
-                    code: None,
-                    status: Some(status),
-                    kind: rayscale_core::provider::ProviderErrorKind::Transient,
-                    message: format!(
+                    Some(status),
+                    format!(
                         "HTTP {status} with a body that is not a JSON object: {}",
                         clip(&text)
                     ),
-                }),
+                )),
             };
         }
         let error = parsed.as_ref().and_then(|v| v.get("error"));
