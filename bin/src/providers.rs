@@ -307,7 +307,7 @@ fn iam_wait() -> std::time::Duration {
 }
 
 /// `auth.ssh_user`, for what `up` prints (`absent` without one).
-#[cfg(any(feature = "aws", feature = "gcp"))]
+#[cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
 fn ssh_user(config: &ClusterConfig, absent: &str) -> String {
     config
         .raw
@@ -332,7 +332,8 @@ pub struct Bootstrapped {
 /// `config` after the parts of its cloud's `ray up` bootstrap rayscale does (AWS: subnets,
 /// the cluster's security group and key pair for node types that name none, and the head's
 /// instance profile when its type names none; GCP: the subnet, the project's SSH key and
-/// the head's service account; made in the cloud when missing). Azure: as it is. With
+/// the head's service account; Azure: the resource group, network, identity and role, and
+/// the SSH key; made in the cloud when missing). With
 /// lines for the user saying what was set.
 pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
     match config.provider_type.as_str() {
@@ -429,6 +430,45 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
                 ssh_key: b.key.map(|(_, p)| p),
             })
         }
+        #[cfg(feature = "azure")]
+        "azure" => {
+            use rayscale_provider_azure::{bootstrap, client, config::SUBSCRIPTION_ENV};
+            let endpoint = std::env::var(client::ENDPOINT_ENV).ok();
+            let arm = client::build(endpoint.as_deref())?;
+            let ssh_dir =
+                std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".ssh"));
+            let b = bootstrap::bootstrap(
+                &arm,
+                &config,
+                std::env::var(SUBSCRIPTION_ENV).ok().as_deref(),
+                ssh_dir.as_deref(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("bootstrapping the cluster in Azure: {e}"))?;
+            let user = ssh_user(&config, "ray");
+            let mut notes: Vec<String> = b
+                .made
+                .iter()
+                .map(|m| format!("made {m} (as ray up's)"))
+                .collect();
+            if let Some(s) = &b.subnet {
+                notes.push(format!("the nodes join subnet {s}"));
+            }
+            if let Some(m) = &b.msi {
+                notes.push(format!("the nodes carry identity {m}"));
+            }
+            if let Some((name, path)) = &b.key {
+                notes.push(format!(
+                    "the nodes take key {name} (as ray up's): ssh -i {} {user}@<node ip>",
+                    path.display()
+                ));
+            }
+            Ok(Bootstrapped {
+                config: b.config,
+                note: (!notes.is_empty()).then(|| notes.join("\n")),
+                ssh_key: b.key.map(|(_, p)| p),
+            })
+        }
         _ => Ok(Bootstrapped {
             config,
             note: None,
@@ -475,7 +515,17 @@ pub async fn build_for_launcher_with(
         )),
         #[cfg(feature = "azure")]
         Some((_, Served::Feature(_, true))) if t == "azure" => Ok(Arc::new({
-            let p = rayscale_provider_azure::AzureProvider::from_environment(config, None)?;
+            // A Ray YAML names what `up`'s bootstrap made only by its names.
+            let config = rayscale_provider_azure::bootstrap::offline(
+                config,
+                std::env::var(rayscale_provider_azure::config::SUBSCRIPTION_ENV)
+                    .ok()
+                    .as_deref(),
+                std::env::var_os("HOME")
+                    .map(|h| std::path::PathBuf::from(h).join(".ssh"))
+                    .as_deref(),
+            )?;
+            let p = rayscale_provider_azure::AzureProvider::from_environment(&config, None)?;
             if worker_addresses {
                 p.with_worker_addresses()
             } else {

@@ -83,11 +83,18 @@ pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
     let key = text("ssh_private_key")?.map(|k| expand_home(&k, home));
     match (&key, config.provider_type.as_str()) {
         // On GCP, `up`'s bootstrap finds or makes Ray's key in the project's metadata.
-        // As Ray's Azure config: the private half of auth.ssh_public_key.
-        (None, "azure") => bail!(
-            "auth.ssh_private_key: needed on Azure to copy file_mounts to the head over SSH \
+        // As Ray's Azure config: the private half of auth.ssh_public_key (without
+        // either, up's bootstrap finds or makes Ray's key).
+        (None, "azure")
+            if auth
+                .and_then(|a| a.get("ssh_public_key"))
+                .is_some_and(|k| !k.is_null()) =>
+        {
+            bail!(
+                "auth.ssh_private_key: needed on Azure to copy file_mounts to the head over SSH \
              (the private half of auth.ssh_public_key, as Ray's Azure config asks)"
-        ),
+            )
+        }
         (Some(k), _) if !k.is_file() => bail!(
             "auth.ssh_private_key: {}: no such file on this machine",
             k.display()
@@ -475,6 +482,26 @@ mod tests {
         // On GCP no key is needed here: up's bootstrap finds or makes Ray's.
         let p = plan(&gcp, &home).expect("plan").expect("mounts");
         assert_eq!((p.user.as_str(), p.key), ("u", None));
+        // On Azure neither: the same (Ray's key); the public half alone: its private one.
+        let azure = |auth: &str| {
+            ClusterConfig::from_yaml_str(
+                &format!(
+                    "cluster_name: c\nprovider: {{type: azure, location: westus2, resource_group: rg}}\n\
+                     head_node_type: h\nauth: {{ssh_user: u{auth}}}\nfile_mounts: {{'~/code': '~/code'}}\n\
+                     available_node_types:\n  h: {{resources: {{}}, node_config: {{}}}}\n"
+                ),
+                "a.yaml",
+            )
+            .expect("loads")
+        };
+        let p = plan(&azure(""), &home).expect("plan").expect("mounts");
+        assert_eq!(p.key, None);
+        let e = plan(&azure(", ssh_public_key: ~/k.pub"), &home).expect_err("no private key");
+        assert!(
+            e.to_string()
+                .starts_with("auth.ssh_private_key: needed on Azure"),
+            "{e}"
+        );
         let e = plan(
             &config("auth: {ssh_user: u, ssh_private_key: ~/none.pem}\nfile_mounts: {'~/code': '~/code'}\n"),
             &home,

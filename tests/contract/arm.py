@@ -1,6 +1,10 @@
 """Azure Resource Manager requests and the fake's answers judged by the SDK Microsoft
 generates from the REST specs: `azure-mgmt-compute` (its `v2024_07_01` package, the
-api-version rayscale's provider speaks) and `azure-mgmt-network` (NetworkInterface).
+api-version rayscale's provider speaks), `azure-mgmt-network` (NetworkInterface, and the
+security group and virtual network `rayscale up` makes), and for `up`'s bootstrap
+`azure-mgmt-resource` (resource groups, `v2024_11_01`), `azure-mgmt-msi` (user-assigned
+identities, `v2024_11_30`) and `azure-mgmt-authorization` (role assignments,
+`v2022_04_01`).
 
 - Method and path: each operation's `build_*_request` function carries the REST path
   template and the HTTP method; a request must fit one of them, with `api-version` and only
@@ -28,15 +32,32 @@ COMPUTE_API = "2024-07-01"
 
 
 def load_model():
+    import azure.mgmt.authorization.v2022_04_01 as authorization
+    import azure.mgmt.authorization.v2022_04_01.models as amodels
     import azure.mgmt.compute.v2024_07_01 as compute
     import azure.mgmt.compute.v2024_07_01.models as cmodels
+    import azure.mgmt.msi.v2024_11_30 as msi
+    import azure.mgmt.msi.v2024_11_30.models as mmodels
     import azure.mgmt.network as network
     import azure.mgmt.network.models as nmodels
+    import azure.mgmt.resource.resources.v2024_11_01 as resources
+    import azure.mgmt.resource.resources.v2024_11_01.models as rmodels
 
     ops = []
-    for pkg, models, api in ((compute, cmodels, COMPUTE_API), (network, nmodels, None)):
-        src = open(os.path.join(os.path.dirname(pkg.__file__), "operations", "_operations.py")).read()
-        ops += operations(src, models, api)
+    # (package, models, the api-version its operations must be called with, if pinned)
+    for pkg, models, api in (
+        (compute, cmodels, COMPUTE_API),
+        (network, nmodels, None),
+        (resources, rmodels, "2024-11-01"),
+        (msi, mmodels, "2024-11-30"),
+        (authorization, amodels, "2022-04-01"),
+    ):
+        # Each generated file on its own: two may have builders of the same name.
+        d = os.path.join(os.path.dirname(pkg.__file__), "operations")
+        for f in sorted(os.listdir(d)):
+            if f.startswith("_") and f.endswith(".py") and f not in ("__init__.py", "_patch.py"):
+                src = open(os.path.join(d, f)).read()
+                ops += [dict(op, pinned=api is not None) for op in operations(src, models, api)]
     return {"ops": ops, "compute": cmodels, "network": nmodels}
 
 
@@ -64,7 +85,12 @@ def operations(src, models, api):
         template = url.group(1)
         default_api = re.search(r'_params\.pop\("api-version", "([^"]+)"\)', c)
         patterns = dict(re.findall(r'"(\w+)": _SERIALIZER\.url\("\w+", \w+, "str", pattern=r"([^"]+)"', c))
-        rx = "^" + re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(template)) + "$"
+        # A scope (`/{scope}/providers/...`) spans segments: a resource group's id.
+        rx = "^" + re.sub(
+            r"\\\{(\w+)\\\}",
+            lambda m: f"(?P<{m.group(1)}>.+)" if m.group(1) == "scope" else f"(?P<{m.group(1)}>[^/]+)",
+            re.escape(template),
+        ) + "$"
         users = [(i, u) for i, u in methods if f"{name}(" in u]
         text = "".join(u for _, u in users)
         # A long-running operation: `begin_x` calls `self._x_initial(...)` (which calls
@@ -256,7 +282,7 @@ class Checker:
     def check(self, rec, codes):
         method, path = rec["method"], rec["path"]
         query = dict(rec.get("query") or [])
-        if re.fullmatch(r"/subscriptions/[^/]+/providers/Microsoft\.Compute/locations/[^/]+/operations/[^/]+", path) and method == "GET":
+        if re.fullmatch(r"/subscriptions/[^/]+/providers/Microsoft\.(Compute|Network)/locations/[^/]+/operations/[^/]+", path) and method == "GET":
             return "(async operation status)", self.check_status(rec, query, codes)
         op, params = self.find(method, path)
         if op is None:
@@ -275,7 +301,7 @@ class Checker:
                 out.append((f"?{k}", f"not a query parameter of {where}"))
         if "api-version" not in query:
             out.append(("?api-version", "missing"))
-        elif op["api"] and op["models"].__name__.startswith("azure.mgmt.compute") and query["api-version"] != op["api"]:
+        elif op["api"] and op["pinned"] and query["api-version"] != op["api"]:
             out.append(("?api-version", f"{query['api-version']}, the model judged is {op['api']}"))
         body = rec.get("body")
         if op["body"]:

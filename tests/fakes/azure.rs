@@ -58,6 +58,7 @@ use serde_json::{Map, Value, json};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 mod body;
+mod bootstrap;
 mod json;
 mod network;
 mod vm;
@@ -73,6 +74,8 @@ const API_VERSIONS: &[&str] = &[
     "2024-05-01",
     "2024-07-01",
     "2024-11-01",
+    "2024-11-30",
+    "2022-04-01",
 ];
 
 /// How long things take in the fake.
@@ -110,6 +113,9 @@ pub struct Faults {
     pub unavailable: u32,
     /// The next PUTs answer these (HTTP status, code), in order.
     pub put_errors: Vec<(u16, String)>,
+    /// The next this-many role-assignment creates answer 400 `PrincipalNotFound` (a new
+    /// identity's principal spreading through Entra ID).
+    pub principal_spread: u32,
 }
 
 /// Calls the fake answered, by kind.
@@ -164,6 +170,10 @@ struct World {
     location: String,
     vms: BTreeMap<String, Vm>,
     ops: BTreeMap<String, Op>,
+    /// Resource groups that exist (lower-cased name -> `{location, tags}`).
+    groups: BTreeMap<String, Value>,
+    /// The bootstrap's resources by lower-cased id.
+    resources: BTreeMap<String, bootstrap::Stored>,
     next: u64,
     page_size: usize,
 }
@@ -200,6 +210,7 @@ impl ArmFake {
                 sub: sub.into(),
                 rg: rg.into(),
                 location: location.into(),
+                groups: [(rg.to_ascii_lowercase(), json!({"location": location}))].into(),
                 page_size: 100,
                 ..World::default()
             }),
@@ -310,6 +321,58 @@ impl ArmFake {
         }
     }
 
+    /// Removes the resource group the fake started with (it must be made first).
+    pub fn without_group(&self) {
+        let mut w = lock(&self.shared.world);
+        let rg = w.rg.to_ascii_lowercase();
+        w.groups.remove(&rg);
+    }
+
+    /// Resource group `name` (`{location, tags}`), if it exists.
+    pub fn group(&self, name: &str) -> Option<Value> {
+        lock(&self.shared.world)
+            .groups
+            .get(&name.to_ascii_lowercase())
+            .cloned()
+    }
+
+    /// Makes resource group `name` in the fake's location.
+    pub fn add_group(&self, name: &str) {
+        let mut w = lock(&self.shared.world);
+        let location = w.location.clone();
+        w.groups
+            .insert(name.to_ascii_lowercase(), json!({"location": location}));
+    }
+
+    /// The bootstrap's resources of `rtype` (`Microsoft.Network/virtualNetworks`, ...),
+    /// as stored.
+    pub fn resources_of(&self, rtype: &str) -> Vec<Value> {
+        lock(&self.shared.world)
+            .resources
+            .values()
+            .filter(|r| r.body["type"] == json!(rtype))
+            .map(|r| r.body.clone())
+            .collect()
+    }
+
+    /// Removes the bootstrap's resource `id` (someone deleted it).
+    pub fn remove_resource(&self, id: &str) {
+        lock(&self.shared.world)
+            .resources
+            .remove(&id.to_ascii_lowercase());
+    }
+
+    /// Makes user-assigned identity `name` in group `rg` (someone else's).
+    pub fn seed_identity(&self, rg: &str, name: &str) {
+        let mut w = lock(&self.shared.world);
+        let id = format!(
+            "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.ManagedIdentity/userAssignedIdentities/{name}",
+            w.sub
+        );
+        let location = w.location.clone();
+        bootstrap::seed_identity(&mut w, &id, name, &location);
+    }
+
     /// Deallocates VM `name` at once (what a Spot eviction with `Deallocate` does).
     pub fn evict(&self, name: &str) {
         let mut w = lock(&self.shared.world);
@@ -391,6 +454,38 @@ fn not_found(w: &World, name: &str) -> Reply {
     )
 }
 
+/// An operation's status (`GET .../locations/{l}/operations/{id}`).
+fn operation_status(w: &World, s: &Shared, id: &str) -> Reply {
+    s.calls.operation.fetch_add(1, Ordering::Relaxed);
+    match w.ops.get(id) {
+        Some(op) => Reply::new(200).set_body_json(op_json(id, op, &s.timing)),
+        None => error(
+            404,
+            "NotFound",
+            &format!("The operation '{id}' was not found."),
+            None,
+        ),
+    }
+}
+
+/// Starts a network operation that succeeds; its id and status URL.
+fn new_network_op(w: &mut World, base: &str) -> (String, String) {
+    w.next += 1;
+    let id = format!("{:08x}-0000-4000-9000-{:012x}", w.next, w.next);
+    w.ops.insert(
+        id.clone(),
+        Op {
+            start: Instant::now(),
+            error: None,
+        },
+    );
+    let url = format!(
+        "{base}/subscriptions/{}/providers/Microsoft.Network/locations/{}/operations/{id}?api-version=2024-05-01",
+        w.sub, w.location
+    );
+    (id, url)
+}
+
 struct Responder(Arc<Shared>);
 
 impl Respond for Responder {
@@ -448,16 +543,20 @@ impl Responder {
             w.sub, w.location
         );
         if let Some(id) = path.strip_prefix(&ops_prefix) {
-            s.calls.operation.fetch_add(1, Ordering::Relaxed);
-            return match w.ops.get(id) {
-                Some(op) => Reply::new(200).set_body_json(op_json(id, op, &s.timing)),
-                None => error(
-                    404,
-                    "NotFound",
-                    &format!("The operation '{id}' was not found."),
-                    None,
-                ),
-            };
+            return operation_status(&w, s, id);
+        }
+        let api = query.get("api-version").cloned().unwrap_or_default();
+        if let Some(r) = bootstrap::answer(&mut w, s, req, &path, &api, &base) {
+            s.calls.other.fetch_add(1, Ordering::Relaxed);
+            return r;
+        }
+        if !w.groups.contains_key(&w.rg.to_ascii_lowercase()) {
+            return error(
+                404,
+                "ResourceGroupNotFound",
+                &format!("Resource group '{}' could not be found.", w.rg),
+                None,
+            );
         }
         if let Some(r) = network::answer(&w, &path) {
             s.calls.other.fetch_add(1, Ordering::Relaxed);

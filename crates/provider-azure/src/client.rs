@@ -428,6 +428,34 @@ impl Arm {
         })
     }
 
+    /// `method` of the resource `id` (a resource id path) at `api_version`, with `body`
+    /// as JSON: the bootstrap's calls (resource groups, network, identity, roles).
+    pub async fn resource(
+        &self,
+        call: &'static str,
+        method: Method,
+        id: &str,
+        api_version: &str,
+        body: Option<&Value>,
+    ) -> Result<Accepted, AzureError> {
+        let mut url = self.endpoint.clone();
+        url.set_path(id);
+        url.query_pairs_mut()
+            .append_pair("api-version", api_version);
+        let mut req = Request::new(url, method);
+        if let Some(b) = body {
+            req.insert_header("content-type", "application/json");
+            req.set_body(b.to_string());
+        }
+        let (status, h, body) = self.send(call, req, "", None).await?;
+        Ok(Accepted {
+            status,
+            operation: operation_of(&h),
+            retry_after: retry_after(&h),
+            body,
+        })
+    }
+
     /// The addresses of the NIC `nic_id` (a resource id) from the network API (the compute
     /// API does not give a VM's addresses): its primary configuration's private address
     /// and the id of its public address resource. Read for heads only (the launcher

@@ -79,8 +79,9 @@ const PROVIDER_KEYS: &[&str] = &[
     "msi",
 ];
 
-/// Provider keys of Ray's schema that change nothing for rayscale: the inputs of Ray's
-/// bootstrap (rayscale reads what it made: `subnet`, `nsg`, `msi`), node-updater
+/// Provider keys of Ray's schema that change nothing here: the inputs of the bootstrap
+/// (`bootstrap`, run by `up`, reads them; this reads what it made: `subnet`, `nsg`,
+/// `msi`), node-updater
 /// settings (rayscale starts Ray at boot, not over SSH), and what `ray up` adds.
 const IGNORED_PROVIDER_KEYS: &[&str] = &[
     "unique_id",
@@ -278,7 +279,7 @@ impl AzureConfig {
             AzureError::config(
                 "provider.subnet",
                 "is required: the id of the subnet the VMs join (/subscriptions/../virtualNetworks/V/subnets/S); \
-                 rayscale creates no network (Ray's bootstrap writes this key; see docs/src/platforms/azure.md)",
+                 rayscale up's bootstrap makes the network and writes it, as ray up's does (see docs/src/platforms/azure.md)",
             )
         })?;
         if !subnet.contains("/subnets/") {

@@ -14,14 +14,16 @@
 //! What it must not do: decide anything (the reconciler does), guess whether Ray runs on
 //! a VM, hold global state or create a runtime, take an operation that ended `Failed` for
 //! a success, leave a VM whose create failed behind, send plain http anywhere but
-//! loopback, or create networks, identities or resource groups (Ray's bootstrap does;
-//! see docs/src/platforms/azure.md).
+//! loopback, or make networks, identities or resource groups anywhere but in `up`'s
+//! bootstrap (`bootstrap`, Ray's `bootstrap_azure`; see docs/src/platforms/azure.md).
 //!
-//! Files: `config` (the YAML), `mapping` (pure: node_config -> VM body, VM ->
+//! Files: `bootstrap` (`rayscale up`'s resource group, network, identity and key),
+//! `config` (the YAML), `mapping` (pure: node_config -> VM body, VM ->
 //! `CloudInstance`, names, tags), `client` (credentials, endpoint, retries, the create
 //! call and operation polling the SDK cannot do soundly), `errors` (the error-code
 //! table), `provider` (the trait implementation).
 
+pub mod bootstrap;
 pub mod client;
 pub mod config;
 pub mod errors;
