@@ -426,7 +426,21 @@ impl NodeConfig {
         let mut typed = serde_json::Map::new();
         let mut passthrough = Vec::new();
         for (key, value) in obj {
-            if NODE_CONFIG_KEYS.contains(&key.as_str()) {
+            if let Some((_, t)) = crate::passthrough::TYPED_NESTED
+                .iter()
+                .find(|(k, _)| k == key)
+            {
+                // The nested keys the struct lacks go through at their place.
+                let (carried, rest) = crate::passthrough::split_typed(value, t);
+                typed.insert(key.clone(), carried);
+                if let (Some(rest), Some(m)) = (rest, crate::passthrough::nested(key)) {
+                    passthrough.extend(crate::passthrough::flatten(
+                        m,
+                        &rest,
+                        &format!("{path}.{key}"),
+                    )?);
+                }
+            } else if NODE_CONFIG_KEYS.contains(&key.as_str()) {
                 typed.insert(key.clone(), value.clone());
             } else if let Some(m) = crate::passthrough::member(key) {
                 passthrough.extend(crate::passthrough::flatten(

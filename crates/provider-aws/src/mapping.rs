@@ -199,11 +199,17 @@ pub fn run_instances_input(
         .placement
         .as_ref()
         .and_then(|p| p.availability_zone.clone());
-    if nc.placement.is_some() || at.zone.is_some() {
+    // A zone named by id (passed through) is the user's: no zone name beside it.
+    let zone_by_id = nc
+        .passthrough
+        .iter()
+        .any(|(k, _)| k == "Placement.AvailabilityZoneId");
+    let zone = user_zone.or_else(|| at.zone.filter(|_| !zone_by_id).map(str::to_string));
+    if nc.placement.is_some() || zone.is_some() {
         let p = nc.placement.clone().unwrap_or_default();
         b = b.placement(
             ec2::Placement::builder()
-                .set_availability_zone(user_zone.or_else(|| at.zone.map(str::to_string)))
+                .set_availability_zone(zone)
                 .set_group_name(p.group_name)
                 .set_group_id(p.group_id)
                 .set_tenancy(opt_known::<ec2::Tenancy>(

@@ -313,3 +313,413 @@ pub static MEMBERS: &[Member] = &[
         shape: &Shape::List(&Shape::Str),
     },
 ];
+
+/// Typed RunInstances members whose nested keys the typed structs do not all carry,
+/// whole: the keys they lack are passed through at their place.
+pub static NESTED: &[Member] = &[
+    Member {
+        name: "BlockDeviceMappings",
+        query: "BlockDeviceMapping",
+        shape: &Shape::List(&Shape::Struct(&[
+            Member {
+                name: "Ebs",
+                query: "Ebs",
+                shape: &Shape::Struct(&[
+                    Member {
+                        name: "DeleteOnTermination",
+                        query: "DeleteOnTermination",
+                        shape: &Shape::Bool,
+                    },
+                    Member {
+                        name: "Iops",
+                        query: "Iops",
+                        shape: &Shape::Int,
+                    },
+                    Member {
+                        name: "SnapshotId",
+                        query: "SnapshotId",
+                        shape: &Shape::Str,
+                    },
+                    Member {
+                        name: "VolumeSize",
+                        query: "VolumeSize",
+                        shape: &Shape::Int,
+                    },
+                    Member {
+                        name: "VolumeType",
+                        query: "VolumeType",
+                        shape: &Shape::Enum(&["standard", "io1", "io2", "gp2", "sc1", "st1", "gp3", "gp3a", "io2a"]),
+                    },
+                    Member {
+                        name: "KmsKeyId",
+                        query: "KmsKeyId",
+                        shape: &Shape::Str,
+                    },
+                    Member {
+                        name: "Throughput",
+                        query: "Throughput",
+                        shape: &Shape::Int,
+                    },
+                    Member {
+                        name: "OutpostArn",
+                        query: "OutpostArn",
+                        shape: &Shape::Str,
+                    },
+                    Member {
+                        name: "AvailabilityZone",
+                        query: "AvailabilityZone",
+                        shape: &Shape::Str,
+                    },
+                    Member {
+                        name: "MultiAvailabilityZoneConfiguration",
+                        query: "MultiAvailabilityZoneConfiguration",
+                        shape: &Shape::Struct(&[
+                            Member {
+                                name: "ConfigurationType",
+                                query: "ConfigurationType",
+                                shape: &Shape::Enum(&["multi-az-1"]),
+                            },
+                            Member {
+                                name: "StandbyAvailabilityZones",
+                                query: "StandbyAvailabilityZone",
+                                shape: &Shape::List(&Shape::Struct(&[
+                                    Member {
+                                        name: "AvailabilityZone",
+                                        query: "AvailabilityZone",
+                                        shape: &Shape::Str,
+                                    },
+                                    Member {
+                                        name: "AvailabilityZoneId",
+                                        query: "AvailabilityZoneId",
+                                        shape: &Shape::Str,
+                                    },
+                                ])),
+                            },
+                        ]),
+                    },
+                    Member {
+                        name: "Encrypted",
+                        query: "Encrypted",
+                        shape: &Shape::Bool,
+                    },
+                    Member {
+                        name: "VolumeInitializationRate",
+                        query: "VolumeInitializationRate",
+                        shape: &Shape::Int,
+                    },
+                    Member {
+                        name: "AvailabilityZoneId",
+                        query: "AvailabilityZoneId",
+                        shape: &Shape::Str,
+                    },
+                    Member {
+                        name: "EbsCardIndex",
+                        query: "EbsCardIndex",
+                        shape: &Shape::Int,
+                    },
+                ]),
+            },
+            Member {
+                name: "NoDevice",
+                query: "NoDevice",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "DeviceName",
+                query: "DeviceName",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "VirtualName",
+                query: "VirtualName",
+                shape: &Shape::Str,
+            },
+        ])),
+    },
+    Member {
+        name: "InstanceMarketOptions",
+        query: "InstanceMarketOptions",
+        shape: &Shape::Struct(&[
+            Member {
+                name: "MarketType",
+                query: "MarketType",
+                shape: &Shape::Enum(&["spot", "capacity-block", "interruptible-capacity-reservation", "on-demand"]),
+            },
+            Member {
+                name: "SpotOptions",
+                query: "SpotOptions",
+                shape: &Shape::Struct(&[
+                    Member {
+                        name: "MaxPrice",
+                        query: "MaxPrice",
+                        shape: &Shape::Str,
+                    },
+                    Member {
+                        name: "SpotInstanceType",
+                        query: "SpotInstanceType",
+                        shape: &Shape::Enum(&["one-time", "persistent"]),
+                    },
+                    Member {
+                        name: "BlockDurationMinutes",
+                        query: "BlockDurationMinutes",
+                        shape: &Shape::Int,
+                    },
+                    Member {
+                        name: "ValidUntil",
+                        query: "ValidUntil",
+                        shape: &Shape::Timestamp,
+                    },
+                    Member {
+                        name: "InstanceInterruptionBehavior",
+                        query: "InstanceInterruptionBehavior",
+                        shape: &Shape::Enum(&["hibernate", "stop", "terminate"]),
+                    },
+                ]),
+            },
+        ]),
+    },
+    Member {
+        name: "NetworkInterfaces",
+        query: "NetworkInterface",
+        shape: &Shape::List(&Shape::Struct(&[
+            Member {
+                name: "AssociatePublicIpAddress",
+                query: "AssociatePublicIpAddress",
+                shape: &Shape::Bool,
+            },
+            Member {
+                name: "DeleteOnTermination",
+                query: "DeleteOnTermination",
+                shape: &Shape::Bool,
+            },
+            Member {
+                name: "Description",
+                query: "Description",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "DeviceIndex",
+                query: "DeviceIndex",
+                shape: &Shape::Int,
+            },
+            Member {
+                name: "Groups",
+                query: "SecurityGroupId",
+                shape: &Shape::List(&Shape::Str),
+            },
+            Member {
+                name: "Ipv6AddressCount",
+                query: "Ipv6AddressCount",
+                shape: &Shape::Int,
+            },
+            Member {
+                name: "Ipv6Addresses",
+                query: "Ipv6Addresses",
+                shape: &Shape::List(&Shape::Struct(&[
+                    Member {
+                        name: "Ipv6Address",
+                        query: "Ipv6Address",
+                        shape: &Shape::Str,
+                    },
+                    Member {
+                        name: "IsPrimaryIpv6",
+                        query: "IsPrimaryIpv6",
+                        shape: &Shape::Bool,
+                    },
+                ])),
+            },
+            Member {
+                name: "NetworkInterfaceId",
+                query: "NetworkInterfaceId",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "PrivateIpAddress",
+                query: "PrivateIpAddress",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "PrivateIpAddresses",
+                query: "PrivateIpAddresses",
+                shape: &Shape::List(&Shape::Struct(&[
+                    Member {
+                        name: "Primary",
+                        query: "Primary",
+                        shape: &Shape::Bool,
+                    },
+                    Member {
+                        name: "PrivateIpAddress",
+                        query: "PrivateIpAddress",
+                        shape: &Shape::Str,
+                    },
+                ])),
+            },
+            Member {
+                name: "SecondaryPrivateIpAddressCount",
+                query: "SecondaryPrivateIpAddressCount",
+                shape: &Shape::Int,
+            },
+            Member {
+                name: "SubnetId",
+                query: "SubnetId",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "AssociateCarrierIpAddress",
+                query: "AssociateCarrierIpAddress",
+                shape: &Shape::Bool,
+            },
+            Member {
+                name: "InterfaceType",
+                query: "InterfaceType",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "NetworkCardIndex",
+                query: "NetworkCardIndex",
+                shape: &Shape::Int,
+            },
+            Member {
+                name: "Ipv4Prefixes",
+                query: "Ipv4Prefix",
+                shape: &Shape::List(&Shape::Struct(&[
+                    Member {
+                        name: "Ipv4Prefix",
+                        query: "Ipv4Prefix",
+                        shape: &Shape::Str,
+                    },
+                ])),
+            },
+            Member {
+                name: "Ipv4PrefixCount",
+                query: "Ipv4PrefixCount",
+                shape: &Shape::Int,
+            },
+            Member {
+                name: "Ipv6Prefixes",
+                query: "Ipv6Prefix",
+                shape: &Shape::List(&Shape::Struct(&[
+                    Member {
+                        name: "Ipv6Prefix",
+                        query: "Ipv6Prefix",
+                        shape: &Shape::Str,
+                    },
+                ])),
+            },
+            Member {
+                name: "Ipv6PrefixCount",
+                query: "Ipv6PrefixCount",
+                shape: &Shape::Int,
+            },
+            Member {
+                name: "PrimaryIpv6",
+                query: "PrimaryIpv6",
+                shape: &Shape::Bool,
+            },
+            Member {
+                name: "EnaSrdSpecification",
+                query: "EnaSrdSpecification",
+                shape: &Shape::Struct(&[
+                    Member {
+                        name: "EnaSrdEnabled",
+                        query: "EnaSrdEnabled",
+                        shape: &Shape::Bool,
+                    },
+                    Member {
+                        name: "EnaSrdUdpSpecification",
+                        query: "EnaSrdUdpSpecification",
+                        shape: &Shape::Struct(&[
+                            Member {
+                                name: "EnaSrdUdpEnabled",
+                                query: "EnaSrdUdpEnabled",
+                                shape: &Shape::Bool,
+                            },
+                        ]),
+                    },
+                ]),
+            },
+            Member {
+                name: "ConnectionTrackingSpecification",
+                query: "ConnectionTrackingSpecification",
+                shape: &Shape::Struct(&[
+                    Member {
+                        name: "TcpEstablishedTimeout",
+                        query: "TcpEstablishedTimeout",
+                        shape: &Shape::Int,
+                    },
+                    Member {
+                        name: "UdpStreamTimeout",
+                        query: "UdpStreamTimeout",
+                        shape: &Shape::Int,
+                    },
+                    Member {
+                        name: "UdpTimeout",
+                        query: "UdpTimeout",
+                        shape: &Shape::Int,
+                    },
+                ]),
+            },
+            Member {
+                name: "EnaQueueCount",
+                query: "EnaQueueCount",
+                shape: &Shape::Int,
+            },
+        ])),
+    },
+    Member {
+        name: "Placement",
+        query: "Placement",
+        shape: &Shape::Struct(&[
+            Member {
+                name: "AvailabilityZoneId",
+                query: "AvailabilityZoneId",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "Affinity",
+                query: "Affinity",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "GroupName",
+                query: "GroupName",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "PartitionNumber",
+                query: "PartitionNumber",
+                shape: &Shape::Int,
+            },
+            Member {
+                name: "HostId",
+                query: "HostId",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "Tenancy",
+                query: "Tenancy",
+                shape: &Shape::Enum(&["default", "dedicated", "host"]),
+            },
+            Member {
+                name: "SpreadDomain",
+                query: "SpreadDomain",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "HostResourceGroupArn",
+                query: "HostResourceGroupArn",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "GroupId",
+                query: "GroupId",
+                shape: &Shape::Str,
+            },
+            Member {
+                name: "AvailabilityZone",
+                query: "AvailabilityZone",
+                shape: &Shape::Str,
+            },
+        ]),
+    },
+];
