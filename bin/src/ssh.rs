@@ -54,6 +54,19 @@ pub struct Plan {
     pub mark: String,
 }
 
+/// Whether every node type's `azure_arm_parameters` names its own `publicKey` (then
+/// `up`'s bootstrap makes no key for Azure).
+fn every_type_names_a_key(raw: &Value) -> bool {
+    raw.get("available_node_types")
+        .and_then(Value::as_object)
+        .is_some_and(|types| {
+            types.values().all(|t| {
+                t.pointer("/node_config/azure_arm_parameters/publicKey")
+                    .is_some_and(|k| !k.is_null())
+            })
+        })
+}
+
 /// What `up` will copy to the head of `config` (`None`: no `file_mounts`), checked: each
 /// local path exists (`~` is `home`, a relative path is from the working directory, as
 /// for `ray up`), and `auth.ssh_user` is given. Errors name the key.
@@ -83,16 +96,18 @@ pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
     let key = text("ssh_private_key")?.map(|k| expand_home(&k, home));
     match (&key, config.provider_type.as_str()) {
         // On GCP, `up`'s bootstrap finds or makes Ray's key in the project's metadata.
-        // As Ray's Azure config: the private half of auth.ssh_public_key (without
-        // either, up's bootstrap finds or makes Ray's key).
+        // As Ray's Azure config: the private half of auth.ssh_public_key, or of the
+        // types' own publicKey (without any, up's bootstrap finds or makes Ray's key).
         (None, "azure")
             if auth
                 .and_then(|a| a.get("ssh_public_key"))
-                .is_some_and(|k| !k.is_null()) =>
+                .is_some_and(|k| !k.is_null())
+                || every_type_names_a_key(&config.raw) =>
         {
             bail!(
                 "auth.ssh_private_key: needed on Azure to copy file_mounts to the head over SSH \
-             (the private half of auth.ssh_public_key, as Ray's Azure config asks)"
+             (the private half of auth.ssh_public_key, or of the types' publicKey, as Ray's \
+             Azure config asks)"
             )
         }
         (Some(k), _) if !k.is_file() => bail!(
@@ -497,6 +512,22 @@ mod tests {
         let p = plan(&azure(""), &home).expect("plan").expect("mounts");
         assert_eq!(p.key, None);
         let e = plan(&azure(", ssh_public_key: ~/k.pub"), &home).expect_err("no private key");
+        assert!(
+            e.to_string()
+                .starts_with("auth.ssh_private_key: needed on Azure"),
+            "{e}"
+        );
+        let own = ClusterConfig::from_value(
+            &{
+                let mut v = azure("").raw;
+                v["available_node_types"]["h"]["node_config"] =
+                    serde_json::json!({"azure_arm_parameters": {"publicKey": "ssh-rsa AAAA"}});
+                v
+            },
+            "a.yaml",
+        )
+        .expect("loads");
+        let e = plan(&own, &home).expect_err("the types' own key, no private half");
         assert!(
             e.to_string()
                 .starts_with("auth.ssh_private_key: needed on Azure"),

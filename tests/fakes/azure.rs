@@ -116,6 +116,9 @@ pub struct Faults {
     /// The next this-many role-assignment creates answer 400 `PrincipalNotFound` (a new
     /// identity's principal spreading through Entra ID).
     pub principal_spread: u32,
+    /// Role-assignment creates answer 403 `AuthorizationFailed` (credentials that may
+    /// not assign roles).
+    pub role_forbidden: bool,
 }
 
 /// Calls the fake answered, by kind.
@@ -129,6 +132,8 @@ pub struct Calls {
     pub operation: AtomicU64,
     /// Every other call.
     pub other: AtomicU64,
+    /// PUTs and DELETEs of the bootstrap's resources (groups, network, identities, roles).
+    pub bootstrap_writes: AtomicU64,
     /// Creates by VM size (PUTs of an existing VM excluded).
     by_size: Mutex<BTreeMap<String, u64>>,
 }
@@ -355,6 +360,17 @@ impl ArmFake {
             .collect()
     }
 
+    /// Stores `body` as the bootstrap's resource `id`, ready (someone else made it).
+    pub fn put_resource(&self, id: &str, body: Value) {
+        lock(&self.shared.world).resources.insert(
+            id.to_ascii_lowercase(),
+            bootstrap::Stored {
+                body,
+                ready: Instant::now(),
+            },
+        );
+    }
+
     /// Removes the bootstrap's resource `id` (someone deleted it).
     pub fn remove_resource(&self, id: &str) {
         lock(&self.shared.world)
@@ -548,6 +564,9 @@ impl Responder {
         let api = query.get("api-version").cloned().unwrap_or_default();
         if let Some(r) = bootstrap::answer(&mut w, s, req, &path, &api, &base) {
             s.calls.other.fetch_add(1, Ordering::Relaxed);
+            if matches!(req.method.as_str(), "PUT" | "DELETE") {
+                s.calls.bootstrap_writes.fetch_add(1, Ordering::Relaxed);
+            }
             return r;
         }
         if !w.groups.contains_key(&w.rg.to_ascii_lowercase()) {

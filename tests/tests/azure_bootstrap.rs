@@ -168,7 +168,12 @@ async fn up_makes_rays_group_network_identity_and_key_and_a_rerun_makes_nothing(
     let a = rayscale_provider_azure::AzureConfig::from_cluster(&b.config, None).unwrap();
     assert_eq!(a.msi.as_deref(), Some(msi.as_str()));
     // Again: nothing made, nothing written, the same config.
-    let puts = fake.calls().put.load(std::sync::atomic::Ordering::Relaxed);
+    let writes = || {
+        fake.calls()
+            .bootstrap_writes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(writes(), 5, "one write per resource made");
     let again = run(&fake, &text, &home).await.unwrap();
     assert!(again.made.is_empty(), "{:?}", again.made);
     assert_eq!(again.config.raw, b.config.raw);
@@ -177,10 +182,7 @@ async fn up_makes_rays_group_network_identity_and_key_and_a_rerun_makes_nothing(
             .len(),
         1
     );
-    assert_eq!(
-        fake.calls().put.load(std::sync::atomic::Ordering::Relaxed),
-        puts
-    );
+    assert_eq!(writes(), 5, "a rerun writes nothing");
     // Offline (`down`, `get-head-ip`): the same ids and key without a call.
     let offline = bootstrap::offline(
         &ClusterConfig::from_yaml_str(&text, "t.yaml").unwrap(),
@@ -189,6 +191,77 @@ async fn up_makes_rays_group_network_identity_and_key_and_a_rerun_makes_nothing(
     )
     .unwrap();
     assert_eq!(offline.raw, b.config.raw);
+    // On a machine without the key: a placeholder (nothing is launched from it).
+    let elsewhere = bootstrap::offline(
+        &ClusterConfig::from_yaml_str(&text, "t.yaml").unwrap(),
+        None,
+        Some(&home.join("elsewhere")),
+    )
+    .unwrap();
+    assert_eq!(
+        elsewhere.raw["available_node_types"]["cpu"]["node_config"]["azure_arm_parameters"]["publicKey"],
+        bootstrap::NO_KEY
+    );
+    assert_eq!(
+        elsewhere.raw["provider"]["subnet"],
+        b.config.raw["provider"]["subnet"]
+    );
+    // The subscription from the environment goes into the head's config, as Ray's.
+    let no_sub = text.replace(&format!(", subscription_id: {SUB}"), "");
+    let cfg = ClusterConfig::from_yaml_str(&no_sub, "t.yaml").unwrap();
+    let arm = rayscale_provider_azure::client::build(Some(&fake.url())).unwrap();
+    let b = bootstrap::bootstrap(&arm, &cfg, Some(SUB), Some(&home.join(".ssh")))
+        .await
+        .unwrap();
+    assert_eq!(b.config.raw["provider"]["subscription_id"], SUB);
+    assert!(b.made.is_empty(), "{:?}", b.made);
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+/// What cannot be read makes nothing; what cannot be made is said with the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_answers_make_nothing_and_refusals_name_the_way_out() {
+    let fake = ArmFake::start(SUB, RG, LOC, quick()).await;
+    fake.without_group();
+    let home = scratch("refusals");
+    let text = yaml("refused", "", "");
+    // ARM unavailable: every try of the group's GET fails; nothing is made.
+    fake.faults(|f| f.unavailable = 40);
+    let e = run(&fake, &text, &home).await.unwrap_err();
+    assert!(e.starts_with("resourceGroups.get: "), "{e}");
+    assert!(fake.group(RG).is_none());
+    fake.faults(|f| f.unavailable = 0);
+    // Credentials that may not assign roles: the way out is provider.msi.
+    fake.faults(|f| f.role_forbidden = true);
+    let e = run(&fake, &text, &home).await.unwrap_err();
+    assert!(
+        e.starts_with("provider.msi: ") && e.contains("Owner or User Access Administrator"),
+        "{e}"
+    );
+    fake.faults(|f| f.role_forbidden = false);
+    // A network of the cluster's name without its subnet is said, not changed.
+    let n = run(&fake, &text, &home).await.unwrap().names;
+    let vnet = format!(
+        "/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Network/virtualNetworks/{}",
+        n.vnet
+    );
+    fake.put_resource(
+        &vnet,
+        json!({"id": vnet, "name": n.vnet, "type": "Microsoft.Network/virtualNetworks",
+            "location": LOC, "properties": {"provisioningState": "Succeeded",
+            "addressSpace": {"addressPrefixes": ["10.1.0.0/16"]}, "subnets": []}}),
+    );
+    let e = run(&fake, &text, &home).await.unwrap_err();
+    assert!(
+        e.starts_with("provider.subnet: virtual network ray-refused-")
+            && e.contains("without subnet"),
+        "{e}"
+    );
+    // Tags go to ARM as strings; a nested one is refused.
+    let e = run(&fake, &yaml("t", ", tags: {a: {b: 1}}", ""), &home)
+        .await
+        .unwrap_err();
+    assert!(e.starts_with("provider.tags.a: must be a string"), "{e}");
     let _ = std::fs::remove_dir_all(&home);
 }
 

@@ -25,7 +25,10 @@
 //!   [`super::Faults::principal_spread`] answers so for the first creates, as Entra ID
 //!   does while a new principal spreads); the same name for another principal is 409
 //!   `RoleAssignmentUpdateNotPermitted`; the same role, principal and scope under another
-//!   name is 409 `RoleAssignmentExists` (Microsoft's "Troubleshoot Azure RBAC").
+//!   name is 409 `RoleAssignmentExists` (Microsoft's "Troubleshoot Azure RBAC"); a missing
+//!   one is 404 `RoleAssignmentNotFound`; [`super::Faults::role_forbidden`] answers a
+//!   create 403 `AuthorizationFailed`, as for credentials without
+//!   `Microsoft.Authorization/roleAssignments/write`.
 
 use std::time::Instant;
 
@@ -326,15 +329,13 @@ fn network(
                             ),
                         );
                     }
-                    if let Some(nsg) = sn["properties"]["networkSecurityGroup"]["id"].as_str() {
-                        if !w.resources.contains_key(&nsg.to_ascii_lowercase()) {
-                            return bad(
-                                "InvalidResourceReference",
-                                &format!(
-                                    "Resource {nsg} referenced by resource {id} was not found."
-                                ),
-                            );
-                        }
+                    if let Some(nsg) = sn["properties"]["networkSecurityGroup"]["id"].as_str()
+                        && !w.resources.contains_key(&nsg.to_ascii_lowercase())
+                    {
+                        return bad(
+                            "InvalidResourceReference",
+                            &format!("Resource {nsg} referenced by resource {id} was not found."),
+                        );
                     }
                     b["properties"]["subnets"][i]["id"] = json!(format!("{id}/subnets/{sname}"));
                     b["properties"]["subnets"][i]["type"] =
@@ -447,7 +448,14 @@ fn role(
             .resources
             .get(&key)
             .map(|r| Reply::new(200).set_body_json(answer(&r.body)))
-            .unwrap_or_else(|| not_found(rtype, name)),
+            .unwrap_or_else(|| {
+                error(
+                    404,
+                    "RoleAssignmentNotFound",
+                    &format!("The role assignment '{name}' is not found."),
+                    None,
+                )
+            }),
         "DELETE" => match w.resources.remove(&key) {
             Some(r) => Reply::new(200).set_body_json(answer(&r.body)),
             None => Reply::new(204),
@@ -474,6 +482,14 @@ fn role(
             }
             {
                 let mut f = super::lock(&s.faults);
+                if f.role_forbidden {
+                    return error(
+                        403,
+                        "AuthorizationFailed",
+                        "The client does not have authorization to perform action 'Microsoft.Authorization/roleAssignments/write'.",
+                        None,
+                    );
+                }
                 if f.principal_spread > 0 {
                     f.principal_spread -= 1;
                     return bad(
@@ -492,15 +508,15 @@ fn role(
                     &format!("Principal {principal} does not exist in the directory."),
                 );
             }
-            if let Some(old) = w.resources.get(&key) {
-                if old.body["properties"]["principalId"] != json!(principal) {
-                    return error(
-                        409,
-                        "RoleAssignmentUpdateNotPermitted",
-                        "Tenant ID, application ID, principal ID, and scope are not allowed to be updated.",
-                        None,
-                    );
-                }
+            if let Some(old) = w.resources.get(&key)
+                && old.body["properties"]["principalId"] != json!(principal)
+            {
+                return error(
+                    409,
+                    "RoleAssignmentUpdateNotPermitted",
+                    "Tenant ID, application ID, principal ID, and scope are not allowed to be updated.",
+                    None,
+                );
             }
             let scope = format!("/subscriptions/{}/resourceGroups/{rg}", w.sub);
             let twin = w.resources.iter().any(|(k, r)| {

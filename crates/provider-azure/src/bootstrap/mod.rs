@@ -24,8 +24,8 @@
 //!   given and a node type names no `publicKey`: Ray's
 //!   `~/.ssh/ray-autoscaler_azure_<location>_<rg>_<user>` (and `.pub`), found or made with
 //!   `ssh-keygen`, set as `publicKey` (with `adminUsername`) on the types without one.
-//!   `up` copies the file mounts with it. As Ray, one of the two `auth` keys without the
-//!   other is an error.
+//!   `up` copies the file mounts with it. As Ray, `ssh_private_key` without
+//!   `ssh_public_key` is an error (`ssh_public_key` alone is the VMs' key, as before).
 //!
 //! Run again, it finds all of it and changes nothing; `down` leaves it all, as `ray
 //! down` does (the group may hold more than the cluster). What rayscale makes carries
@@ -84,7 +84,16 @@ fn group_id(sub: &str, rg: &str) -> String {
     format!("/subscriptions/{sub}/resourceGroups/{rg}")
 }
 
-/// `GET` of `id`, `None` on 404.
+/// The codes with which ARM says a resource does not exist (a 404 with another code, or
+/// none, is not taken for absence: nothing is made on it).
+const ABSENT: &[&str] = &[
+    "NotFound",
+    "ResourceNotFound",
+    "ResourceGroupNotFound",
+    "RoleAssignmentNotFound",
+];
+
+/// `GET` of `id`, `None` when ARM says it does not exist.
 async fn get(
     arm: &Arm,
     call: &'static str,
@@ -93,7 +102,9 @@ async fn get(
 ) -> Result<Option<Value>, AzureError> {
     match arm.resource(call, Method::Get, id, api, None).await {
         Ok(a) => Ok(Some(a.body)),
-        Err(e) if e.status() == Some(404) => Ok(None),
+        Err(e) if e.status() == Some(404) && e.code().is_some_and(|c| ABSENT.contains(&c)) => {
+            Ok(None)
+        }
         Err(e) => Err(e),
     }
 }
@@ -120,7 +131,10 @@ async fn put_and_wait(
         {
             return Err(unusable(
                 call,
-                format!("{id} was still being made after {NETWORK_WAIT:?}"),
+                format!(
+                    "{id}: its create could not be seen to end within {NETWORK_WAIT:?} (the \
+                     operation ran on, or could not be read); rayscale up again finds it"
+                ),
             ));
         }
     }
@@ -132,7 +146,7 @@ async fn put_and_wait(
         let state = v
             .pointer("/properties/provisioningState")
             .and_then(Value::as_str)
-            .unwrap_or("Succeeded");
+            .ok_or_else(|| unusable(call, format!("{id} has no properties.provisioningState")))?;
         match state {
             "Succeeded" => return Ok(v),
             "Failed" | "Canceled" => {
@@ -152,6 +166,25 @@ async fn put_and_wait(
     }
 }
 
+/// A network resource found is usable: `Succeeded` (one that failed or is being changed
+/// is said, not used).
+fn usable(call: &'static str, id: &str, v: &Value) -> Result<(), AzureError> {
+    match v
+        .pointer("/properties/provisioningState")
+        .and_then(Value::as_str)
+    {
+        Some("Succeeded") => Ok(()),
+        Some(state) => Err(unusable(
+            call,
+            format!("{id} is {state}: wait for it, or delete it and rayscale up again"),
+        )),
+        None => Err(unusable(
+            call,
+            format!("{id} has no properties.provisioningState"),
+        )),
+    }
+}
+
 fn unusable(call: &'static str, message: String) -> AzureError {
     AzureError::Call {
         call,
@@ -160,6 +193,33 @@ fn unusable(call: &'static str, message: String) -> AzureError {
         kind: rayscale_core::provider::ProviderErrorKind::Transient,
         message,
     }
+}
+
+/// `provider.tags` as ARM takes tags: strings (a number or boolean written as Python
+/// writes it, as Ray's SDK sends it).
+fn group_tags(t: &Value) -> Result<Value, AzureError> {
+    let Some(o) = t.as_object() else {
+        return Err(AzureError::config(
+            "provider.tags",
+            format!("must be a mapping, got {t}"),
+        ));
+    };
+    let mut out = Map::new();
+    for (k, v) in o {
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => if *b { "True" } else { "False" }.to_string(),
+            other => {
+                return Err(AzureError::config(
+                    format!("provider.tags.{k}"),
+                    format!("must be a string, got {other}"),
+                ));
+            }
+        };
+        out.insert(k.clone(), json!(text));
+    }
+    Ok(Value::Object(out))
 }
 
 /// Reads `provider.<key>` as a required name.
@@ -237,6 +297,8 @@ pub async fn bootstrap(
     // The key first: it touches only this machine, and its errors are the YAML's.
     let key = cluster_key(&mut raw, &location, &rg, ssh_dir, true)?;
     // The resource group.
+    // Checked whether or not the group is made (a YAML that is wrong is wrong now).
+    let group_tags = provider.get("tags").map(group_tags).transpose()?;
     let gid = group_id(&sub, &rg);
     let group_path = format!("/subscriptions/{sub}/resourcegroups/{rg}");
     if get(arm, "resourceGroups.get", &group_path, RESOURCES_API)
@@ -244,8 +306,8 @@ pub async fn bootstrap(
         .is_none()
     {
         let mut body = json!({"location": location});
-        if let Some(t) = provider.get("tags").filter(|t| t.is_object()) {
-            body["tags"] = t.clone();
+        if let Some(t) = group_tags {
+            body["tags"] = t;
         }
         arm.resource(
             "resourceGroups.createOrUpdate",
@@ -266,15 +328,16 @@ pub async fn bootstrap(
             "{gid}/providers/Microsoft.Network/virtualNetworks/{}",
             n.vnet
         );
-        if get(
+        let found = get(
             arm,
             "networkSecurityGroups.get",
             &nsg_id,
             NETWORK_API_VERSION,
         )
-        .await?
-        .is_none()
-        {
+        .await?;
+        if let Some(v) = &found {
+            usable("networkSecurityGroups.get", &nsg_id, v)?;
+        } else {
             put_and_wait(
                 arm,
                 "networkSecurityGroups.createOrUpdate",
@@ -287,6 +350,7 @@ pub async fn bootstrap(
         }
         match get(arm, "virtualNetworks.get", &vnet_id, NETWORK_API_VERSION).await? {
             Some(v) => {
+                usable("virtualNetworks.get", &vnet_id, &v)?;
                 let has = v
                     .pointer("/properties/subnets")
                     .and_then(Value::as_array)
@@ -373,6 +437,8 @@ pub async fn bootstrap(
         raw["provider"]["msi"] = json!(msi_id);
         msi = Some(msi_id);
     }
+    // As Ray's: the head's config names the subscription (the head has no environment).
+    raw["provider"]["subscription_id"] = json!(sub);
     let mut out = ClusterConfig::from_value(&raw, "").map_err(|e| {
         AzureError::config(
             "available_node_types",
@@ -423,11 +489,18 @@ pub fn offline(
     env_subscription: Option<&str>,
     ssh_dir: Option<&Path>,
 ) -> Result<ClusterConfig, AzureError> {
-    let (location, rg, sub, n) = inputs(config, env_subscription)?;
-    let mut raw = config.raw.clone();
-    cluster_key(&mut raw, &location, &rg, ssh_dir, false)?;
-    let (subnet, nsg, msi) = ids(&sub, &rg, &n);
     let absent = |raw: &Value, key: &str| raw["provider"].get(key).is_none_or(Value::is_null);
+    let mut raw = config.raw.clone();
+    if !absent(&raw, "subnet") && !absent(&raw, "msi") && names::every_type_has_key(&raw) {
+        // Nothing to derive (a config the bootstrap wrote, or the user's own).
+        return Ok(config.clone());
+    }
+    let (location, rg, sub, n) = inputs(config, env_subscription)?;
+    if cluster_key(&mut raw, &location, &rg, ssh_dir, false).is_err() {
+        // Listing and removing need no key.
+        names::with_key(&mut raw, "ubuntu", NO_KEY);
+    }
+    let (subnet, nsg, msi) = ids(&sub, &rg, &n);
     // As the bootstrap: its group goes with its network only.
     if absent(&raw, "subnet") {
         raw["provider"]["subnet"] = json!(subnet);
@@ -438,6 +511,7 @@ pub fn offline(
     if absent(&raw, "msi") {
         raw["provider"]["msi"] = json!(msi);
     }
+    raw["provider"]["subscription_id"] = json!(sub);
     let mut out = ClusterConfig::from_value(&raw, "")
         .map_err(|e| AzureError::config("available_node_types", e.to_string()))?;
     out.head_node = config.head_node.clone();
@@ -460,7 +534,14 @@ async fn role_assignment(
         n.role_assignment
     );
     if let Some(a) = get(arm, "roleAssignments.get", &id, AUTHORIZATION_API).await? {
-        if a.pointer("/properties/principalId").and_then(Value::as_str) == Some(principal) {
+        let Some(theirs) = a.pointer("/properties/principalId").and_then(Value::as_str) else {
+            // What cannot be read is no reason to delete.
+            return Err(unusable(
+                "roleAssignments.get",
+                format!("{id} has no properties.principalId"),
+            ));
+        };
+        if theirs == principal {
             return Ok(false);
         }
         // Left by an identity of the same name made again: it cannot be updated.
@@ -490,9 +571,13 @@ async fn role_assignment(
             Ok(_) => return Ok(true),
             // The same role for the same principal on the group, under another name.
             Err(e) if e.code() == Some("RoleAssignmentExists") => return Ok(false),
+            // A new principal spreading through Entra ID; an assignment just deleted
+            // still seen under its name.
             Err(e)
-                if e.code() == Some("PrincipalNotFound")
-                    && tokio::time::Instant::now() + delay < deadline =>
+                if matches!(
+                    e.code(),
+                    Some("PrincipalNotFound" | "RoleAssignmentUpdateNotPermitted")
+                ) && tokio::time::Instant::now() + delay < deadline =>
             {
                 tracing::info!(%principal, "the identity's principal is not known yet; trying again");
                 tokio::time::sleep(delay).await;
@@ -538,7 +623,8 @@ fn cluster_key(
         (false, false) => {}
     }
     let user = match auth.get("ssh_user") {
-        None | Some(Value::Null) => "ray".to_string(),
+        // Ray's Azure defaults' user (its key's name takes it).
+        None | Some(Value::Null) => "ubuntu".to_string(),
         Some(Value::String(u)) if names::valid_name(u) => u.clone(),
         Some(other) => {
             return Err(AzureError::config(

@@ -82,12 +82,24 @@ pub fn names(
         }
     };
     let cluster_id = format!("{cluster_name}-{unique_id}");
-    if !valid_name(&format!("ray-{cluster_id}-subnet")) {
+    // The network's names as Azure takes them: a virtual network's at most 64
+    // characters, a security group's and a subnet's 80; letters, digits, '-', '_', '.'.
+    let network_ok = |name: &str, max: usize| {
+        name.len() <= max
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if !(network_ok(&format!("ray-{cluster_id}-vnet"), 64)
+        && network_ok(&format!("ray-{cluster_id}-subnet"), 80))
+    {
         return Err(AzureError::config(
             "cluster_name",
             format!(
                 "{cluster_id:?} (cluster_name-unique_id) goes into the names of the cluster's \
-                 network and identity: use letters, digits, '-', '_' and '.' only"
+                 network and identity: use letters, digits, '-', '_' and '.' only, at most \
+                 55 in all (a virtual network's name is at most 64)"
             ),
         ));
     }
@@ -108,6 +120,22 @@ pub fn names(
     let shared_msi = msi_name_given.is_some() && msi_group_given.is_some();
     let msi_name = msi_name_given.unwrap_or_else(|| format!("ray-{cluster_id}-msi"));
     let msi_group = msi_group_given.unwrap_or_else(|| resource_group.to_string());
+    // An identity's name: 3 to 128, from a letter or digit, of letters, digits, '-', '_'.
+    let identity_ok = msi_name.len() >= 3
+        && msi_name.len() <= 128
+        && msi_name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && msi_name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
+    if !identity_ok {
+        return Err(AzureError::config(
+            "provider.msi_name",
+            format!(
+                "{msi_name:?} is not an identity name (3 to 128 letters, digits, '-', '_'; \
+                 from a letter or digit)"
+            ),
+        ));
+    }
     for (key, v) in [("msi_name", &msi_name), ("msi_resource_group", &msi_group)] {
         if !valid_name(v) {
             return Err(AzureError::config(
@@ -311,7 +339,7 @@ pub fn role_assignment_body(subscription: &str, principal_id: &str, cluster_id: 
 
 /// `raw` with `adminUsername` and `publicKey` set in each node type's
 /// `azure_arm_parameters` that has no `publicKey` (Ray sets both on every type; a type's
-/// own key is kept). The names of the types changed.
+/// own key, and its user, are kept). The names of the types changed.
 pub fn with_key(raw: &mut Value, user: &str, public_key: &str) -> Vec<String> {
     let mut changed = Vec::new();
     let Some(types) = raw
@@ -334,7 +362,8 @@ pub fn with_key(raw: &mut Value, user: &str, public_key: &str) -> Vec<String> {
             continue;
         }
         params.insert("publicKey".into(), json!(public_key.trim()));
-        params.entry("adminUsername").or_insert_with(|| json!(user));
+        // As Ray: the key is for `auth.ssh_user` (a type's own user would not get it).
+        params.insert("adminUsername".into(), json!(user));
         changed.push(name.clone());
     }
     changed
@@ -424,7 +453,7 @@ mod tests {
     #[test]
     fn the_key_goes_where_a_type_has_none() {
         let mut raw = json!({"available_node_types": {
-            "h": {"node_config": {"azure_arm_parameters": {"vmSize": "x"}}},
+            "h": {"node_config": {"azure_arm_parameters": {"vmSize": "x", "adminUsername": "me"}}},
             "w": {"node_config": {"azure_arm_parameters": {"publicKey": "own", "adminUsername": "me"}}},
             "v": {"node_config": {}}
         }});
