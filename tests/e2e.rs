@@ -85,8 +85,9 @@ pub trait Cloud {
     fn creates(&self) -> u64;
 }
 
-/// `rayscale <args>` with `env`.
-pub(crate) fn rayscale_with(env: &[(String, String)], args: &[&str]) -> (bool, String) {
+/// `rayscale <args>` with `env` (the launcher polling every 0.5 s): whether it succeeded,
+/// and its stdout then stderr.
+pub fn rayscale_with(env: &[(String, String)], args: &[&str]) -> (bool, String) {
     let out = Command::new(crate::workspace_bin("rayscale"))
         .args(args)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))

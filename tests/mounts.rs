@@ -97,6 +97,25 @@ pub trait KeyCloud: Cloud {
     ) -> std::thread::JoinHandle<()>;
 }
 
+/// What a cloud's agent does for [`KeyCloud::let_in`], on its own thread: once `keys`
+/// (the public keys the cloud holds for the login user) shows any, within `timeout`,
+/// they are appended to `authorized_keys`.
+pub fn let_in_when_shown(
+    authorized_keys: PathBuf,
+    timeout: Duration,
+    keys: impl Fn() -> Vec<String> + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        if wait_until(timeout, || !keys().is_empty()) {
+            let mut text = std::fs::read_to_string(&authorized_keys).unwrap_or_default();
+            for k in keys() {
+                text.push_str(&format!("{k}\n"));
+            }
+            std::fs::write(&authorized_keys, text).expect("authorized_keys");
+        }
+    })
+}
+
 /// `rayscale up` with `file_mounts` and `auth` without `ssh_private_key`: `up` finds or
 /// makes the cluster's key, the node lets it in, and `up` copies the mounts to the head
 /// over a real sshd (reached through `auth.ssh_proxy_command`) with it, before the head's

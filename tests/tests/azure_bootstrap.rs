@@ -425,22 +425,15 @@ async fn rays_azure_defaults_yaml_goes_up_unchanged() {
     let path = home.join("defaults.yaml");
     std::fs::write(&path, text).unwrap();
     let arg = path.display().to_string();
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(rayscale_tests::workspace_bin("rayscale"))
-            .args(args)
-            .env("RAYSCALE_AZURE_ENDPOINT", fake.url())
-            .env("AZURE_SUBSCRIPTION_ID", SUB)
-            .env("HOME", &home)
-            .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).to_string()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
-    };
+    let env: Vec<(String, String)> = [
+        ("RAYSCALE_AZURE_ENDPOINT", fake.url()),
+        ("AZURE_SUBSCRIPTION_ID", SUB.to_string()),
+        ("HOME", home.display().to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let cli = |args: &[&str]| rayscale_tests::e2e::rayscale_with(&env, args);
     let (ok, out) = tokio::task::block_in_place(|| cli(&["up", &arg]));
     assert!(ok && out.contains("launched"), "{out}");
     for said in [

@@ -179,30 +179,21 @@ impl KeyCloud for KeyAzure {
         timeout: std::time::Duration,
     ) -> std::thread::JoinHandle<()> {
         let fake = self.0.0.clone();
-        std::thread::spawn(move || {
-            let path = format!("/home/{user}/.ssh/authorized_keys");
-            let keys = || -> Vec<String> {
-                fake.vms()
-                    .keys()
-                    .filter_map(|n| fake.vm(n))
-                    .filter(|v| v["tags"]["ray-node-type"] == "head")
-                    .flat_map(|v| {
-                        v["properties"]["osProfile"]["linuxConfiguration"]["ssh"]["publicKeys"]
-                            .as_array()
-                            .cloned()
-                            .unwrap_or_default()
-                    })
-                    .filter(|k| k["path"] == path.as_str())
-                    .filter_map(|k| k["keyData"].as_str().map(str::to_string))
-                    .collect()
-            };
-            if rayscale_tests::wait_until(timeout, || !keys().is_empty()) {
-                let mut text = std::fs::read_to_string(&authorized_keys).unwrap_or_default();
-                for k in keys() {
-                    text.push_str(&format!("{k}\n"));
-                }
-                std::fs::write(&authorized_keys, text).expect("authorized_keys");
-            }
+        let path = format!("/home/{user}/.ssh/authorized_keys");
+        rayscale_tests::mounts::let_in_when_shown(authorized_keys, timeout, move || {
+            fake.vms()
+                .keys()
+                .filter_map(|n| fake.vm(n))
+                .filter(|v| v["tags"]["ray-node-type"] == "head")
+                .flat_map(|v| {
+                    v["properties"]["osProfile"]["linuxConfiguration"]["ssh"]["publicKeys"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .filter(|k| k["path"] == path.as_str())
+                .filter_map(|k| k["keyData"].as_str().map(str::to_string))
+                .collect()
         })
     }
 }

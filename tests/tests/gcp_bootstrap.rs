@@ -371,20 +371,7 @@ async fn rays_gcp_defaults_yaml_goes_up_unchanged() {
     std::fs::write(&path, text).unwrap();
     let arg = path.display().to_string();
     let env = fake.cli_env(&home);
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(rayscale_tests::workspace_bin("rayscale"))
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).to_string()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
-    };
+    let cli = |args: &[&str]| rayscale_tests::e2e::rayscale_with(&env, args);
     let (ok, out) = tokio::task::block_in_place(|| cli(&["up", &arg]));
     assert!(ok && out.contains("launched"), "{out}");
     for said in [

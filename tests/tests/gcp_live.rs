@@ -155,21 +155,12 @@ impl KeyCloud for Gce {
         timeout: std::time::Duration,
     ) -> std::thread::JoinHandle<()> {
         let fake = self.0.clone();
-        std::thread::spawn(move || {
-            let prefix = format!("{user}:");
-            let keys = || -> Vec<String> {
-                fake.project(|p| p.ssh_keys())
-                    .lines()
-                    .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
-                    .collect()
-            };
-            if rayscale_tests::wait_until(timeout, || !keys().is_empty()) {
-                let mut text = std::fs::read_to_string(&authorized_keys).unwrap_or_default();
-                for k in keys() {
-                    text.push_str(&format!("{k}\n"));
-                }
-                std::fs::write(&authorized_keys, text).expect("authorized_keys");
-            }
+        let prefix = format!("{user}:");
+        rayscale_tests::mounts::let_in_when_shown(authorized_keys, timeout, move || {
+            fake.project(|p| p.ssh_keys())
+                .lines()
+                .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+                .collect()
         })
     }
 }
