@@ -431,7 +431,7 @@ mod tests {
             arm_guid("ray-c-1234-ra"),
             "0ebf38c5-6dbb-32e0-af0a-92bac71ff16e"
         );
-        let p = json!({"unique_id": 1234, "subnet_mask": "10.9.0.0/16", "msi_name": "m", "msi_resource_group": "g"});
+        let p = json!({"unique_id": 1234, "subnet_mask": "10.9.0.0/16", "msi_name": "team-id", "msi_resource_group": "g"});
         let n = names(p.as_object().unwrap(), "c", "rg").unwrap();
         assert_eq!(
             (n.cluster_id.as_str(), n.subnet_mask.as_str()),
@@ -444,6 +444,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("provider.subnet_mask: "), "{e}");
+        // Azure's identity names: 3 to 128, from a letter or digit.
+        let short = json!({"msi_name": "m"});
+        let e = names(short.as_object().unwrap(), "c", "rg")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("provider.msi_name: \"m\" is not an identity name"),
+            "{e}"
+        );
+        // A virtual network's name is at most 64 long.
+        let e = names(&Map::new(), &"c".repeat(60), "rg")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cluster_name: "), "{e}");
         let e = names(p.as_object().unwrap(), "my cluster", "rg")
             .unwrap_err()
             .to_string();
