@@ -54,17 +54,16 @@ pub struct Plan {
     pub mark: String,
 }
 
-/// Whether every node type's `azure_arm_parameters` names its own `publicKey` (then
-/// `up`'s bootstrap makes no key for Azure).
-fn every_type_names_a_key(raw: &Value) -> bool {
-    raw.get("available_node_types")
-        .and_then(Value::as_object)
-        .is_some_and(|types| {
-            types.values().all(|t| {
-                t.pointer("/node_config/azure_arm_parameters/publicKey")
-                    .is_some_and(|k| !k.is_null())
-            })
-        })
+/// Whether every node type names its own Azure `publicKey` (then `up`'s bootstrap makes
+/// no key); the Azure provider's own rule, false in a build without it.
+fn azure_types_name_their_keys(raw: &Value) -> bool {
+    #[cfg(feature = "azure")]
+    return rayscale_provider_azure::bootstrap::names::every_type_has_key(raw);
+    #[cfg(not(feature = "azure"))]
+    {
+        let _ = raw;
+        false
+    }
 }
 
 /// What `up` will copy to the head of `config` (`None`: no `file_mounts`), checked: each
@@ -102,7 +101,7 @@ pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
             if auth
                 .and_then(|a| a.get("ssh_public_key"))
                 .is_some_and(|k| !k.is_null())
-                || every_type_names_a_key(&config.raw) =>
+                || azure_types_name_their_keys(&config.raw) =>
         {
             bail!(
                 "auth.ssh_private_key: needed on Azure to copy file_mounts to the head over SSH \

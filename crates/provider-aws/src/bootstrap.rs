@@ -497,7 +497,7 @@ pub async fn bootstrap(client: &Client, config: &ClusterConfig) -> Result<Cluste
             raw["available_node_types"][t.as_str()]["node_config"]["SecurityGroupIds"] = json!([g]);
         }
     }
-    ClusterConfig::from_value(&raw, "").map_err(|e| {
+    config.with_raw(&raw).map_err(|e| {
         AwsError::config(
             "available_node_types",
             format!("with subnets and security groups filled in: {e}"),

@@ -143,7 +143,7 @@ pub async fn configure_key_pair(
     for t in &types {
         raw["available_node_types"][t.as_str()]["node_config"]["KeyName"] = json!(name);
     }
-    let config = ClusterConfig::from_value(&raw, "").map_err(|e| {
+    let config = config.with_raw(&raw).map_err(|e| {
         AwsError::config(
             "available_node_types",
             format!("with KeyName filled in: {e}"),

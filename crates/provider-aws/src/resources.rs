@@ -236,7 +236,7 @@ impl InstanceTypes {
         }
         let facts = lock(&self.known).clone();
         let raw = fill_resources(&config.raw, &self.region, &facts)?;
-        ClusterConfig::from_value(&raw, "").map_err(|e| {
+        config.with_raw(&raw).map_err(|e| {
             AwsError::config(
                 "available_node_types",
                 format!("with its resources filled in from EC2: {e}"),

@@ -407,25 +407,21 @@ impl Arm {
         node_type: &str,
         zone: Option<&str>,
     ) -> Result<Accepted, AzureError> {
-        let call = if patch {
-            "virtualMachines.update"
+        let (call, method) = if patch {
+            ("virtualMachines.update", Method::Patch)
         } else {
-            "virtualMachines.createOrUpdate"
+            ("virtualMachines.createOrUpdate", Method::Put)
         };
-        let mut url = self.endpoint.clone();
-        url.set_path(&Self::vm_path(sub, rg, name));
-        url.query_pairs_mut()
-            .append_pair("api-version", API_VERSION);
-        let mut req = Request::new(url, if patch { Method::Patch } else { Method::Put });
-        req.insert_header("content-type", "application/json");
-        req.set_body(body.to_string());
-        let (status, h, body) = self.send(call, req, node_type, zone).await?;
-        Ok(Accepted {
-            status,
-            operation: operation_of(&h),
-            retry_after: retry_after(&h),
-            body,
-        })
+        self.send_json(
+            call,
+            method,
+            &Self::vm_path(sub, rg, name),
+            API_VERSION,
+            Some(body),
+            node_type,
+            zone,
+        )
+        .await
     }
 
     /// `method` of the resource `id` (a resource id path) at `api_version`, with `body`
@@ -438,8 +434,25 @@ impl Arm {
         api_version: &str,
         body: Option<&Value>,
     ) -> Result<Accepted, AzureError> {
+        self.send_json(call, method, id, api_version, body, "", None)
+            .await
+    }
+
+    /// `method` of `path` at `api_version` with `body` as JSON; errors name `node_type`
+    /// and `zone` where a launch's do.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_json(
+        &self,
+        call: &'static str,
+        method: Method,
+        path: &str,
+        api_version: &str,
+        body: Option<&Value>,
+        node_type: &str,
+        zone: Option<&str>,
+    ) -> Result<Accepted, AzureError> {
         let mut url = self.endpoint.clone();
-        url.set_path(id);
+        url.set_path(path);
         url.query_pairs_mut()
             .append_pair("api-version", api_version);
         let mut req = Request::new(url, method);
@@ -447,7 +460,7 @@ impl Arm {
             req.insert_header("content-type", "application/json");
             req.set_body(b.to_string());
         }
-        let (status, h, body) = self.send(call, req, "", None).await?;
+        let (status, h, body) = self.send(call, req, node_type, zone).await?;
         Ok(Accepted {
             status,
             operation: operation_of(&h),
@@ -499,14 +512,10 @@ impl Arm {
 
     /// `GET` of the network resource `id` (a resource id).
     async fn network_get(&self, call: &'static str, id: &str) -> Result<Value, AzureError> {
-        let mut url = self.endpoint.clone();
-        url.set_path(id);
-        url.query_pairs_mut()
-            .append_pair("api-version", NETWORK_API_VERSION);
-        let (_, _, body) = self
-            .send(call, Request::new(url, Method::Get), "", None)
-            .await?;
-        Ok(body)
+        Ok(self
+            .resource(call, Method::Get, id, NETWORK_API_VERSION, None)
+            .await?
+            .body)
     }
 
     /// The answer of an SDK call (`send()` of a delete, deallocate or start) as

@@ -428,14 +428,12 @@ pub async fn bootstrap(
             );
         }
     }
-    let mut out = ClusterConfig::from_value(&raw, "").map_err(|e| {
+    let mut out = config.with_raw(&raw).map_err(|e| {
         GcpError::config(
             "available_node_types",
             format!("with networkInterfaces filled in: {e}"),
         )
     })?;
-    out.head_node = config.head_node.clone();
-    out.mounts_source = config.mounts_source.clone();
     // The head's service account.
     let head = gcp.head_node_type.clone().unwrap_or_default();
     let head_names_one = raw["available_node_types"][head.as_str()]["node_config"]

@@ -383,8 +383,7 @@ fn identity(w: &mut World, method: &str, id: &str, name: &str, body: Value) -> R
                 );
             };
             let existed = w.resources.contains_key(&id.to_ascii_lowercase());
-            let b = seed_identity(w, id, name, location);
-            let mut b = b;
+            let mut b = seed_identity(w, id, name, location);
             if let Some(t) = body.get("tags") {
                 b["tags"] = t.clone();
                 if let Some(r) = w.resources.get_mut(&id.to_ascii_lowercase()) {

@@ -102,6 +102,16 @@ impl ClusterConfig {
         Self::from_value(&v, "")
     }
 
+    /// This config with its document replaced by `raw` (what a bootstrap or a fill-in
+    /// wrote), validated again; what the process set and the YAML never holds
+    /// ([`ClusterConfig::head_node`], [`ClusterConfig::mounts_source`]) is kept.
+    pub fn with_raw(&self, raw: &Value) -> Result<Self, CoreError> {
+        let mut out = Self::from_value(raw, "")?;
+        out.head_node = self.head_node.clone();
+        out.mounts_source = self.mounts_source.clone();
+        Ok(out)
+    }
+
     /// Validates and extracts a config from a parsed document; `path` prefixes error paths.
     pub fn from_value(v: &Value, path: &str) -> Result<Self, CoreError> {
         schema::validate(v, &schema::Node::Object(&schema::CLUSTER), path)?;

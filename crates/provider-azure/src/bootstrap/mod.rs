@@ -237,11 +237,25 @@ fn required(provider: &Map<String, Value>, key: &str, what: &str) -> Result<Stri
     }
 }
 
+/// What the bootstrap reads of `config`.
+struct Inputs<'a> {
+    /// The `provider:` block.
+    provider: &'a Map<String, Value>,
+    /// `provider.location`.
+    location: String,
+    /// `provider.resource_group`.
+    rg: String,
+    /// The subscription (`provider.subscription_id`, else the environment's).
+    sub: String,
+    /// The names derived.
+    names: Names,
+}
+
 /// The location, resource group, subscription and names of `config`.
-fn inputs(
-    config: &ClusterConfig,
+fn inputs<'a>(
+    config: &'a ClusterConfig,
     env_subscription: Option<&str>,
-) -> Result<(String, String, String, Names), AzureError> {
+) -> Result<Inputs<'a>, AzureError> {
     let provider = config
         .raw
         .get("provider")
@@ -272,8 +286,14 @@ fn inputs(
             format!("{sub:?} is not a subscription id"),
         ));
     }
-    let n = names::names(provider, &config.cluster_name, &rg)?;
-    Ok((location, rg, sub, n))
+    let names = names::names(provider, &config.cluster_name, &rg)?;
+    Ok(Inputs {
+        provider,
+        location,
+        rg,
+        sub,
+        names,
+    })
 }
 
 /// Runs the bootstrap (see the module's docs) for `config` through `arm`;
@@ -285,12 +305,13 @@ pub async fn bootstrap(
     env_subscription: Option<&str>,
     ssh_dir: Option<&Path>,
 ) -> Result<Bootstrap, AzureError> {
-    let (location, rg, sub, n) = inputs(config, env_subscription)?;
-    let provider = config
-        .raw
-        .get("provider")
-        .and_then(Value::as_object)
-        .ok_or_else(|| AzureError::config("provider", "must be a mapping"))?;
+    let Inputs {
+        provider,
+        location,
+        rg,
+        sub,
+        names: n,
+    } = inputs(config, env_subscription)?;
     let tags = json!({"ray-cluster-name": config.cluster_name});
     let mut made = Vec::new();
     let mut raw = config.raw.clone();
@@ -439,14 +460,12 @@ pub async fn bootstrap(
     }
     // As Ray's: the head's config names the subscription (the head has no environment).
     raw["provider"]["subscription_id"] = json!(sub);
-    let mut out = ClusterConfig::from_value(&raw, "").map_err(|e| {
+    let out = config.with_raw(&raw).map_err(|e| {
         AzureError::config(
             "available_node_types",
             format!("with the bootstrap's network, identity and key filled in: {e}"),
         )
     })?;
-    out.head_node = config.head_node.clone();
-    out.mounts_source = config.mounts_source.clone();
     Ok(Bootstrap {
         config: out,
         names: n,
@@ -495,7 +514,13 @@ pub fn offline(
         // Nothing to derive (a config the bootstrap wrote, or the user's own).
         return Ok(config.clone());
     }
-    let (location, rg, sub, n) = inputs(config, env_subscription)?;
+    let Inputs {
+        location,
+        rg,
+        sub,
+        names: n,
+        ..
+    } = inputs(config, env_subscription)?;
     if cluster_key(&mut raw, &location, &rg, ssh_dir, false).is_err() {
         // Listing and removing need no key.
         names::with_key(&mut raw, "ubuntu", NO_KEY);
@@ -512,11 +537,9 @@ pub fn offline(
         raw["provider"]["msi"] = json!(msi);
     }
     raw["provider"]["subscription_id"] = json!(sub);
-    let mut out = ClusterConfig::from_value(&raw, "")
-        .map_err(|e| AzureError::config("available_node_types", e.to_string()))?;
-    out.head_node = config.head_node.clone();
-    out.mounts_source = config.mounts_source.clone();
-    Ok(out)
+    config
+        .with_raw(&raw)
+        .map_err(|e| AzureError::config("available_node_types", e.to_string()))
 }
 
 /// Ray's role assignment for `principal`, found or made; `true` when made. Entra ID may
