@@ -180,7 +180,12 @@ fn local_provider_over_ssh_installs_ray_with_rays_node_updater() {
     workers.sort();
     assert_eq!(workers, ["127.0.0.2", "127.0.0.3"], "{log}");
     assert!(log.contains("installing ray on 127.0.0.2"), "{log}");
-    assert!(log.contains("ray installed on"), "{log}");
+    // Ray's updater returns after `ray start` has returned on the host, and the worker
+    // may run tasks before that: wait for both installs to be reported, not just joined.
+    let installed = wait_until(Duration::from_secs(90), || {
+        lp.log().matches("ray installed on 127.0.0.").count() == 2
+    });
+    assert!(installed, "{}", lp.log());
     // The setup commands ran once on each host (the address sshd was reached at).
     let marks = std::fs::read_to_string(&setup_marks).unwrap_or_default();
     let mut hosts: Vec<&str> = marks
