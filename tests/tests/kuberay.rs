@@ -195,7 +195,16 @@ async fn conformance(watch: bool) {
 /// (`_derive_autoscaling_config_from_ray_cr`) of the same object, run as the oracle.
 #[test]
 fn config_matches_rays_derivation() {
-    let mut rc = raycluster("oracle", &[("cpu", 1, 5, 2), ("gpu", 0, 3, 8)]);
+    let mut rc = raycluster(
+        "oracle",
+        &[
+            ("cpu", 1, 5, 2),
+            ("gpu", 0, 3, 8),
+            ("tpu", 0, 2, 8),
+            ("v6e", 0, 2, 8),
+            ("tpunosel", 0, 1, 8),
+        ],
+    );
     rc["metadata"]["namespace"] = json!(NS);
     let g = &mut rc["spec"]["workerGroupSpecs"];
     // GPU from the container's limits, memory from rayStartParams, custom resources as
@@ -211,6 +220,39 @@ fn config_matches_rays_derivation() {
         .unwrap()
         .remove("num-cpus");
     g[0]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("1500m");
+    // TPU groups as GKE runs them: a v4 slice of 2x2x2 chips over two hosts from the
+    // container's limits (requests 0 first), a v6e slice whose chips come from
+    // rayStartParams, and a TPU group without GKE's selectors (no head resource).
+    let tpu = |limits: Value, selectors: Value| json!({"limits": limits, "requests": {"google.com/tpu": "0"}, "selectors": selectors});
+    for (i, spec) in [
+        (
+            2,
+            tpu(
+                json!({"cpu": "8", "google.com/tpu": "4"}),
+                json!({"cloud.google.com/gke-tpu-topology": "2x2x2",
+                       "cloud.google.com/gke-tpu-accelerator": "tpu-v4-podslice"}),
+            ),
+        ),
+        (
+            3,
+            tpu(
+                json!({"cpu": "8"}),
+                json!({"cloud.google.com/gke-tpu-topology": "2x4",
+                       "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"}),
+            ),
+        ),
+        (
+            4,
+            tpu(json!({"cpu": "8", "google.com/tpu": "4"}), json!({})),
+        ),
+    ] {
+        let c = &mut g[i]["template"]["spec"]["containers"][0]["resources"];
+        c["limits"] = spec["limits"].clone();
+        c["requests"] = spec["requests"].clone();
+        g[i]["template"]["spec"]["nodeSelector"] = spec["selectors"].clone();
+    }
+    g[2]["numOfHosts"] = json!(2);
+    g[3]["rayStartParams"]["resources"] = json!("\"{\\\"TPU\\\": 8}\"");
     rc["spec"]["autoscalerOptions"] =
         json!({"idleTimeoutSeconds": 90, "upscalingMode": "Conservative"});
 
@@ -251,7 +293,7 @@ fn config_matches_rays_derivation() {
             "{key}"
         );
     }
-    for t in ["headgroup", "cpu", "gpu"] {
+    for t in ["headgroup", "cpu", "gpu", "tpu", "v6e", "tpunosel"] {
         for key in ["min_workers", "max_workers", "resources", "labels"] {
             let (a, b) = (
                 &ours["available_node_types"][t][key],
@@ -276,6 +318,20 @@ fn config_matches_rays_derivation() {
     assert_eq!(
         ours["available_node_types"]["cpu"]["resources"]["CPU"],
         json!(2)
+    );
+    let res = |t: &str| ours["available_node_types"][t]["resources"].clone();
+    assert_eq!(res("tpu")["TPU"], json!(4));
+    assert_eq!(res("tpu")["TPU-v4-16-head"], json!(1));
+    assert_eq!(res("v6e")["TPU"], json!(8));
+    assert_eq!(res("v6e")["TPU-v6e-8-head"], json!(1));
+    assert!(
+        res("tpunosel")
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|k| !k.ends_with("-head")),
+        "{}",
+        res("tpunosel")
     );
 
     // A broken RayCluster is one line naming where.

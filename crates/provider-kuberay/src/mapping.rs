@@ -327,28 +327,98 @@ fn resources(g: &Value, path: &str) -> Result<Value, KubeRayError> {
             custom.insert(k, n);
         }
     }
+    // TPU chips: the group's field, else a custom `TPU` (inserted with the custom
+    // resources below), else the first of the container's limits and requests above 0.
+    let mut tpu_from_k8s = None;
+    for (m, at) in [(limits, "limits"), (requests, "requests")] {
+        if let Some(v) = m.and_then(|m| m.get("google.com/tpu")) {
+            let at = format!("{path}.template.spec.containers[0].resources.{at}.google.com/tpu");
+            let n = qty(v, at)?;
+            if n > 0 {
+                tpu_from_k8s = Some(n);
+                break;
+            }
+        }
+    }
     let tpu = if let Some(v) = group.get("TPU") {
         Some(qty(v, format!("{path}.resources.TPU"))?)
-    } else if custom.contains_key("TPU") {
-        None
     } else {
-        k8s("google.com/tpu")
-            .map(|v| {
-                qty(
-                    v,
-                    format!("{path}.template.spec.containers[0].resources.google.com/tpu"),
-                )
-            })
-            .transpose()?
-            .filter(|n| *n > 0)
+        tpu_from_k8s
     };
     if let Some(n) = tpu {
         out.insert("TPU".into(), json!(n));
+    }
+    if tpu.is_some() || custom.contains_key("TPU") {
+        // One `TPU-<slice type>-head` per replica (its worker 0), from GKE's node
+        // selectors, as Ray's autoscaling config: a multi-host slice is scaled by it.
+        match tpu_head_resource(g, path)? {
+            Some(head) => {
+                out.insert(head, json!(1));
+            }
+            None => tracing::warn!(
+                "{path}: a TPU group without both the {TPU_TOPOLOGY} and {TPU_ACCELERATOR} \
+                 node selectors gets no TPU-<type>-head resource (as in Ray)"
+            ),
+        }
     }
     for (k, n) in custom {
         out.insert(k, json!(n));
     }
     Ok(Value::Object(out))
+}
+
+/// GKE's node selector naming a TPU slice's topology (`2x2x2`).
+pub const TPU_TOPOLOGY: &str = "cloud.google.com/gke-tpu-topology";
+/// GKE's node selector naming a TPU slice's accelerator (`tpu-v4-podslice`).
+pub const TPU_ACCELERATOR: &str = "cloud.google.com/gke-tpu-accelerator";
+
+/// GKE's TPU accelerators and the generation Ray names them by (GKE's TPU guide; the
+/// same table as Ray 2.60's KubeRay utilities).
+const GKE_TPU_GENERATIONS: &[(&str, &str)] = &[
+    ("tpu-v4-podslice", "v4"),
+    ("tpu-v5-lite-device", "v5litepod"),
+    ("tpu-v5-lite-podslice", "v5litepod"),
+    ("tpu-v5p-slice", "v5p"),
+    ("tpu-v6e-slice", "v6e"),
+    ("tpu7x", "v7x"),
+];
+
+/// The Ray resource a TPU group's replica carries once, on its worker 0:
+/// `TPU-<generation>-<cores>-head`, with cores = chips in the topology x cores per chip
+/// (1 on v5litepod and v6e, else 2). `None` without both selectors or for an accelerator
+/// GKE's table does not name (Ray adds none then either).
+fn tpu_head_resource(g: &Value, path: &str) -> Result<Option<String>, KubeRayError> {
+    let selectors = g.pointer("/template/spec/nodeSelector");
+    let get = |k: &str| selectors.and_then(|s| s.get(k)).and_then(Value::as_str);
+    let (Some(topology), Some(accelerator)) = (get(TPU_TOPOLOGY), get(TPU_ACCELERATOR)) else {
+        return Ok(None);
+    };
+    if topology.is_empty() || accelerator.is_empty() {
+        return Ok(None);
+    }
+    let Some((_, generation)) = GKE_TPU_GENERATIONS.iter().find(|(a, _)| *a == accelerator) else {
+        return Ok(None);
+    };
+    let at = || format!("{path}.template.spec.nodeSelector.{TPU_TOPOLOGY}");
+    let mut chips: u64 = 1;
+    for dim in topology.trim().to_ascii_lowercase().split('x') {
+        let n: u64 = dim
+            .trim()
+            .parse()
+            .map_err(|_| cfg_err(at(), format!("{topology:?} is not a topology like 2x2x2")))?;
+        chips = chips
+            .checked_mul(n)
+            .ok_or_else(|| cfg_err(at(), format!("{topology:?} is too large")))?;
+    }
+    let per_chip = if matches!(*generation, "v5litepod" | "v6e") {
+        1
+    } else {
+        2
+    };
+    let cores = chips
+        .checked_mul(per_chip)
+        .ok_or_else(|| cfg_err(at(), format!("{topology:?} is too large")))?;
+    Ok(Some(format!("TPU-{generation}-{cores}-head")))
 }
 
 /// A Kubernetes quantity (`500m`, `2Gi`, `1e3`, `1.5`) rounded up to a whole number, in
@@ -572,5 +642,39 @@ mod tests {
         assert_eq!(quantity_ceil("1Xi"), None);
         assert_eq!(quantity_ceil("0.000"), Some(0));
         assert_eq!(quantity_ceil(&"9".repeat(60)), None);
+    }
+
+    #[test]
+    fn a_tpu_slice_is_named_as_ray_names_it() {
+        let group = |topology: &str, accelerator: &str| {
+            json!({"template": {"spec": {"nodeSelector": {
+                TPU_TOPOLOGY: topology, TPU_ACCELERATOR: accelerator}}}})
+        };
+        let head = |t: &str, a: &str| tpu_head_resource(&group(t, a), "g");
+        assert_eq!(
+            head("2x2x4", "tpu-v4-podslice").unwrap().as_deref(),
+            Some("TPU-v4-32-head")
+        );
+        assert_eq!(
+            head("2x4", "tpu-v5-lite-podslice").unwrap().as_deref(),
+            Some("TPU-v5litepod-8-head")
+        );
+        assert_eq!(
+            head("4x4", "tpu-v6e-slice").unwrap().as_deref(),
+            Some("TPU-v6e-16-head")
+        );
+        assert_eq!(
+            head("2x2x1", "tpu7x").unwrap().as_deref(),
+            Some("TPU-v7x-8-head")
+        );
+        assert_eq!(head("2x2", "tpu-v9-new").unwrap(), None);
+        assert_eq!(head("", "tpu-v4-podslice").unwrap(), None);
+        let e = head("2xa", "tpu-v4-podslice").unwrap_err().to_string();
+        assert!(
+            e.starts_with("g.template.spec.nodeSelector.cloud.google.com/gke-tpu-topology:"),
+            "{e}"
+        );
+        let huge = format!("{0}x{0}", u64::MAX);
+        assert!(head(&huge, "tpu-v4-podslice").is_err());
     }
 }
