@@ -462,9 +462,13 @@ fn ray_up_with_rayscale_in_place_of_rays_monitor_scales_on_moto() {
         assert_mounts(&home, id, "print('a')\n");
         let synced = std::fs::read_to_string(home.join("synced/s.txt")).unwrap_or_default();
         assert_eq!(synced, "s\n", "{id}: {}", sim.log(id));
+        // (The start command blocks: Ray's own line says it started. A worker of the
+        // same launch may still be starting Ray when the workload is done: wait for it.)
+        wait_until(Duration::from_secs(90), || {
+            sim.log(id).contains("Ray runtime started")
+        });
         let log = sim.log(id);
         let fetched = log.find("file mount ~/code fetched from the head");
-        // (The start command blocks: Ray's own line says it started.)
         let started = log.find("Ray runtime started");
         assert!(
             fetched.is_some() && started.is_some() && fetched < started,
