@@ -34,6 +34,11 @@ def main():
 
     def build(service, version, *a, **kw):
         kw["credentials"] = google.auth.credentials.AnonymousCredentials()
+        # Ray asks the TPU API's live discovery service for "v2alpha"; the bundled
+        # document of that version is "v2alpha1".
+        if service == "tpu":
+            version = "v2alpha1"
+            kw.pop("discoveryServiceUrl", None)
         # The endpoint replaces the document's base URL, its service path included.
         path = "compute/v1/" if service == "compute" else ""
         kw["client_options"] = {"api_endpoint": args.endpoint.rstrip("/") + "/" + path}

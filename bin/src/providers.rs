@@ -253,9 +253,10 @@ async fn adapter(
     Ok(Arc::new(a::NodeProviderAdapter::new(bridge, cfg, config)))
 }
 
-/// Fills in node types' resources the cluster YAML leaves out, from the cloud's
-/// description of their machines, as Ray's `ray up` does (on AWS only in Ray 2.60:
-/// `fillout_available_node_types_resources`); the YAML's own keys win.
+/// Fills in node types' resources the cluster YAML leaves out, as Ray's
+/// `fillout_available_node_types_resources` does in Ray 2.60: on AWS from the cloud's
+/// description of the instance types (the YAML's own keys win), on GCP a TPU type's
+/// `TPU-<type>-head` (set over the YAML's, as Ray).
 #[async_trait::async_trait]
 pub trait ResourceFill: Send + Sync {
     /// `config` filled in, or why it cannot be (one line).
@@ -272,9 +273,24 @@ impl ResourceFill for rayscale_provider_aws::resources::InstanceTypes {
     }
 }
 
-/// The resource fill-in of `config`'s cloud, if Ray fills resources in on it (AWS).
+/// GCP's fill-in: Ray's `TPU-<type>-head` on TPU node types (no call).
+#[cfg(feature = "gcp")]
+struct GcpTpuFill;
+
+#[cfg(feature = "gcp")]
+#[async_trait::async_trait]
+impl ResourceFill for GcpTpuFill {
+    async fn fill(&self, config: &ClusterConfig) -> Result<ClusterConfig, String> {
+        rayscale_provider_gcp::tpu::fill_resources(config)
+            .map_err(|e| format!("filling in TPU resources: {e}"))
+    }
+}
+
+/// The resource fill-in of `config`'s cloud, if Ray fills resources in on it (AWS, GCP).
 pub async fn resource_fill(config: &ClusterConfig) -> Result<Option<Arc<dyn ResourceFill>>> {
     match config.provider_type.as_str() {
+        #[cfg(feature = "gcp")]
+        "gcp" => Ok(Some(Arc::new(GcpTpuFill))),
         #[cfg(feature = "aws")]
         "aws" => Ok(Some(Arc::new(
             rayscale_provider_aws::resources::InstanceTypes::from_environment(config).await?,

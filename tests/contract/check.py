@@ -240,6 +240,24 @@ def self_test():
         expect("gcp", name, gce_rec(edited(gbody, path, value)), member, words)
     expect("gcp", "bad query", gce_rec(gbody, (("requestId", "not-a-uuid"),)), "?requestId", "not a UUID")
 
+    tbody = {"acceleratorType": "v4-8", "runtimeVersion": "tpu-ubuntu2204-base",
+             "labels": {"ray-node-type": "worker"}, "metadata": {"startup-script": "echo"},
+             "networkConfig": {"enableExternalIps": True}, "schedulingConfig": {"preemptible": True}}
+
+    def tpu_rec(body, status=200, response=None):
+        return {"method": "POST", "path": "/v2alpha1/projects/p1/locations/us-central2-b/nodes",
+                "query": [("nodeId", "ray-c-worker-0a1b2c3d-tpu"), ("requestId", "5f0c2f7e-3a0b-4c1e-9a43-1b2c3d4e5f61")],
+                "headers": {}, "body": body, "status": status, "response": response}
+
+    expect("gcp", "good TPU nodes.create", tpu_rec(tbody), None, "")
+    expect("gcp", "TPU node member spelled as Compute's", tpu_rec(edited(tbody, ["serviceAccounts"], [{"email": "e"}])),
+           "serviceAccounts", "unknown member")
+    expect("gcp", "TPU error without google.rpc status", tpu_rec(tbody, 409, {"error": {"code": 409, "message": "m", "status": "EXISTS"}}),
+           "error.status", "not a google.rpc.Code")
+    expect("gcp", "TPU operation error code", tpu_rec(tbody, 200, {"name": "projects/p1/locations/z/operations/o", "done": True,
+                                                                   "error": {"code": "RESOURCE_EXHAUSTED", "message": "m"}}),
+           "error.code", "google.rpc.Code number")
+
     abody = {"location": "westus2", "tags": {"ray-node-type": "worker"},
              "properties": {"hardwareProfile": {"vmSize": "Standard_D2s_v3"}, "priority": "Spot",
                             "evictionPolicy": "Delete",

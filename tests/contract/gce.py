@@ -2,8 +2,12 @@
 document (`googleapiclient/discovery_cache/documents/compute.v1.json` in
 google-api-python-client: the document Google's client libraries are generated from);
 `rayscale up`'s bootstrap calls to IAM and Cloud Resource Manager by theirs (`iam.v1.json`,
-`cloudresourcemanager.v1.json`, the versions Ray's bootstrap uses): a request is judged by
-the first document with a method for its HTTP method and path.
+`cloudresourcemanager.v1.json`, the versions Ray's bootstrap uses), and the provider's Cloud
+TPU calls by the TPU API's (`tpu.v2alpha1.json`, the version Ray's GCP provider calls): a
+request is judged by the first document with a method for its HTTP method and path.
+The TPU API reports errors as AIP-193 `google.rpc.Status` (`error.code` = the HTTP status,
+`error.status` a canonical code name, no `errors[]`), and a failed operation's
+`error.code` as a `google.rpc.Code` number.
 
 A request is matched to the method whose `httpMethod` and `path` template it fits (under
 the document's `servicePath`); its path parameters are checked against their patterns, its
@@ -44,6 +48,7 @@ class Checkers:
 
     def __init__(self):
         self.all = [Checker(load_model(n)) for n in ("compute.v1", "iam.v1", "cloudresourcemanager.v1")]
+        self.all.append(Checker(load_model("tpu.v2alpha1"), rpc_status=True))
 
     @property
     def notes(self):
@@ -72,8 +77,18 @@ def methods(doc):
     return out
 
 
+# google.rpc.Code names (googleapis/google/rpc/code.proto), by number.
+RPC_CODES = {
+    1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
+    6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION",
+    10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
+    15: "DATA_LOSS", 16: "UNAUTHENTICATED",
+}
+
+
 class Checker:
-    def __init__(self, doc):
+    def __init__(self, doc, rpc_status=False):
+        self.rpc_status = rpc_status
         self.doc = doc
         self.schemas = doc["schemas"]
         self.methods = methods(doc)
@@ -251,7 +266,18 @@ class Checker:
         status, resp = rec.get("status", 0), rec.get("response")
         out = []
         errs = []
-        if status >= 400:
+        if status >= 400 and self.rpc_status:
+            e = (resp or {}).get("error") if isinstance(resp, dict) else None
+            if not isinstance(e, dict) or e.get("code") != status:
+                out.append(("error.code", f"an error answer whose error.code is not the HTTP status {status}"))
+            elif e.get("status") not in RPC_CODES.values():
+                out.append(("error.status", f"{e.get('status')!r} is not a google.rpc.Code name"))
+        elif self.rpc_status and "response" in m and resp is not None:
+            self.value(m["response"], resp, "", out, False, m["id"])
+            err = resp.get("error") if isinstance(resp, dict) else None
+            if err is not None and (not isinstance(err, dict) or err.get("code") not in RPC_CODES):
+                out.append(("error.code", f"{err!r}: an operation's error.code is a google.rpc.Code number"))
+        elif status >= 400:
             e = (resp or {}).get("error") if isinstance(resp, dict) else None
             if not isinstance(e, dict) or not isinstance(e.get("errors"), list) or not e["errors"]:
                 out.append(("error", "an error answer without error.errors[] (Google's JSON error format)"))

@@ -32,6 +32,9 @@
 //! camelCase. Errors are `{"error": {"code", "message", "errors": [{"reason", "domain",
 //! "message"}], "status"}}` ("Handling API errors").
 //!
+//! The Cloud TPU API (v2alpha1 nodes and operations) is served on the same server
+//! (`gce/tpu.rs`), as are the project-level APIs of `rayscale up` (`gce/project.rs`).
+//!
 //! The [`Faults`] switch injects what the provider must map: an insert whose operation
 //! ends `DONE` with `ZONE_RESOURCE_POOL_EXHAUSTED` (by machine type, the instance never
 //! appears), `QUOTA_EXCEEDED`, a 429 `rateLimitExceeded`, a 503 `backendError`.
@@ -47,10 +50,12 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 mod filter;
 mod insert;
 mod project;
+mod tpu;
 use super::record::{self, Reply};
 pub use filter::{Filter, parse_filter};
 use insert::{bulk_insert, insert};
 pub use project::ProjectApis;
+pub use tpu::TpuApi;
 
 /// How long things take in the fake.
 #[derive(Debug, Clone, Copy)]
@@ -165,6 +170,8 @@ struct World {
     next_id: u64,
     /// Resource Manager, IAM and Compute's project calls (`project.rs`).
     project_apis: ProjectApis,
+    /// The Cloud TPU API (`tpu.rs`).
+    tpu: TpuApi,
 }
 
 /// The fake's shared state.
@@ -228,6 +235,13 @@ impl GceFake {
     /// accounts, subnetworks) and those APIs' faults.
     pub fn project<R>(&self, f: impl FnOnce(&mut ProjectApis) -> R) -> R {
         f(&mut lock(&self.shared.world).project_apis)
+    }
+
+    /// Reads or changes the TPU API's nodes and faults.
+    pub fn tpu<R>(&self, f: impl FnOnce(&mut TpuApi) -> R) -> R {
+        let mut w = lock(&self.shared.world);
+        tpu::advance(&mut w.tpu);
+        f(&mut w.tpu)
     }
 
     /// Changes the faults.
@@ -371,6 +385,9 @@ impl Responder {
         }
         let mut w = lock(&s.world);
         advance(&mut w, &s.timing);
+        if let Some(r) = tpu::reply(&mut w, req, &s.timing) {
+            return r;
+        }
         if let Some(r) = project::reply(&mut w, req, s.timing.operation) {
             return r;
         }

@@ -374,10 +374,11 @@ async fn the_head_boots_rayscale_and_workers_join_it() {
     assert_eq!(hb["serviceAccounts"][0]["email"], "default");
 }
 
-/// Ray's GCP YAMLs in the wheel load (with the project a user must fill in), and a TPU
-/// node config gets the one-line error naming its path.
+/// Ray's GCP YAMLs in the wheel load (with the project a user must fill in), and a
+/// multi-host TPU slice gets the one-line error naming its path (single-host TPU VMs are
+/// `gcp_tpu.rs`'s).
 #[test]
-fn rays_gcp_yamls_load_and_tpus_are_refused() {
+fn rays_gcp_yamls_load_and_multi_host_tpus_are_refused() {
     let dir = rayscale_tests::cluster_yamls::ray_autoscaler_dir().join("gcp");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap().flatten() {
@@ -415,13 +416,15 @@ fn rays_gcp_yamls_load_and_tpus_are_refused() {
     assert!(n >= 1, "no GCP YAML in {}", dir.display());
     let tpu = "cluster_name: t\nprovider: {type: gcp, region: us-central2, availability_zone: us-central2-b, project_id: p}\n\
                head_node_type: head\navailable_node_types:\n  head: {resources: {}, node_config: {machineType: n1-standard-2}}\n  \
-               tpu: {resources: {TPU: 4}, node_config: {acceleratorType: v4-8, runtimeVersion: tpu-ubuntu2204-base}}\n";
+               tpu: {resources: {TPU: 4}, node_config: {acceleratorType: v4-32, runtimeVersion: tpu-ubuntu2204-base}}\n";
     let cfg = ClusterConfig::from_yaml_str(tpu, "tpu.yaml").unwrap();
     let e = rayscale_provider_gcp::GcpConfig::from_cluster(&cfg)
         .unwrap_err()
         .to_string();
     assert!(
-        e.starts_with("available_node_types.tpu.node_config.acceleratorType: Cloud TPU node configs are not supported"),
+        e.starts_with(
+            "available_node_types.tpu.node_config.acceleratorType: v4-32 is a multi-host slice"
+        ),
         "{e}"
     );
     assert!(!e.contains('\n'));

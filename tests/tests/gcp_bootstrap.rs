@@ -396,3 +396,77 @@ async fn rays_gcp_defaults_yaml_goes_up_unchanged() {
     assert!(gone, "{:?}", fake.instances());
     let _ = std::fs::remove_dir_all(&home);
 }
+
+/// With a TPU worker type, Ray's bootstrap binds `roles/tpu.admin` too (the head makes
+/// TPU nodes) and gives the TPU type a `networkConfig` on the subnet it picks: rayscale
+/// binds the same roles and sets the same network as Ray's own bootstrap, each on a
+/// fresh project.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tpu_type_gets_rays_tpu_role_and_network() {
+    rayscale_tests::install_crypto_provider();
+    let text = format!(
+        "{}  tpu: {{resources: {{TPU: 4}}, min_workers: 0, max_workers: 1, \
+         node_config: {{acceleratorType: v4-8, runtimeVersion: tpu-ubuntu2204-base}}}}\n",
+        yaml("tpuboot", "", "")
+    );
+    let roles = |fake: &GceFake| {
+        let member = format!("serviceAccount:{EMAIL}");
+        let mut r: Vec<String> = fake.project(|p| {
+            p.bindings
+                .iter()
+                .filter(|b| {
+                    b["members"]
+                        .as_array()
+                        .is_some_and(|m| m.iter().any(|x| x == &json!(member)))
+                })
+                .filter_map(|b| b["role"].as_str().map(str::to_string))
+                .collect()
+        });
+        r.sort();
+        r
+    };
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let home = scratch("tpu-ray");
+    let ray = rays(&fake, &text, &home);
+    let rays_roles = roles(&fake);
+    assert!(
+        rays_roles.contains(&"roles/tpu.admin".to_string()),
+        "{rays_roles:?}"
+    );
+    let _ = std::fs::remove_dir_all(&home);
+
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let home = scratch("tpu-ours");
+    let ours = run(&fake, &text, &home).await.unwrap();
+    assert_eq!(roles(&fake), rays_roles);
+    let tpu_net = &ours.config.raw["available_node_types"]["tpu"]["node_config"];
+    assert_eq!(
+        tpu_net["networkConfig"]["subnetwork"],
+        ray["node_configs"]["tpu"]["networkConfig"]["subnetwork"]
+    );
+    assert_eq!(tpu_net["networkConfig"]["subnetwork"], SUBNET);
+    assert!(tpu_net.get("networkInterfaces").is_none(), "{tpu_net}");
+    for t in ["head", "cpu"] {
+        assert_eq!(
+            interfaces(&ours, t),
+            ray["node_configs"][t]["networkInterfaces"],
+            "{t}"
+        );
+    }
+    // The bootstrapped config still loads, and its TPU node is made on that subnet.
+    let g = rayscale_provider_gcp::GcpConfig::from_cluster(&ours.config).unwrap();
+    let body = rayscale_provider_gcp::tpu::node_json(
+        &g,
+        &rayscale_provider_gcp::mapping::InsertSpec {
+            node_type: "tpu",
+            kind: rayscale_core::provider::NodeKind::Worker,
+            name: "n",
+            request_id: None,
+            boot_script: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(body["networkConfig"]["subnetwork"], SUBNET);
+    assert_eq!(body["networkConfig"]["enableExternalIps"], true);
+    let _ = std::fs::remove_dir_all(&home);
+}

@@ -1,8 +1,9 @@
 //! The `provider:` block of a Ray GCP cluster YAML and each node type's `node_config`
 //! (fields of Compute Engine's `Instance` resource in the REST API's camelCase, as Ray
-//! passes them to `instances.insert`), checked at load. A key rayscale does not carry
-//! onto the insert, a TPU node config, or a missing zone or project is an error naming
-//! its path, never a silently different instance.
+//! passes them to `instances.insert`, or a Cloud TPU `Node`'s, see [`crate::tpu`]),
+//! checked at load. A key rayscale does not carry onto the insert, a multi-host TPU
+//! slice, or a missing zone or project is an error naming its path, never a silently
+//! different instance.
 
 use std::collections::BTreeMap;
 
@@ -106,10 +107,6 @@ const INSTANCE_KEYS: &[&str] = &[
     "sourceInstanceTemplate",
 ];
 
-/// Keys that make a node config a Cloud TPU (Ray's `get_node_type`: no `machineType`,
-/// and one of these).
-const TPU_KEYS: &[&str] = &["acceleratorType", "acceleratorConfig"];
-
 /// A node type's `node_config`: the `Instance` body Ray would send, and the template.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeConfig {
@@ -117,6 +114,9 @@ pub struct NodeConfig {
     pub body: Map<String, Value>,
     /// `sourceInstanceTemplate`: the instance template the insert starts from.
     pub source_instance_template: Option<String>,
+    /// The slice, when the node config is a Cloud TPU's (no `machineType`, an
+    /// `acceleratorType` or `acceleratorConfig`): `body` is then a TPU `Node`.
+    pub tpu: Option<crate::tpu::Slice>,
 }
 
 impl GcpConfig {
@@ -199,7 +199,15 @@ impl GcpConfig {
         let mut launch_hashes = BTreeMap::new();
         for t in &config.node_types {
             let path = format!("available_node_types.{}.node_config", t.name);
-            node_types.insert(t.name.clone(), NodeConfig::parse(&t.node_config, &path)?);
+            let nc = NodeConfig::parse(&t.node_config, &path)?;
+            if nc.tpu.is_some() && config.head_node_type.as_deref() == Some(t.name.as_str()) {
+                return Err(GcpError::config(
+                    path,
+                    "the head is a Compute Engine instance in rayscale (give it a machineType); \
+                     TPU VMs are workers",
+                ));
+            }
+            node_types.insert(t.name.clone(), nc);
             launch_hashes.insert(t.name.clone(), t.launch_config_hash.clone());
         }
         Ok(GcpConfig {
@@ -227,7 +235,7 @@ impl GcpConfig {
 
 impl NodeConfig {
     /// Checks one `node_config` (at `path`): a mapping of `Instance` fields, with a
-    /// `machineType` or an instance template, and no TPU.
+    /// `machineType` or an instance template, or a single-host TPU `Node`'s.
     pub fn parse(v: &Value, path: &str) -> Result<Self, GcpError> {
         let map = match v {
             Value::Object(m) => m.clone(),
@@ -239,14 +247,14 @@ impl NodeConfig {
                 ));
             }
         };
-        if !map.contains_key("machineType")
-            && let Some(k) = TPU_KEYS.iter().find(|k| map.contains_key(**k))
-        {
-            return Err(GcpError::config(
-                format!("{path}.{k}"),
-                "Cloud TPU node configs are not supported by rayscale (only Compute Engine \
-                 instances, with a machineType)",
-            ));
+        if crate::tpu::is_tpu(&map) {
+            let slice = crate::tpu::slice(&map, path)?;
+            crate::tpu::check(&map, path)?;
+            return Ok(NodeConfig {
+                body: map,
+                source_instance_template: None,
+                tpu: Some(slice),
+            });
         }
         for key in map.keys() {
             if key == "name" {
@@ -311,19 +319,33 @@ impl NodeConfig {
         Ok(NodeConfig {
             body,
             source_instance_template,
+            tpu: None,
         })
     }
 
     /// The user's own `startup-script` metadata item, if any.
     pub fn user_startup_script(&self) -> Option<&str> {
+        if self.tpu.is_some() {
+            return self
+                .body
+                .get("metadata")
+                .and_then(|m| m.get(STARTUP_SCRIPT_KEY))
+                .and_then(Value::as_str);
+        }
         metadata_items(&self.body)
             .into_iter()
             .find(|(k, _)| *k == STARTUP_SCRIPT_KEY)
             .and_then(|(_, v)| v.as_str())
     }
 
-    /// Whether the instance is preemptible or Spot (`scheduling`).
+    /// Whether the instance is preemptible or Spot (`scheduling`; a TPU's
+    /// `schedulingConfig.preemptible` or `.spot`).
     pub fn is_spot(&self) -> bool {
+        if self.tpu.is_some() {
+            let s = self.body.get("schedulingConfig");
+            let flag = |k: &str| s.and_then(|s| s.get(k)).and_then(Value::as_bool) == Some(true);
+            return flag("preemptible") || flag("spot");
+        }
         let s = self.body.get("scheduling");
         s.and_then(|s| s.get("preemptible"))
             .and_then(Value::as_bool)
@@ -410,10 +432,23 @@ mod tests {
                 .to_string()
         };
         let e =
-            err("  t: {resources: {}, node_config: {acceleratorType: v4-8, runtimeVersion: x}}\n");
+            err("  t: {resources: {}, node_config: {acceleratorType: v4-16, runtimeVersion: x}}\n");
         assert!(
-            e.starts_with("available_node_types.t.node_config.acceleratorType: Cloud TPU"),
+            e.starts_with(
+                "available_node_types.t.node_config.acceleratorType: v4-16 is a multi-host"
+            ),
             "{e}"
+        );
+        let ok = GcpConfig::from_cluster(&cluster(&format!(
+            "{BASE}  t: {{resources: {{}}, node_config: {{acceleratorType: v4-8, runtimeVersion: x}}}}\n"
+        )))
+        .expect("a single-host TPU loads");
+        assert_eq!(
+            ok.node_types["t"]
+                .tpu
+                .as_ref()
+                .map(|s| s.accelerator_type.as_str()),
+            Some("v4-8")
         );
         let e = err("  t: {resources: {}, node_config: {machineType: n1, machinetype: x}}\n");
         assert!(

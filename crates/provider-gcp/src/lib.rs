@@ -1,5 +1,6 @@
 //! rayscale's GCP provider: Ray nodes as Compute Engine instances, through Google's Rust
-//! client (`google-cloud-compute-v1`).
+//! client (`google-cloud-compute-v1`), and single-host Cloud TPU VMs through the TPU
+//! API (v2alpha1, the version Ray calls).
 //!
 //! It maps a Ray GCP cluster YAML (`provider: {type: gcp, project_id, availability_zone}`,
 //! each type's `node_config` as fields of Compute Engine's `Instance`) onto
@@ -10,13 +11,14 @@
 //!
 //! What it must not do: decide anything (the reconciler does), guess whether Ray runs on
 //! an instance, hold global state or create a runtime, take an operation that ended with
-//! an error for a success, send plain http anywhere but loopback, or make Cloud TPUs
-//! (a TPU node config is refused at load). Its bootstrap must not create projects, make
+//! an error for a success, send plain http anywhere but loopback, or make a multi-host
+//! TPU slice or a TPU head (refused at load). Its bootstrap must not create projects, make
 //! a service account a head that names its own does not use, or write project metadata
 //! without the fingerprint it read.
 //!
 //! Files: `config` (the YAML), `mapping` (pure: node_config -> `Instance`, instance ->
-//! `CloudInstance`, names, labels, the list filter), `client` (credentials, endpoint,
+//! `CloudInstance`, names, labels, the list filter), `tpu` (pure, the same for a TPU
+//! node, and Ray's `TPU-<type>-head` resource), `client` (credentials, endpoint,
 //! retries, polling), `errors` (the error-code table), `provider` (the trait
 //! implementation); `bootstrap` (`rayscale up`'s part of Ray's `bootstrap_gcp`: the
 //! head's service account, the project's SSH key, the subnet) over `rest` (its few calls
@@ -29,6 +31,7 @@ pub mod errors;
 pub mod mapping;
 pub mod provider;
 pub mod rest;
+pub mod tpu;
 
 pub use client::Polling;
 pub use config::{GcpConfig, NodeConfig};

@@ -57,6 +57,18 @@ pub const INSTANCE_ID_COMMAND: &str = metadata_command!("instance/name");
 /// The shell command that prints the instance's private address (first interface).
 pub const PRIVATE_IP_COMMAND: &str = metadata_command!("instance/network-interfaces/0/ip");
 
+/// The shell command that prints a TPU VM's TPU node name (its cloud instance id): the
+/// `instance-id` attribute Cloud TPU sets (Ray's TPU name lookup; `instance/name` is the
+/// Compute Engine VM behind the node).
+pub const TPU_INSTANCE_ID_COMMAND: &str = metadata_command!("instance/attributes/instance-id");
+
+/// How a TPU VM learns who it is: the metadata server, as a Compute Engine instance.
+pub const TPU_METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =
+    rayscale_core::provider::cloud::MetadataCommands {
+        instance_id: TPU_INSTANCE_ID_COMMAND,
+        ..METADATA
+    };
+
 /// A value as a Compute Engine label value: lowercase letters, digits, `_` and `-`, at
 /// most 63 characters (others become `-`).
 pub fn label_value(s: &str) -> String {
@@ -480,11 +492,12 @@ pub fn is_restartable(i: &model::Instance) -> bool {
 /// The list filter of the cluster's instances in `statuses`, with `labels` too (the
 /// `filter` grammar of `instances.list`: `labels.k = v`, `status = S`, `AND`, `OR`).
 pub fn list_filter(cluster: &str, statuses: &[&str], labels: &[(&str, &str)]) -> String {
-    let mut parts = vec![format!(
-        "(labels.{} = {})",
-        tags::CLUSTER_NAME,
-        label_value(cluster)
-    )];
+    let mut parts = vec![
+        format!("(labels.{} = {})", tags::CLUSTER_NAME, label_value(cluster)),
+        // The Compute Engine VMs behind a TPU node carry its labels; they are not the
+        // cluster's instances (Ray's filter leaves them out too).
+        format!("(NOT labels.{}:*)", crate::tpu::TPU_VM_LABEL),
+    ];
     for (k, v) in labels {
         parts.push(format!("(labels.{k} = {})", label_value(v)));
     }
@@ -713,8 +726,8 @@ mod tests {
                 &["RUNNING", "STAGING"],
                 &[("ray-launch-request", "lr-1")]
             ),
-            "(labels.ray-cluster-name = demo) AND (labels.ray-launch-request = lr-1) AND \
-             ((status = RUNNING) OR (status = STAGING))"
+            "(labels.ray-cluster-name = demo) AND (NOT labels.tpu_cores:*) AND \
+             (labels.ray-launch-request = lr-1) AND ((status = RUNNING) OR (status = STAGING))"
         );
     }
 }

@@ -31,6 +31,8 @@ use crate::errors::{Class, call_error, operation_error};
 use crate::mapping::{self, InsertSpec, TypesByLabel};
 
 mod launch;
+mod tpu;
+pub use tpu::{TPU_ENDPOINT, TPU_ENDPOINT_ENV};
 
 /// `provider.type` of this provider.
 pub const PROVIDER_TYPE: &str = "gcp";
@@ -86,6 +88,10 @@ pub struct CallCounts {
     pub start: AtomicU64,
     /// `instances.setLabels`.
     pub set_labels: AtomicU64,
+    /// TPU API `nodes.list` pages.
+    pub tpu_list: AtomicU64,
+    /// TPU API `nodes.create`.
+    pub tpu_create: AtomicU64,
 }
 
 impl CallCounts {
@@ -100,6 +106,8 @@ impl CallCounts {
             ("instances.stop", &self.stop),
             ("instances.start", &self.start),
             ("instances.setLabels", &self.set_labels),
+            ("tpu.nodes.list", &self.tpu_list),
+            ("tpu.nodes.create", &self.tpu_create),
         ]
         .into_iter()
         .map(|(n, c)| (n, c.load(Ordering::Relaxed)))
@@ -120,6 +128,8 @@ struct PendingOp {
     node_type: String,
     /// How often `poll_errors` asked for it.
     checks: u32,
+    /// A TPU API operation (`projects/.../operations/...`), not a zone operation.
+    tpu: bool,
 }
 
 /// Ray nodes as Compute Engine instances.
@@ -130,6 +140,8 @@ pub struct GcpProvider {
     polling: Polling,
     calls: Arc<CallCounts>,
     pending: Mutex<Vec<PendingOp>>,
+    /// The TPU API, for TPU node types.
+    tpu: Option<crate::rest::Rest>,
 }
 
 /// What one config load gives: the GCP view, each type's boot script, the label map.
@@ -137,6 +149,12 @@ struct State {
     cfg: GcpConfig,
     boot: BTreeMap<String, String>,
     types: TypesByLabel,
+}
+
+impl State {
+    fn has_tpus(&self) -> bool {
+        self.cfg.node_types.values().any(|n| n.tpu.is_some())
+    }
 }
 
 /// A call sent: how it ended (the operation's name, and `Ok(true)` done or the error),
@@ -173,7 +191,14 @@ impl GcpProvider {
             polling,
             calls: Arc::new(CallCounts::default()),
             pending: Mutex::new(Vec::new()),
+            tpu: None,
         })
+    }
+
+    /// The provider with `api` as its TPU API client (TPU node types need one).
+    pub fn with_tpu_api(mut self, api: crate::rest::Rest) -> Self {
+        self.tpu = Some(api);
+        self
     }
 
     /// A provider whose client uses `RAYSCALE_GCP_ENDPOINT` when set (else Google's
@@ -182,11 +207,24 @@ impl GcpProvider {
         config: &ClusterConfig,
         head_ip: Option<&str>,
     ) -> Result<Self, GcpError> {
-        load(config, head_ip)?;
+        let state = load(config, head_ip)?;
         let endpoint = std::env::var(crate::client::ENDPOINT_ENV).ok();
         let polling = Polling::default();
         let client = crate::client::build(endpoint.as_deref(), &polling).await?;
-        Self::new(client, config, head_ip, polling)
+        let p = Self::new(client, config, head_ip, polling)?;
+        if !state.has_tpus() {
+            return Ok(p);
+        }
+        // A loopback Compute endpoint (a local fake) serves the TPU API too unless told
+        // otherwise; a real one never stands for Google's TPU endpoint.
+        let tpu = std::env::var(TPU_ENDPOINT_ENV).ok().or_else(|| {
+            endpoint
+                .clone()
+                .filter(|e| rayscale_core::provider::is_loopback_http(e))
+        });
+        let api = crate::rest::Rest::new(tpu.as_deref().unwrap_or(TPU_ENDPOINT), TPU_ENDPOINT_ENV)
+            .await?;
+        Ok(p.with_tpu_api(api))
     }
 
     /// The Compute Engine calls made so far.
@@ -335,6 +373,14 @@ impl GcpProvider {
     /// Deletes (or, with cached workers, stops) `ids`: workers, or with `head` the head
     /// alone. Names not of the cluster, or gone, are left alone (gone is success).
     async fn terminate_inner(&self, ids: &[String], head: bool) -> Result<(), ProviderError> {
+        let (tpus, ids): (Vec<String>, Vec<String>) = ids
+            .iter()
+            .cloned()
+            .partition(|i| crate::tpu::is_tpu_name(i));
+        let ids = ids.as_slice();
+        if !tpus.is_empty() {
+            self.tpu_terminate(&tpus, head).await?;
+        }
         if ids.is_empty() {
             return Ok(());
         }
@@ -384,25 +430,39 @@ impl GcpProvider {
 fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, GcpError> {
     let cfg = GcpConfig::from_cluster(config)?;
     let types = mapping::types_by_label(&cfg)?;
-    let boot = cloud::boot_scripts(config, head_ip, &mapping::METADATA)
+    let mut boot = cloud::boot_scripts(config, head_ip, &mapping::METADATA)
         .map_err(|e| GcpError::config("boot script", e.to_string()))?;
+    if cfg.node_types.values().any(|n| n.tpu.is_some()) {
+        let tpu_boot = cloud::boot_scripts(config, head_ip, &mapping::TPU_METADATA)
+            .map_err(|e| GcpError::config("boot script", e.to_string()))?;
+        for (t, nc) in &cfg.node_types {
+            if nc.tpu.is_some() {
+                match tpu_boot.get(t) {
+                    Some(s) => boot.insert(t.clone(), s.clone()),
+                    None => boot.remove(t),
+                };
+            }
+        }
+    }
     // Map each type once, so a value the client's model does not take fails now.
-    for t in cfg.node_types.keys() {
+    for (t, nc) in &cfg.node_types {
         let kind = if cfg.head_node_type.as_deref() == Some(t.as_str()) {
             NodeKind::Head
         } else {
             NodeKind::Worker
         };
-        mapping::instance_body(
-            &cfg,
-            &InsertSpec {
-                node_type: t,
-                kind,
-                name: "check",
-                request_id: None,
-                boot_script: boot.get(t).map(String::as_str),
-            },
-        )?;
+        let spec = InsertSpec {
+            node_type: t,
+            kind,
+            name: "check",
+            request_id: None,
+            boot_script: boot.get(t).map(String::as_str),
+        };
+        if nc.tpu.is_some() {
+            crate::tpu::node_json(&cfg, &spec)?;
+        } else {
+            mapping::instance_body(&cfg, &spec)?;
+        }
     }
     Ok(State { cfg, boot, types })
 }
@@ -419,10 +479,16 @@ impl CloudInstanceProvider for GcpProvider {
             .list_raw(&state.cfg, LIVE, &[])
             .await
             .map_err(|e| e.into_provider(ProviderOp::List))?;
-        Ok(all
+        let mut out: Vec<CloudInstance> = all
             .iter()
             .filter_map(|i| mapping::cloud_instance(i, &state.types))
-            .collect())
+            .collect();
+        out.extend(
+            self.tpu_list(&state)
+                .await
+                .map_err(|e| e.into_provider(ProviderOp::List))?,
+        );
+        Ok(out)
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<LaunchOutcome, ProviderError> {
@@ -500,14 +566,47 @@ impl CloudInstanceProvider for GcpProvider {
         }
         let state = self.state();
         let cfg = &state.cfg;
+        let (tpu_ops, ops): (Vec<PendingOp>, Vec<PendingOp>) = ops.into_iter().partition(|p| p.tpu);
+        let mut errors = Vec::new();
+        let mut still = Vec::new();
+        for mut p in tpu_ops {
+            p.checks += 1;
+            match self.tpu_get_op(&p.name).await {
+                Ok(op) => match tpu::tpu_op_end(p.call, &op, &p.node_type) {
+                    Some(Err(e)) if e.kind() != ProviderErrorKind::NotFound => {
+                        errors.push(e.into_provider(p.op.clone()))
+                    }
+                    Some(_) => {}
+                    None if p.checks < MAX_CHECKS => still.push(p),
+                    None => tracing::warn!(
+                        "operation {} ({}) still not done after {MAX_CHECKS} checks: left to the list",
+                        p.name,
+                        p.call
+                    ),
+                },
+                Err(e) if e.kind() == ProviderErrorKind::NotFound => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ProviderErrorKind::Auth | ProviderErrorKind::InvalidConfig
+                    ) =>
+                {
+                    errors.push(e.into_provider(p.op.clone()));
+                }
+                Err(e) => {
+                    tracing::debug!("checking operation {}: {e}", p.name);
+                    if p.checks < MAX_CHECKS {
+                        still.push(p);
+                    }
+                }
+            }
+        }
         let futs: Vec<_> = ops.into_iter().map(|p| self.check_op(cfg, p)).collect();
         let checked: Vec<(PendingOp, Result<model::Operation, GcpError>)> =
             futures_util::stream::iter(futs)
                 .buffer_unordered(CONCURRENCY)
                 .collect()
                 .await;
-        let mut errors = Vec::new();
-        let mut still = Vec::new();
         for (p, r) in checked {
             match r {
                 Ok(op) if op.status == Some(model::operation::Status::Done) => {

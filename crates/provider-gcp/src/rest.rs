@@ -2,9 +2,11 @@
 //! ([`crate::bootstrap`]) that the Instances client does not make: Cloud Resource Manager
 //! v1 (`projects.get`, `getIamPolicy`, `setIamPolicy`), IAM v1 (`serviceAccounts.get`,
 //! `create`) and Compute v1's `projects.get`, `setCommonInstanceMetadata`,
-//! `globalOperations.get` and `subnetworks.list`. Each runs once per `up`; Google's
-//! generated crates for IAM and Resource Manager would add two SDKs to the build for five
-//! calls, so these are sent by hand, with the same Application Default Credentials (or
+//! `globalOperations.get` and `subnetworks.list`, each once per `up`; and the provider's
+//! Cloud TPU calls (TPU API v2alpha1 `nodes` and `operations`, [`crate::tpu`]): Ray's
+//! version of that API has no Rust client, and Google's generated crates for IAM and
+//! Resource Manager would add two SDKs to the build for five calls, so these are sent by
+//! hand, with the same Application Default Credentials (or
 //! none, to a loopback fake) and the same endpoint rule as [`crate::client`].
 //!
 //! What it must not do: retry (the bootstrap decides what is safe to send again), or send
@@ -72,6 +74,11 @@ impl Rest {
     ) -> Result<Value, GcpError> {
         self.send(call, reqwest::Method::POST, path, Some(body))
             .await
+    }
+
+    /// `DELETE {base}/{path}`.
+    pub async fn delete(&self, call: &'static str, path: &str) -> Result<Value, GcpError> {
+        self.send(call, reqwest::Method::DELETE, path, None).await
     }
 
     async fn send(

@@ -652,24 +652,26 @@ mod tests {
         };
         let head = |t: &str, a: &str| tpu_head_resource(&group(t, a), "g");
         assert_eq!(
-            head("2x2x4", "tpu-v4-podslice").unwrap().as_deref(),
+            head("2x2x4", "tpu-v4-podslice").expect("ok").as_deref(),
             Some("TPU-v4-32-head")
         );
         assert_eq!(
-            head("2x4", "tpu-v5-lite-podslice").unwrap().as_deref(),
+            head("2x4", "tpu-v5-lite-podslice").expect("ok").as_deref(),
             Some("TPU-v5litepod-8-head")
         );
         assert_eq!(
-            head("4x4", "tpu-v6e-slice").unwrap().as_deref(),
+            head("4x4", "tpu-v6e-slice").expect("ok").as_deref(),
             Some("TPU-v6e-16-head")
         );
         assert_eq!(
-            head("2x2x1", "tpu7x").unwrap().as_deref(),
+            head("2x2x1", "tpu7x").expect("ok").as_deref(),
             Some("TPU-v7x-8-head")
         );
-        assert_eq!(head("2x2", "tpu-v9-new").unwrap(), None);
-        assert_eq!(head("", "tpu-v4-podslice").unwrap(), None);
-        let e = head("2xa", "tpu-v4-podslice").unwrap_err().to_string();
+        assert_eq!(head("2x2", "tpu-v9-new").expect("ok"), None);
+        assert_eq!(head("", "tpu-v4-podslice").expect("ok"), None);
+        let e = head("2xa", "tpu-v4-podslice")
+            .expect_err("refused")
+            .to_string();
         assert!(
             e.starts_with("g.template.spec.nodeSelector.cloud.google.com/gke-tpu-topology:"),
             "{e}"

@@ -8,7 +8,8 @@
 //!   leave a project behind): it says so and stops.
 //! - **the head's service account**, when the head's type names no `serviceAccounts` (or
 //!   an instance template): Ray's `ray-autoscaler-sa-v1@<project>.iam.gserviceaccount.com`,
-//!   found or made, with Ray's four roles bound on the project where they are missing
+//!   found or made, with Ray's four roles (and `roles/tpu.admin` with TPU node types)
+//!   bound on the project where they are missing
 //!   (`setIamPolicy` only when something is missing, as Ray's, since an administrator may
 //!   have granted them; on a concurrent change the policy is read again). Only the head's
 //!   launch takes it, with the `cloud-platform` scope (Ray's internal `head_node`,
@@ -22,8 +23,9 @@
 //!   a new RSA key is made there with `ssh-keygen` and its line `<user>:ssh-rsa <key>
 //!   <user>` appended to the project's `ssh-keys` (`setCommonInstanceMetadata` with the
 //!   fingerprint read; read again on 412). `up` copies the file mounts with it.
-//! - **the subnet**, when a type names no `networkInterfaces` and no instance template:
-//!   the first subnetwork of the region's list, with an external address, as Ray picks it.
+//! - **the subnet**, when a type names no `networkInterfaces` and no instance template
+//!   (a TPU type: no `networkConfig`): the first subnetwork of the region's list, with an
+//!   external address, as Ray picks it (a TPU type's `networkConfig.subnetwork`).
 //!
 //! Run again, it finds all of it and changes nothing; `down` leaves it all (other
 //! clusters use the account, the key and the subnet), as `ray down` does.
@@ -55,15 +57,19 @@ pub const CRM_ENDPOINT_ENV: &str = "RAYSCALE_GCP_CRM_ENDPOINT";
 /// config version `v1`): the same account `ray up` makes, so either finds the other's.
 pub const SERVICE_ACCOUNT_ID: &str = "ray-autoscaler-sa-v1";
 
-/// The roles Ray 2.60 binds to its service account on the project (without TPUs, which
-/// rayscale refuses): objects in Cloud Storage, Compute, acting as a service account
-/// (workers may name one), and reading roles.
+/// The roles Ray 2.60 binds to its service account on the project: objects in Cloud
+/// Storage, Compute, acting as a service account (workers may name one), and reading
+/// roles; with TPU node types, [`TPU_ROLES`] too.
 pub const ROLES: [&str; 4] = [
     "roles/storage.objectAdmin",
     "roles/compute.admin",
     "roles/iam.serviceAccountUser",
     "roles/iam.roleViewer",
 ];
+
+/// The roles Ray adds when the config has TPU node types (`TPU_SERVICE_ACCOUNT_ROLES`):
+/// the head makes and deletes TPU nodes.
+pub const TPU_ROLES: [&str; 1] = ["roles/tpu.admin"];
 
 /// The OAuth scope the head's service account is given (its roles limit it).
 pub const CLOUD_PLATFORM: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -208,7 +214,15 @@ pub fn region_of(region: Option<&str>, zone: &str) -> String {
 /// Whether node type `t`'s config gives its own network (interfaces or a template).
 fn network_given(raw: &Value, t: &str) -> bool {
     let nc = &raw["available_node_types"][t]["node_config"];
+    if is_tpu(nc) {
+        return nc.get("networkConfig").is_some();
+    }
     nc.get("networkInterfaces").is_some() || nc.get("sourceInstanceTemplate").is_some()
+}
+
+/// Whether a node config is a Cloud TPU's (it takes `networkConfig`, not interfaces).
+fn is_tpu(nc: &Value) -> bool {
+    nc.as_object().is_some_and(crate::tpu::is_tpu)
 }
 
 /// Runs the bootstrap (see the module's docs) for `config` against `endpoints`; keys
@@ -285,10 +299,17 @@ pub async fn bootstrap(
             })?
             .to_string();
         for t in &bare {
-            raw["available_node_types"][t.as_str()]["node_config"]["networkInterfaces"] = json!([{
-                "subnetwork": first,
-                "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]
-            }]);
+            let nc = &mut raw["available_node_types"][t.as_str()]["node_config"];
+            if is_tpu(nc) {
+                // A TPU node's network, as Ray sets it (its create turns external
+                // addresses on).
+                nc["networkConfig"] = json!({"subnetwork": first});
+            } else {
+                nc["networkInterfaces"] = json!([{
+                    "subnetwork": first,
+                    "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]
+                }]);
+            }
         }
         subnet = Some(first);
     }
@@ -356,7 +377,11 @@ pub async fn bootstrap(
     let mut service_account = None;
     if !head.is_empty() && !head_names_one {
         let iam = Rest::new(&endpoints.iam, IAM_ENDPOINT_ENV).await?;
-        let email = head_account(&iam, &crm, &project, &head).await?;
+        let mut roles = ROLES.to_vec();
+        if gcp.node_types.values().any(|n| n.tpu.is_some()) {
+            roles.extend(TPU_ROLES);
+        }
+        let email = head_account(&iam, &crm, &project, &head, &roles).await?;
         out.head_node.insert(
             "serviceAccounts".into(),
             json!([{"email": email, "scopes": [CLOUD_PLATFORM]}]),
@@ -371,7 +396,7 @@ pub async fn bootstrap(
     })
 }
 
-/// Ray's service account, found or made, with [`ROLES`] bound on the project. IAM is
+/// Ray's service account, found or made, with `roles` bound on the project. IAM is
 /// eventually consistent: an account just made may be unknown to `setIamPolicy` (400)
 /// or `get` (404) for a while, so those are tried again with backoff for up to
 /// [`IAM_SPREAD`] when this run made the account; a concurrent policy change (409) is
@@ -381,6 +406,7 @@ async fn head_account(
     crm: &Rest,
     project: &str,
     head: &str,
+    roles: &[&str],
 ) -> Result<String, GcpError> {
     let email = service_account_email(project);
     // What went wrong, with the way out (naming an account skips this step).
@@ -448,7 +474,7 @@ async fn head_account(
             )
             .await
             .map_err(explain)?;
-        let Some(new) = policy_with_roles(&policy, &member, &ROLES)? else {
+        let Some(new) = policy_with_roles(&policy, &member, roles)? else {
             return Ok(email);
         };
         match crm

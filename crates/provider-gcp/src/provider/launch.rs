@@ -198,6 +198,7 @@ impl GcpProvider {
                 },
                 node_type: node_type.to_string(),
                 checks: 0,
+                tpu: false,
             });
         }
     }
@@ -351,6 +352,7 @@ impl GcpProvider {
                     },
                     node_type: String::new(),
                     checks: 0,
+                    tpu: false,
                 });
                 None
             }
@@ -409,6 +411,9 @@ impl GcpProvider {
                 message: format!("zone {} is avoided for now: {t} not launched", cfg.zone),
             }
             .into_provider(launch_op(req.count)));
+        }
+        if cfg.node_types.get(t).is_some_and(|n| n.tpu.is_some()) {
+            return self.tpu_launch(&state, req, kind, deadline).await;
         }
         // 1. What this request made already (a replay after a crash, a retry), in any
         //    status.

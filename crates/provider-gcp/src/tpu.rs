@@ -1,0 +1,677 @@
+//! Cloud TPU VMs, pure: a TPU node type's `node_config` checked as Ray 2.60 checks it
+//! (`get_node_type`, `_validate_tpu_config`), its slice's accelerator type and chips,
+//! the `Node` body of the TPU API's `nodes.create` (v2alpha1, the version Ray's GCP
+//! provider calls, with Ray's own rewrites of the body), a TPU node read back as core's
+//! `CloudInstance`, and Ray's `TPU-<type>-head` resource filled in.
+//!
+//! A node config is a TPU when it has no `machineType` and an `acceleratorType` or an
+//! `acceleratorConfig` (Ray's rule). Only single-host slices are taken: a multi-host
+//! slice is one TPU node whose every host runs Ray, which Ray itself says its
+//! autoscaler does not scale correctly (`get_node_type`'s warning), and rayscale's one
+//! cloud instance = one Ray node model does not cover; it is refused, naming KubeRay's
+//! multi-host TPU groups as the way.
+//!
+//! References: the TPU API's REST reference and discovery document
+//! (tpu.googleapis.com, v2alpha1: `projects.locations.nodes`, `Node`, `Node.State`),
+//! "TPU versions" (chips per host, cores per chip).
+
+use std::collections::BTreeMap;
+
+use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::{CloudInstance, CloudInstanceState, NodeKind, tags};
+use serde_json::{Map, Value, json};
+
+use crate::GcpError;
+use crate::config::{GcpConfig, STARTUP_SCRIPT_KEY};
+use crate::mapping::{self, InsertSpec, MAX_NAME, TypesByLabel};
+
+/// The TPU API version rayscale calls (Ray 2.60's `TPU_VERSION`).
+pub const API_VERSION: &str = "v2alpha1";
+
+/// The suffix Ray gives TPU nodes (`GCPNodeType.TPU`); Ray tells a TPU node from a
+/// Compute Engine instance by it, and so does rayscale.
+pub const NAME_SUFFIX: &str = "tpu";
+
+/// The label Cloud TPU puts on the Compute Engine VMs behind a TPU node: the instance
+/// list leaves them out (they are not the cluster's instances; Ray's filter too).
+pub const TPU_VM_LABEL: &str = "tpu_cores";
+
+/// Writable fields of the v2alpha1 `Node` (the discovery document's `Node` schema, its
+/// read-only fields left out).
+pub const NODE_KEYS: &[&str] = &[
+    "acceleratorConfig",
+    "acceleratorType",
+    "autocheckpointEnabled",
+    "bootDiskConfig",
+    "cidrBlock",
+    "dataDisks",
+    "description",
+    "labels",
+    "metadata",
+    "networkConfig",
+    "networkConfigs",
+    "runtimeVersion",
+    "schedulingConfig",
+    "serviceAccount",
+    "shieldedInstanceConfig",
+    "tags",
+];
+
+/// TPU generations Ray 2.60 knows (`VALID_TPU_TYPES`).
+const GENERATIONS: &[&str] = &["v2", "v3", "v4", "v5p", "v5litepod", "v6e", "v7x"];
+
+/// Node states of a live TPU node and what core sees (`Node.State`): being made or
+/// repaired is pending, `READY` running, being stopped, deleted or hidden is stopping.
+/// The rest (`STOPPED`, `PREEMPTED`, `TERMINATED`, `HIDDEN`, `UNKNOWN`, unspecified) is
+/// not listed, as Ray's `NON_TERMINATED_STATUSES` leave them out.
+fn state_of(s: &str) -> Option<CloudInstanceState> {
+    match s {
+        "CREATING" | "STARTING" | "RESTARTING" | "REPAIRING" | "REIMAGING" | "UNHIDING" => {
+            Some(CloudInstanceState::Pending)
+        }
+        "READY" => Some(CloudInstanceState::Running),
+        "STOPPING" | "DELETING" | "HIDING" => Some(CloudInstanceState::Stopping),
+        _ => None,
+    }
+}
+
+/// A TPU node type's slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slice {
+    /// The accelerator type as Ray names it (`v4-8`, `v5litepod-4`, `v6e-8`).
+    pub accelerator_type: String,
+    /// TPU chips in the slice.
+    pub chips: u64,
+}
+
+impl Slice {
+    /// Ray's resource that only a slice's worker 0 carries: `TPU-<type>-head`.
+    pub fn head_resource(&self) -> String {
+        format!("TPU-{}-head", self.accelerator_type)
+    }
+}
+
+/// Whether a node config is a Cloud TPU's (Ray's `get_node_type`).
+pub fn is_tpu(map: &Map<String, Value>) -> bool {
+    !map.contains_key("machineType")
+        && (map.contains_key("acceleratorType") || map.contains_key("acceleratorConfig"))
+}
+
+/// Ray's cores per chip of a generation (`get_tpu_cores_per_chip`): 1 on v5litepod and
+/// v6e, else 2.
+fn cores_per_chip(generation: &str) -> u64 {
+    if generation.starts_with("v5litepod") || generation.starts_with("v6e") {
+        1
+    } else {
+        2
+    }
+}
+
+/// Ray's chips one host sees (`get_num_tpu_visible_chips_per_host`): up to 8 on
+/// v5litepod and v6e slices of at most 8 chips, else 4.
+fn chips_per_host(accelerator_type: &str, chips: u64) -> u64 {
+    let eight = accelerator_type.starts_with("v5litepod") || accelerator_type.starts_with("v6e");
+    if eight && chips <= 8 { chips } else { 4 }
+}
+
+/// `v<digits><letters>-<digits>` or `tpu<digits><letters>-<digits>` (Ray's
+/// `is_valid_tpu_accelerator_type`).
+fn well_formed(t: &str) -> bool {
+    let (head, size) = match t.split_once('-') {
+        Some(p) => p,
+        None => return false,
+    };
+    let rest = head
+        .strip_prefix("tpu")
+        .or_else(|| head.strip_prefix('v'))
+        .unwrap_or("");
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    digits > 0
+        && rest[digits..].chars().all(|c| c.is_ascii_alphabetic())
+        && !size.is_empty()
+        && size.chars().all(|c| c.is_ascii_digit())
+}
+
+/// The slice of a TPU node config at `path`, checked as Ray checks it (one of
+/// `acceleratorType` and `acceleratorConfig`; Ray's accepted spellings; a generation Ray
+/// knows), and single-host.
+pub fn slice(map: &Map<String, Value>, path: &str) -> Result<Slice, GcpError> {
+    let at = |k: &str| format!("{path}.{k}");
+    if map.contains_key("acceleratorType") && map.contains_key("acceleratorConfig") {
+        return Err(GcpError::config(
+            at("acceleratorConfig"),
+            "acceleratorType and acceleratorConfig cannot both be set (as in Ray)",
+        ));
+    }
+    let (accelerator_type, chips, key) = if let Some(v) = map.get("acceleratorType") {
+        let t = v
+            .as_str()
+            .filter(|t| well_formed(t))
+            .ok_or_else(|| {
+                GcpError::config(
+                    at("acceleratorType"),
+                    format!("must be v<generation>-<cores or chips> (v4-8, v6e-4), got {v}"),
+                )
+            })?
+            .to_string();
+        let generation = t.split('-').next().unwrap_or_default();
+        if !GENERATIONS.iter().any(|g| generation.starts_with(g)) {
+            return Err(GcpError::config(
+                at("acceleratorType"),
+                format!(
+                    "{t}: not a TPU generation Ray knows ({})",
+                    GENERATIONS.join(", ")
+                ),
+            ));
+        }
+        let cores: u64 = t
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| {
+                GcpError::config(at("acceleratorType"), format!("{t}: size too large"))
+            })?;
+        let chips = cores / cores_per_chip(generation);
+        (t, chips, "acceleratorType")
+    } else {
+        let c = map
+            .get("acceleratorConfig")
+            .and_then(Value::as_object)
+            .ok_or_else(|| {
+                GcpError::config(
+                    at("acceleratorConfig"),
+                    "must be a mapping {type, topology}",
+                )
+            })?;
+        let (Some(ty), Some(topology)) = (
+            c.get("type").and_then(Value::as_str),
+            c.get("topology").and_then(Value::as_str),
+        ) else {
+            return Err(GcpError::config(
+                at("acceleratorConfig"),
+                "expects a type and a topology (strings), as Ray's",
+            ));
+        };
+        let generation_ok = ty == "V5LITE_POD"
+            || ty.strip_prefix('V').is_some_and(|r| {
+                let d = r.chars().take_while(char::is_ascii_digit).count();
+                d > 0 && r[d..].chars().all(|c| c.is_ascii_alphabetic())
+            });
+        if !generation_ok {
+            return Err(GcpError::config(
+                at("acceleratorConfig.type"),
+                format!("should be V<generation> (V4, V5P, V5LITE_POD, V6E), got {ty:?}"),
+            ));
+        }
+        if ty == "V2" || ty == "V3" {
+            return Err(GcpError::config(
+                at("acceleratorConfig.type"),
+                format!("acceleratorConfig is not supported on V2/V3 TPUs, got {ty}"),
+            ));
+        }
+        let dims: Vec<&str> = topology.split('x').collect();
+        let mut chips: u64 = 1;
+        let dims_ok = (2..=3).contains(&dims.len())
+            && dims.iter().all(|d| {
+                !d.is_empty()
+                    && d.chars().all(|c| c.is_ascii_digit())
+                    && d.parse::<u64>()
+                        .ok()
+                        .and_then(|n| chips.checked_mul(n))
+                        .map(|n| chips = n)
+                        .is_some()
+            });
+        if !dims_ok {
+            return Err(GcpError::config(
+                at("acceleratorConfig.topology"),
+                format!("should be of the form AxB or AxBxC, got {topology:?}"),
+            ));
+        }
+        let generation = match ty.to_ascii_lowercase().as_str() {
+            "v5lite_pod" => "v5litepod".to_string(),
+            g => g.to_string(),
+        };
+        if !GENERATIONS.iter().any(|g| generation.starts_with(g)) {
+            return Err(GcpError::config(
+                at("acceleratorConfig.type"),
+                format!(
+                    "{ty}: not a TPU generation Ray knows ({})",
+                    GENERATIONS.join(", ")
+                ),
+            ));
+        }
+        let cores = chips
+            .checked_mul(cores_per_chip(&generation))
+            .ok_or_else(|| GcpError::config(at("acceleratorConfig.topology"), "too large"))?;
+        (format!("{generation}-{cores}"), chips, "acceleratorConfig")
+    };
+    if chips > chips_per_host(&accelerator_type, chips) {
+        return Err(GcpError::config(
+            at(key),
+            format!(
+                "{accelerator_type} is a multi-host slice ({chips} chips, {} per host): rayscale \
+                 launches single-host TPU VMs on GCE (Ray's own autoscaler warns it cannot scale \
+                 pods either); run multi-host slices as KubeRay TPU worker groups (numOfHosts)",
+                chips_per_host(&accelerator_type, chips)
+            ),
+        ));
+    }
+    Ok(Slice {
+        accelerator_type,
+        chips,
+    })
+}
+
+/// Checks a TPU node config's keys and values at `path` (after [`slice`]): `Node`
+/// fields, `serviceAccounts` (Ray rewrites it to `serviceAccount`), a runtime version,
+/// metadata as strings.
+pub fn check(map: &Map<String, Value>, path: &str) -> Result<(), GcpError> {
+    for key in map.keys() {
+        if key == "networkInterfaces" {
+            // Ray drops it from a TPU's body: a Compute Engine field its bootstrap sets on
+            // every type. Said, not silently dropped.
+            tracing::warn!(
+                "{path}.networkInterfaces: a Compute Engine field, dropped from the TPU node \
+                 (as Ray drops it); a TPU node takes networkConfig"
+            );
+            continue;
+        }
+        if key == "name" {
+            return Err(GcpError::config(
+                format!("{path}.name"),
+                "rayscale names TPU nodes itself (ray-<cluster>-<kind>-<hex>-tpu), as Ray does",
+            ));
+        }
+        if key != "serviceAccounts" && !NODE_KEYS.contains(&key.as_str()) {
+            return Err(GcpError::config(
+                format!("{path}.{key}"),
+                "not a field of a Cloud TPU node (TPU API v2alpha1 reference: Node)",
+            ));
+        }
+    }
+    match map.get("runtimeVersion") {
+        Some(Value::String(s)) if !s.is_empty() => {}
+        None => {
+            return Err(GcpError::config(
+                format!("{path}.runtimeVersion"),
+                "is required for a TPU VM (a TPU software version, e.g. tpu-ubuntu2204-base)",
+            ));
+        }
+        Some(v) => {
+            return Err(GcpError::config(
+                format!("{path}.runtimeVersion"),
+                format!("must be a string, got {v}"),
+            ));
+        }
+    }
+    if let Some(m) = map.get("metadata") {
+        let ok = m
+            .as_object()
+            .is_some_and(|m| m.values().all(Value::is_string));
+        if !ok {
+            return Err(GcpError::config(
+                format!("{path}.metadata"),
+                "a TPU node's metadata is a mapping of strings (not Compute Engine's items list)",
+            ));
+        }
+    }
+    if let Some(s) = map.get("serviceAccounts") {
+        let one = s
+            .as_array()
+            .filter(|a| a.len() == 1)
+            .and_then(|a| a[0].as_object());
+        if one.is_none() {
+            return Err(GcpError::config(
+                format!("{path}.serviceAccounts"),
+                "a TPU node takes one service account (Ray uses the first)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Ray's TPU node name for the `index`-th node of `request_id`:
+/// `ray-<cluster>-<kind>-<8 hex>-tpu`.
+pub fn node_name(cluster: &str, kind: NodeKind, request_id: &str, index: u64) -> String {
+    rayscale_core::provider::cloud::node_name(
+        cluster,
+        kind,
+        request_id,
+        index,
+        MAX_NAME,
+        Some(NAME_SUFFIX),
+    )
+}
+
+/// Whether a cloud instance id names a TPU node (Ray's `name_to_type`).
+pub fn is_tpu_name(id: &str) -> bool {
+    id.rsplit('-').next() == Some(NAME_SUFFIX)
+}
+
+/// `projects/<p>/locations/<zone>`: the parent of the cluster's TPU nodes.
+pub fn parent(cfg: &GcpConfig) -> String {
+    format!("projects/{}/locations/{}", cfg.project_id, cfg.zone)
+}
+
+/// Ray's service account rewrite: `serviceAccounts[0]` -> `serviceAccount`, its
+/// `scopes` -> `scope`.
+fn service_account(v: &Value) -> Option<Value> {
+    let first = v.as_array()?.first()?.as_object()?;
+    let mut out = Map::new();
+    if let Some(e) = first.get("email") {
+        out.insert("email".into(), e.clone());
+    }
+    if let Some(s) = first.get("scopes") {
+        out.insert("scope".into(), s.clone());
+    }
+    Some(Value::Object(out))
+}
+
+/// The `Node` body of `nodes.create` for `spec`, as Ray's `GCPTPU.create_instance`
+/// writes it: the node config without `networkInterfaces`, Ray's labels over the
+/// user's, `networkConfig.enableExternalIps` true unless given, `serviceAccounts`
+/// rewritten (the head's default account too), and the `startup-script` metadata
+/// (the user's first, then rayscale's boot script).
+pub fn node_json(cfg: &GcpConfig, spec: &InsertSpec<'_>) -> Result<Value, GcpError> {
+    let t = spec.node_type;
+    let nc = cfg.node_types.get(t).ok_or_else(|| {
+        GcpError::config(format!("available_node_types.{t}"), "unknown node type")
+    })?;
+    let mut body = nc.body.clone();
+    body.remove("networkInterfaces");
+    let accounts = body.remove("serviceAccounts").or_else(|| {
+        (spec.kind == NodeKind::Head && !body.contains_key("serviceAccount"))
+            .then(|| cfg.head_service_accounts.clone())
+            .flatten()
+    });
+    if let Some(a) = accounts.as_ref().and_then(service_account) {
+        body.insert("serviceAccount".into(), a);
+    }
+    let mut labels: Map<String, Value> = body
+        .get("labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let hash = cfg.launch_hashes.get(t).map(String::as_str).unwrap_or("");
+    for (k, v) in mapping::ray_labels(&cfg.cluster_name, t, spec.kind, spec.request_id, hash) {
+        labels.insert(k, Value::String(v));
+    }
+    body.insert("labels".into(), Value::Object(labels));
+    let net = body.entry("networkConfig").or_insert_with(|| json!({}));
+    if let Some(n) = net.as_object_mut() {
+        n.entry("enableExternalIps").or_insert(Value::Bool(true));
+    }
+    let mut metadata: Map<String, Value> = body
+        .get("metadata")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let user = metadata.get(STARTUP_SCRIPT_KEY).and_then(Value::as_str);
+    match mapping::startup_script(user, spec.boot_script) {
+        Some(s) => {
+            metadata.insert(STARTUP_SCRIPT_KEY.into(), Value::String(s));
+        }
+        None => {
+            metadata.remove(STARTUP_SCRIPT_KEY);
+        }
+    }
+    if !metadata.is_empty() {
+        body.insert("metadata".into(), Value::Object(metadata));
+    }
+    Ok(Value::Object(body))
+}
+
+/// A TPU node of the TPU API as core sees it; `None` for one without Ray's kind label,
+/// of another cluster, or not live (see [`state_of`]).
+pub fn cloud_instance(node: &Value, cluster: &str, types: &TypesByLabel) -> Option<CloudInstance> {
+    let full = node.get("name")?.as_str()?;
+    let id = full.rsplit('/').next().filter(|s| !s.is_empty())?;
+    let labels: BTreeMap<String, String> = node
+        .get("labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    if labels.get(tags::CLUSTER_NAME).map(String::as_str) != Some(&mapping::label_value(cluster)) {
+        return None;
+    }
+    let kind = match labels.get(tags::NODE_KIND).map(String::as_str) {
+        Some(tags::NODE_KIND_HEAD) => NodeKind::Head,
+        Some(tags::NODE_KIND_WORKER) => NodeKind::Worker,
+        _ => return None,
+    };
+    let state = state_of(node.get("state")?.as_str()?)?;
+    let node_type = labels
+        .get(tags::USER_NODE_TYPE)
+        .map(|v| types.get(v).cloned().unwrap_or_else(|| v.clone()))
+        .unwrap_or_default();
+    let endpoint = node
+        .get("networkEndpoints")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first());
+    let text = |v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    Some(CloudInstance {
+        cloud_instance_id: id.to_string(),
+        node_type,
+        kind,
+        request_id: labels.get(tags::LAUNCH_REQUEST).cloned(),
+        state,
+        private_ip: text(endpoint.and_then(|e| e.get("ipAddress"))),
+        public_ip: text(endpoint.and_then(|e| e.pointer("/accessConfig/externalIp"))),
+        launch_config_hash: labels.get(tags::LAUNCH_CONFIG).cloned(),
+        labels,
+        zone: full
+            .split('/')
+            .skip_while(|s| *s != "locations")
+            .nth(1)
+            .map(str::to_string),
+    })
+}
+
+/// `config` with Ray's `TPU-<type>-head: 1` on each TPU node type's resources (Ray's
+/// `fillout_available_node_types_resources` on GCP, which sets it over the YAML's).
+pub fn fill_resources(config: &ClusterConfig) -> Result<ClusterConfig, GcpError> {
+    let cfg = GcpConfig::from_cluster(config)?;
+    let mut raw = config.raw.clone();
+    let mut changed = false;
+    for (t, nc) in &cfg.node_types {
+        let Some(s) = &nc.tpu else { continue };
+        let Some(res) = raw
+            .pointer_mut(&format!("/available_node_types/{}", escape(t)))
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        let r = res.entry("resources").or_insert_with(|| json!({}));
+        if let Some(r) = r.as_object_mut()
+            && r.get(&s.head_resource()) != Some(&json!(1))
+        {
+            r.insert(s.head_resource(), json!(1));
+            changed = true;
+        }
+    }
+    if !changed {
+        return Ok(config.clone());
+    }
+    config
+        .with_raw(&raw)
+        .map_err(|e| GcpError::config("available_node_types", e.to_string()))
+}
+
+/// A key as one JSON pointer segment.
+fn escape(k: &str) -> String {
+    k.replace('~', "~0").replace('/', "~1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn slices_are_named_and_counted_as_ray_does() {
+        for (cfg, want, chips) in [
+            (json!({"acceleratorType": "v4-8"}), "v4-8", 4),
+            (json!({"acceleratorType": "v2-8"}), "v2-8", 4),
+            (json!({"acceleratorType": "v5litepod-8"}), "v5litepod-8", 8),
+            (json!({"acceleratorType": "v6e-4"}), "v6e-4", 4),
+            (json!({"acceleratorType": "v5p-8"}), "v5p-8", 4),
+            (
+                json!({"acceleratorConfig": {"type": "V4", "topology": "2x2x1"}}),
+                "v4-8",
+                4,
+            ),
+            (
+                json!({"acceleratorConfig": {"type": "V5LITE_POD", "topology": "2x4"}}),
+                "v5litepod-8",
+                8,
+            ),
+        ] {
+            let s = slice(&map(cfg.clone()), "t").unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            assert_eq!(
+                (s.accelerator_type.as_str(), s.chips),
+                (want, chips),
+                "{cfg}"
+            );
+        }
+        assert_eq!(
+            slice(&map(json!({"acceleratorType": "v6e-8"})), "t")
+                .expect("ok")
+                .head_resource(),
+            "TPU-v6e-8-head"
+        );
+    }
+
+    #[test]
+    fn what_ray_refuses_and_multi_host_slices_are_one_line_errors() {
+        for (cfg, path) in [
+            (
+                json!({"acceleratorType": "v4-8", "acceleratorConfig": {"type": "V4", "topology": "2x2x1"}}),
+                "t.acceleratorConfig:",
+            ),
+            (json!({"acceleratorType": "v4"}), "t.acceleratorType:"),
+            (json!({"acceleratorType": "x4-8"}), "t.acceleratorType:"),
+            (json!({"acceleratorType": "v9-8"}), "t.acceleratorType:"),
+            (
+                json!({"acceleratorConfig": {"type": "V3", "topology": "2x2"}}),
+                "t.acceleratorConfig.type:",
+            ),
+            (
+                json!({"acceleratorConfig": {"type": "v4", "topology": "2x2"}}),
+                "t.acceleratorConfig.type:",
+            ),
+            (
+                json!({"acceleratorConfig": {"type": "V4", "topology": "2x2x2x2"}}),
+                "t.acceleratorConfig.topology:",
+            ),
+            (
+                json!({"acceleratorConfig": {"type": "V4"}}),
+                "t.acceleratorConfig:",
+            ),
+            (
+                json!({"acceleratorType": "v4-16"}),
+                "t.acceleratorType: v4-16 is a multi-host",
+            ),
+            (
+                json!({"acceleratorType": "v5litepod-16"}),
+                "t.acceleratorType: v5litepod-16 is a multi-host",
+            ),
+            (
+                json!({"acceleratorConfig": {"type": "V4", "topology": "2x2x2"}}),
+                "t.acceleratorConfig: v4-16 is a multi-host",
+            ),
+        ] {
+            let e = slice(&map(cfg.clone()), "t")
+                .expect_err("refused")
+                .to_string();
+            assert!(e.starts_with(path), "{cfg}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        for (cfg, path) in [
+            (
+                json!({"acceleratorType": "v4-8"}),
+                "t.runtimeVersion: is required",
+            ),
+            (
+                json!({"acceleratorType": "v4-8", "runtimeVersion": "x", "machineImage": "m"}),
+                "t.machineImage: not a field",
+            ),
+            (
+                json!({"acceleratorType": "v4-8", "runtimeVersion": "x", "metadata": {"items": []}}),
+                "t.metadata:",
+            ),
+            (
+                json!({"acceleratorType": "v4-8", "runtimeVersion": "x", "name": "n"}),
+                "t.name:",
+            ),
+        ] {
+            let e = check(&map(cfg.clone()), "t")
+                .expect_err("refused")
+                .to_string();
+            assert!(e.starts_with(path), "{cfg}: {e}");
+        }
+    }
+
+    #[test]
+    fn tpu_names_are_told_from_instances() {
+        let n = node_name("demo", NodeKind::Worker, "lr-1", 0);
+        assert!(
+            n.starts_with("ray-demo-worker-") && n.ends_with("-tpu"),
+            "{n}"
+        );
+        assert!(n.len() <= MAX_NAME);
+        assert!(is_tpu_name(&n));
+        assert!(!is_tpu_name("ray-demo-worker-0123abcd-compute"));
+        assert_eq!(n, node_name("demo", NodeKind::Worker, "lr-1", 0));
+    }
+
+    #[test]
+    fn a_node_reads_back_only_when_live_and_the_clusters() {
+        let types: TypesByLabel = [("tpu".to_string(), "tpu".to_string())].into();
+        let node = |state: &str, cluster: &str| {
+            json!({
+                "name": "projects/p/locations/us-central2-b/nodes/ray-demo-worker-0a1b2c3d-tpu",
+                "state": state,
+                "labels": {"ray-cluster-name": cluster, "ray-node-type": "worker",
+                           "ray-user-node-type": "tpu", "ray-launch-request": "lr-1"},
+                "networkEndpoints": [{"ipAddress": "10.0.0.7", "port": 8470,
+                                      "accessConfig": {"externalIp": "34.1.2.3"}}]
+            })
+        };
+        let c = cloud_instance(&node("READY", "demo"), "demo", &types).expect("ok");
+        assert_eq!(c.cloud_instance_id, "ray-demo-worker-0a1b2c3d-tpu");
+        assert_eq!(c.state, CloudInstanceState::Running);
+        assert_eq!(c.private_ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(c.public_ip.as_deref(), Some("34.1.2.3"));
+        assert_eq!(c.zone.as_deref(), Some("us-central2-b"));
+        assert_eq!(c.request_id.as_deref(), Some("lr-1"));
+        assert_eq!(
+            cloud_instance(&node("CREATING", "demo"), "demo", &types).map(|c| c.state),
+            Some(CloudInstanceState::Pending)
+        );
+        for gone in [
+            "PREEMPTED",
+            "STOPPED",
+            "TERMINATED",
+            "STATE_UNSPECIFIED",
+            "NEW",
+        ] {
+            assert!(
+                cloud_instance(&node(gone, "demo"), "demo", &types).is_none(),
+                "{gone}"
+            );
+        }
+        assert!(cloud_instance(&node("READY", "other"), "demo", &types).is_none());
+        assert!(cloud_instance(&json!({"name": 3}), "demo", &types).is_none());
+    }
+}
