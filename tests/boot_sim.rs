@@ -9,7 +9,9 @@
 //! (`PUT /<id>/latest/api/token`, `GET /<id>/latest/meta-data/instance-id`,
 //! `.../local-ipv4`, which is loopback: every node is on this machine) and the GCE
 //! metadata server's (`GET /<id>/computeMetadata/v1/instance/name`,
-//! `.../network-interfaces/0/ip`) and Azure's IMDS (`GET
+//! `.../network-interfaces/0/ip`; for a Cloud TPU VM, whose id ends in `-tpu`, the VM's
+//! own `t1v-n-<hex>-w-0` name and its TPU node's in `.../attributes/instance-id`) and
+//! Azure's IMDS (`GET
 //! /<id>/metadata/instance/compute/name`, `.../network/interface/0/ipv4/ipAddress/0/
 //! privateIpAddress`, query strings ignored); each
 //! instance's processes get `RAYSCALE_METADATA_URL=http://127.0.0.1:<port>/<id>`, which
@@ -456,6 +458,16 @@ fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>, served: Served)
             ("GET", "latest/meta-data/instance-id") => ("200 OK", id.to_string()),
             ("GET", "latest/meta-data/local-ipv4") => ("200 OK", "127.0.0.1".to_string()),
             // The GCE metadata server's (`Metadata-Flavor: Google`).
+            // A TPU VM is a Compute Engine VM of Cloud TPU's own name; its TPU node's
+            // name is the `instance-id` attribute.
+            ("GET", "computeMetadata/v1/instance/name") if id.ends_with("-tpu") => {
+                ("200 OK", format!("t1v-n-{:08x}-w-0", fnv(id)))
+            }
+            ("GET", "computeMetadata/v1/instance/attributes/instance-id")
+                if id.ends_with("-tpu") =>
+            {
+                ("200 OK", id.to_string())
+            }
             ("GET", "computeMetadata/v1/instance/name") => ("200 OK", id.to_string()),
             ("GET", "computeMetadata/v1/instance/network-interfaces/0/ip") => {
                 ("200 OK", "127.0.0.1".to_string())
@@ -666,13 +678,22 @@ impl GcePlane {
 #[async_trait::async_trait]
 impl DataPlane for GcePlane {
     async fn running(&self) -> Result<Vec<(String, String)>, String> {
-        Ok(self
+        let label = ("ray-cluster-name", self.cluster_label.as_str());
+        let mut out: Vec<(String, String)> = self
             .fake
-            .running_with_startup_script(("ray-cluster-name", &self.cluster_label))
+            .running_with_startup_script(label)
             .into_iter()
             .filter(|(_, _, head)| self.heads || !head)
             .map(|(n, s, _)| (n, s))
-            .collect())
+            .collect();
+        // Cloud TPU VMs (single-host: one VM per node) run their node's startup-script.
+        out.extend(
+            self.fake
+                .tpu(|t| t.ready_with_startup_script(label))
+                .into_iter()
+                .map(|(n, s, _)| (n, s)),
+        );
+        Ok(out)
     }
 
     fn reruns_payload(&self) -> bool {
@@ -769,4 +790,11 @@ mod tests {
             ["#!/bin/sh\necho user\n", "#!/bin/bash\necho boot\n"]
         );
     }
+}
+
+/// A short stable hash of `s` (FNV-1a, 32 bits), for made-up names.
+fn fnv(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }

@@ -104,25 +104,25 @@ pub fn rayscale_with(env: &[(String, String)], args: &[&str]) -> (bool, String) 
 /// What both scenarios set up: a scratch directory, the cluster YAML with the start
 /// commands one machine needs, the environment of the booted instances, and the boot
 /// simulator playing the cloud's data plane.
-pub(crate) struct Stage {
-    pub(crate) python: PathBuf,
-    pub(crate) gcs: String,
-    pub(crate) cluster: String,
-    pub(crate) scratch: PathBuf,
-    pub(crate) config_arg: String,
-    pub(crate) sim: crate::boot_sim::BootSimulator,
+pub struct Stage {
+    /// The Python with Ray.
+    pub python: PathBuf,
+    /// The head's GCS address.
+    pub gcs: String,
+    /// The cluster's name.
+    pub cluster: String,
+    /// The scratch directory.
+    pub scratch: PathBuf,
+    /// The cluster YAML's path, as the CLI takes it.
+    pub config_arg: String,
+    /// The boot simulator.
+    pub sim: crate::boot_sim::BootSimulator,
 }
 
 impl Stage {
     /// `cluster_name` `<name><tag><pid>`; `extra` goes after `provider:` (top-level
     /// keys), `workers` after the head in `available_node_types` (indented entries).
-    pub(crate) fn new(
-        name: &str,
-        tag: &str,
-        cloud: &dyn Cloud,
-        extra: &str,
-        workers: &str,
-    ) -> Stage {
+    pub fn new(name: &str, tag: &str, cloud: &dyn Cloud, extra: &str, workers: &str) -> Stage {
         let python = PathBuf::from(std::env::var("RAYSCALE_PYTHON").expect("RAYSCALE_PYTHON"));
         let ports = crate::ray_head::free_ports(2);
         let (port, mounts_port) = (ports[0], ports[1]);
@@ -186,7 +186,7 @@ impl Stage {
 
     /// `rayscale up` against `cloud`: the head instance, launched, with its GCS
     /// answering; `diag` says what went wrong.
-    fn up_head(&self, cloud: &dyn Cloud, diag: impl Fn() -> String) -> String {
+    pub fn up_head(&self, cloud: &dyn Cloud, diag: impl Fn() -> String) -> String {
         let (ok, out) = rayscale_with(&cloud.cli_env(), &["up", &self.config_arg]);
         assert!(
             ok && out.contains("launched and running"),
@@ -205,7 +205,7 @@ impl Stage {
     }
 
     /// What the first two instances booted said (for a failure's message).
-    pub(crate) fn diag(&self) -> String {
+    pub fn diag(&self) -> String {
         let booted = self.sim.ever_booted();
         let mut s = format!("booted {booted:?}\n");
         for id in booted.iter().take(2) {
@@ -215,7 +215,7 @@ impl Stage {
     }
 
     /// Stops the simulator and removes what the instances `ids` and the stage left.
-    pub(crate) fn clean(self, ids: &[String]) {
+    pub fn clean(self, ids: &[String]) {
         drop(self.sim);
         for id in ids {
             let short = id.trim_start_matches(&format!("ray-{}-", self.cluster));

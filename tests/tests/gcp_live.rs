@@ -172,3 +172,69 @@ fn up_makes_rays_project_key_and_copies_the_file_mounts_with_it() {
     let (_rt, fake) = fake();
     up_copies_file_mounts_with_the_clusters_key("gcpk", &Gce::new(fake));
 }
+
+/// A TPU demand end to end: a placement group needing Ray's `TPU-v4-8-head` (which only
+/// the TPU type has, filled in as Ray fills it) makes the head's rayscale create a TPU
+/// VM through the TPU API; the boot simulator runs the node's startup-script (the VM's
+/// own name differs from the TPU node's, which the script reads from `instance-id`); the
+/// node joins with its TPU name and resources, the bundle is placed, and idle, the node
+/// is deleted through the TPU API.
+#[test]
+fn a_tpu_demand_makes_a_tpu_vm_that_joins_and_goes_when_idle() {
+    let (_rt, fake) = fake();
+    let cloud = Gce::new(fake.clone());
+    let stage = rayscale_tests::e2e::Stage::new(
+        "gcptpu",
+        "e2e",
+        &cloud,
+        "",
+        "  tpu: {resources: {CPU: 1, TPU: 4}, max_workers: 2, \
+         node_config: {acceleratorType: v4-8, runtimeVersion: tpu-ubuntu2204-base}}\n",
+    );
+    let diag = || stage.diag();
+    let head_id = stage.up_head(&cloud, diag);
+    let w = rayscale_tests::e2e::start_workload(
+        &stage.python,
+        &stage.gcs,
+        &["spread", "1", "TPU-v4-8-head"],
+    );
+    let (ok, out) = rayscale_tests::e2e::finish(w, std::time::Duration::from_secs(240));
+    assert!(
+        ok && out.contains("spread 1 distinct nodes"),
+        "workload: {out}\n{}",
+        diag()
+    );
+    let tpus: Vec<String> = fake.tpu(|t| t.nodes()).into_keys().collect();
+    assert_eq!(tpus.len(), 1, "{tpus:?}");
+    assert!(
+        tpus[0].starts_with(&format!("ray-{}-worker-", stage.cluster)) && tpus[0].ends_with("-tpu"),
+        "{tpus:?}"
+    );
+    assert_eq!(
+        cloud.instances(),
+        [head_id.clone()],
+        "no Compute Engine worker"
+    );
+    let joined = rayscale_tests::ray_head::alive_workers_at(&stage.gcs);
+    assert_eq!(
+        joined,
+        tpus,
+        "the TPU VM joined with its TPU node's name\n{}",
+        diag()
+    );
+    let gone = rayscale_tests::wait_until(std::time::Duration::from_secs(120), || {
+        fake.tpu(|t| t.nodes()).is_empty()
+    });
+    assert!(
+        gone,
+        "TPU nodes left: {:?}\n{}",
+        fake.tpu(|t| t.nodes()),
+        diag()
+    );
+    assert!(fake.tpu(|t| t.calls.get("nodes.delete").copied().unwrap_or(0)) >= 1);
+    let (ok, out) =
+        rayscale_tests::e2e::rayscale_with(&cloud.cli_env(), &["down", &stage.config_arg]);
+    assert!(ok, "{out}");
+    let booted = stage.sim.ever_booted();
+    stage.clean(&booted);
+}
