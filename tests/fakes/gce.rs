@@ -273,6 +273,13 @@ impl GceFake {
         w.instances
             .iter()
             .filter(|(_, i)| i.phase == Phase::Running)
+            // The VM behind a TPU node runs its node's script (`TpuApi`), not its own.
+            .filter(|(_, i)| {
+                i.body
+                    .get("labels")
+                    .and_then(|l| l.get(tpu::TPU_VM_LABEL))
+                    .is_none()
+            })
             .filter(|(_, i)| {
                 i.body
                     .get("labels")
@@ -475,6 +482,8 @@ fn advance(w: &mut World, _t: &Timing) {
     for n in gone {
         w.instances.remove(&n);
     }
+    tpu::advance(&mut w.tpu);
+    tpu::sync_backing(w);
 }
 
 fn new_op(

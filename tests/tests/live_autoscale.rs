@@ -882,6 +882,13 @@ fn two_loops_act_as_one_and_the_survivor_takes_over_after_kill_9() {
         one.log_text(),
         two.log_text()
     );
+    // The follower launched nothing while the leader held the lease (the split brain the
+    // count above cannot tell from a lagging fourth worker).
+    assert!(
+        !two.log_text().contains("launching"),
+        "the follower launched:\n{}",
+        two.log_text()
+    );
     // The leader dies without a word; the follower takes over when the lease runs out and serves
     // the next demand.
     one.kill9();

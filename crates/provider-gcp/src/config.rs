@@ -339,12 +339,15 @@ impl NodeConfig {
     }
 
     /// Whether the instance is preemptible or Spot (`scheduling`; a TPU's
-    /// `schedulingConfig.preemptible` or `.spot`).
+    /// `schedulingConfig.preemptible`, `.spot` or `.provisioningModel: SPOT`).
     pub fn is_spot(&self) -> bool {
         if self.tpu.is_some() {
             let s = self.body.get("schedulingConfig");
             let flag = |k: &str| s.and_then(|s| s.get(k)).and_then(Value::as_bool) == Some(true);
-            return flag("preemptible") || flag("spot");
+            let model = s
+                .and_then(|s| s.get("provisioningModel"))
+                .and_then(Value::as_str);
+            return flag("preemptible") || flag("spot") || model == Some("SPOT");
         }
         let s = self.body.get("scheduling");
         s.and_then(|s| s.get("preemptible"))

@@ -377,10 +377,19 @@ impl GcpProvider {
             .iter()
             .cloned()
             .partition(|i| crate::tpu::is_tpu_name(i));
-        let ids = ids.as_slice();
-        if !tpus.is_empty() {
-            self.tpu_terminate(&tpus, head).await?;
-        }
+        // Both halves run; the first failure is the call's.
+        let tpu_result = if tpus.is_empty() {
+            Ok(())
+        } else {
+            self.tpu_terminate(&tpus, head).await
+        };
+        let compute_result = self.terminate_compute(&ids, head).await;
+        tpu_result.and(compute_result)
+    }
+
+    /// Deletes (or stops) the Compute Engine instances `ids`: see
+    /// [`terminate_inner`](Self::terminate_inner).
+    async fn terminate_compute(&self, ids: &[String], head: bool) -> Result<(), ProviderError> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -573,7 +582,11 @@ impl CloudInstanceProvider for GcpProvider {
             p.checks += 1;
             match self.tpu_get_op(&p.name).await {
                 Ok(op) => match tpu::tpu_op_end(p.call, &op, &p.node_type) {
-                    Some(Err(e)) if e.kind() != ProviderErrorKind::NotFound => {
+                    // A delete of a node already gone is done; any other failure is said.
+                    Some(Err(e))
+                        if !(p.call == "nodes.delete"
+                            && e.kind() == ProviderErrorKind::NotFound) =>
+                    {
                         errors.push(e.into_provider(p.op.clone()))
                     }
                     Some(_) => {}
@@ -647,6 +660,16 @@ impl CloudInstanceProvider for GcpProvider {
         let state = load(config, self.head_ip.as_deref())
             .map_err(|e| e.into_provider(ProviderOp::Other))?;
         let old = self.state();
+        if self.tpu.is_none()
+            && let Some((t, _)) = state.cfg.node_types.iter().find(|(_, n)| n.tpu.is_some())
+        {
+            return Err(GcpError::config(
+                format!("available_node_types.{t}"),
+                "a TPU node type added while running: restart rayscale so that it reaches the \
+                 TPU API (the config is not applied)",
+            )
+            .into_provider(ProviderOp::Other));
+        }
         // The instances made so far would no longer be seen (and so leak).
         cloud::refuse_moves(&[
             (

@@ -46,6 +46,7 @@ pub const NODE_KEYS: &[&str] = &[
     "cidrBlock",
     "dataDisks",
     "description",
+    "health",
     "labels",
     "metadata",
     "networkConfig",
@@ -60,18 +61,18 @@ pub const NODE_KEYS: &[&str] = &[
 /// TPU generations Ray 2.60 knows (`VALID_TPU_TYPES`).
 const GENERATIONS: &[&str] = &["v2", "v3", "v4", "v5p", "v5litepod", "v6e", "v7x"];
 
-/// Node states of a live TPU node and what core sees (`Node.State`): being made or
-/// repaired is pending, `READY` running, being stopped, deleted or hidden is stopping.
-/// The rest (`STOPPED`, `PREEMPTED`, `TERMINATED`, `HIDDEN`, `UNKNOWN`, unspecified) is
-/// not listed, as Ray's `NON_TERMINATED_STATUSES` leave them out.
-fn state_of(s: &str) -> Option<CloudInstanceState> {
+/// What core sees of a TPU node's state (`Node.State`): being made, started or restarted
+/// is pending (Ray's non-terminated states but `READY`), `READY` running, and every
+/// other state stopping: being repaired, reimaged, stopped, deleted or hidden, and
+/// stopped, preempted, terminated, hidden or unknown. Ray leaves those out of its list;
+/// rayscale lists them, so a node that is down is still seen (never taken as gone
+/// while it exists: a preempted node holds its name and quota until it is deleted, and
+/// core deletes it once Ray's node on it is dead), and a state Google adds later too.
+fn state_of(s: &str) -> CloudInstanceState {
     match s {
-        "CREATING" | "STARTING" | "RESTARTING" | "REPAIRING" | "REIMAGING" | "UNHIDING" => {
-            Some(CloudInstanceState::Pending)
-        }
-        "READY" => Some(CloudInstanceState::Running),
-        "STOPPING" | "DELETING" | "HIDING" => Some(CloudInstanceState::Stopping),
-        _ => None,
+        "CREATING" | "STARTING" | "RESTARTING" => CloudInstanceState::Pending,
+        "READY" => CloudInstanceState::Running,
+        _ => CloudInstanceState::Stopping,
     }
 }
 
@@ -316,15 +317,21 @@ pub fn check(map: &Map<String, Value>, path: &str) -> Result<(), GcpError> {
         }
     }
     if let Some(s) = map.get("serviceAccounts") {
-        let one = s
+        let first = s
             .as_array()
-            .filter(|a| a.len() == 1)
-            .and_then(|a| a[0].as_object());
-        if one.is_none() {
+            .and_then(|a| a.first())
+            .and_then(Value::as_object);
+        if first.is_none() {
             return Err(GcpError::config(
                 format!("{path}.serviceAccounts"),
-                "a TPU node takes one service account (Ray uses the first)",
+                "a list of service accounts (a TPU node takes the first, as Ray)",
             ));
+        }
+        if s.as_array().is_some_and(|a| a.len() > 1) {
+            tracing::warn!(
+                "{path}.serviceAccounts: a TPU node takes one service account; the first is \
+                 used and the rest dropped, as Ray drops them"
+            );
         }
     }
     Ok(())
@@ -421,8 +428,8 @@ pub fn node_json(cfg: &GcpConfig, spec: &InsertSpec<'_>) -> Result<Value, GcpErr
     Ok(Value::Object(body))
 }
 
-/// A TPU node of the TPU API as core sees it; `None` for one without Ray's kind label,
-/// of another cluster, or not live (see [`state_of`]).
+/// A TPU node of the TPU API as core sees it, in any state (see [`state_of`]); `None`
+/// for one without Ray's kind label, of another cluster, or without a name or state.
 pub fn cloud_instance(node: &Value, cluster: &str, types: &TypesByLabel) -> Option<CloudInstance> {
     let full = node.get("name")?.as_str()?;
     let id = full.rsplit('/').next().filter(|s| !s.is_empty())?;
@@ -443,7 +450,7 @@ pub fn cloud_instance(node: &Value, cluster: &str, types: &TypesByLabel) -> Opti
         Some(tags::NODE_KIND_WORKER) => NodeKind::Worker,
         _ => return None,
     };
-    let state = state_of(node.get("state")?.as_str()?)?;
+    let state = state_of(node.get("state")?.as_str()?);
     let node_type = labels
         .get(tags::USER_NODE_TYPE)
         .map(|v| types.get(v).cloned().unwrap_or_else(|| v.clone()))
@@ -659,16 +666,19 @@ mod tests {
             cloud_instance(&node("CREATING", "demo"), "demo", &types).map(|c| c.state),
             Some(CloudInstanceState::Pending)
         );
-        for gone in [
+        // A node that is down is still listed (never taken as gone while it exists).
+        for down in [
             "PREEMPTED",
             "STOPPED",
             "TERMINATED",
-            "STATE_UNSPECIFIED",
+            "REPAIRING",
+            "UNKNOWN",
             "NEW",
         ] {
-            assert!(
-                cloud_instance(&node(gone, "demo"), "demo", &types).is_none(),
-                "{gone}"
+            assert_eq!(
+                cloud_instance(&node(down, "demo"), "demo", &types).map(|c| c.state),
+                Some(CloudInstanceState::Stopping),
+                "{down}"
             );
         }
         assert!(cloud_instance(&node("READY", "other"), "demo", &types).is_none());

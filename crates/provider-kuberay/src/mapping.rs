@@ -328,22 +328,26 @@ fn resources(g: &Value, path: &str) -> Result<Value, KubeRayError> {
         }
     }
     // TPU chips: the group's field, else a custom `TPU` (inserted with the custom
-    // resources below), else the first of the container's limits and requests above 0.
-    let mut tpu_from_k8s = None;
-    for (m, at) in [(limits, "limits"), (requests, "requests")] {
-        if let Some(v) = m.and_then(|m| m.get("google.com/tpu")) {
-            let at = format!("{path}.template.spec.containers[0].resources.{at}.google.com/tpu");
-            let n = qty(v, at)?;
-            if n > 0 {
-                tpu_from_k8s = Some(n);
-                break;
-            }
-        }
-    }
+    // resources below), else the first of the container's limits and requests above 0
+    // (read only then, as Ray's `_get_num_tpus`).
     let tpu = if let Some(v) = group.get("TPU") {
         Some(qty(v, format!("{path}.resources.TPU"))?)
+    } else if custom.contains_key("TPU") {
+        None
     } else {
-        tpu_from_k8s
+        let mut found = None;
+        for (m, at) in [(limits, "limits"), (requests, "requests")] {
+            if let Some(v) = m.and_then(|m| m.get("google.com/tpu")) {
+                let at =
+                    format!("{path}.template.spec.containers[0].resources.{at}.google.com/tpu");
+                let n = qty(v, at)?;
+                if n > 0 {
+                    found = Some(n);
+                    break;
+                }
+            }
+        }
+        found
     };
     if let Some(n) = tpu {
         out.insert("TPU".into(), json!(n));

@@ -21,7 +21,9 @@
 //!
 //! A node is `CREATING`, then `READY` with its `networkEndpoints` (one per host: a
 //! single-host slice has one) after [`super::Timing::boot`]; deleted, `DELETING` then
-//! gone. Errors are `{"error": {"code", "message", "status"}}` (AIP-193, no `errors[]`
+//! gone. While a node is `READY`, the Compute Engine VM behind it exists among the
+//! instances (`t1v-n-<hex>-w-0`, the node's labels and `tpu_cores`), as Cloud TPU makes
+//! one per host. Errors are `{"error": {"code", "message", "status"}}` (AIP-193, no `errors[]`
 //! for this API). Faults: stockouts by accelerator type, throttled creates (429
 //! `RESOURCE_EXHAUSTED`), preemption (`PREEMPTED`).
 
@@ -32,7 +34,10 @@ use serde_json::{Map, Value, json};
 use wiremock::Request;
 
 use super::record::Reply;
-use super::{Timing, World};
+use super::{Inst, Phase, Timing, World};
+
+/// The label Cloud TPU puts on the Compute Engine VM behind a TPU node.
+pub const TPU_VM_LABEL: &str = "tpu_cores";
 
 /// Writable fields of the v2alpha1 `Node`.
 const WRITABLE: &[&str] = &[
@@ -43,6 +48,7 @@ const WRITABLE: &[&str] = &[
     "cidrBlock",
     "dataDisks",
     "description",
+    "health",
     "labels",
     "metadata",
     "networkConfig",
@@ -58,7 +64,6 @@ const WRITABLE: &[&str] = &[
 const OUTPUT_ONLY: &[&str] = &[
     "apiVersion",
     "createTime",
-    "health",
     "healthDescription",
     "id",
     "multisliceNode",
@@ -493,4 +498,48 @@ fn list(w: &World, query: &BTreeMap<String, String>, parent: &str) -> Reply {
         out["nextPageToken"] = json!(format!("tpu-page-{}", start + size));
     }
     Reply::new(200).set_body_json(out)
+}
+
+/// The name of the Compute Engine VM behind TPU node `node` (Cloud TPU's `t1v-n-<hex>-w-0`).
+fn backing_name(node: &str) -> String {
+    let h = node.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("t1v-n-{h:08x}-w-0")
+}
+
+/// Makes the instances Cloud TPU keeps behind each `READY` node (its labels and
+/// `tpu_cores`), and removes those whose node is gone or no longer ready.
+pub fn sync_backing(w: &mut World) {
+    let want: BTreeMap<String, Value> = w
+        .tpu
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.state == "READY")
+        .map(|(name, n)| {
+            let mut labels = n.body.get("labels").cloned().unwrap_or_else(|| json!({}));
+            labels[TPU_VM_LABEL] = json!("8");
+            (backing_name(name), labels)
+        })
+        .collect();
+    w.instances
+        .retain(|k, _| !k.starts_with("t1v-n-") || want.contains_key(k));
+    for (name, labels) in want {
+        if w.instances.contains_key(&name) {
+            continue;
+        }
+        w.next_id += 1;
+        let id = w.next_id;
+        let body = json!({"machineType": format!("zones/{}/machineTypes/tpu-vm", w.zone), "labels": labels});
+        w.instances.insert(
+            name,
+            Inst {
+                body: body.as_object().cloned().unwrap_or_default(),
+                id,
+                phase: Phase::Running,
+                next: Vec::new(),
+                fingerprint: id,
+            },
+        );
+    }
 }

@@ -402,9 +402,14 @@ impl GcpProvider {
         )?;
         // The cluster's one zone took an instance back or ran out a short while ago:
         // there is nowhere else to go, so the type is out (no call is made).
+        let is_tpu = cfg.node_types.get(t).is_some_and(|n| n.tpu.is_some());
         if req.avoid_zones.contains(&cfg.zone) {
             return Err(GcpError::Call {
-                call: "instances.insert",
+                call: if is_tpu {
+                    "nodes.create"
+                } else {
+                    "instances.insert"
+                },
                 code: None,
                 status: None,
                 kind: Class::Capacity.kind(t),
@@ -412,7 +417,7 @@ impl GcpProvider {
             }
             .into_provider(launch_op(req.count)));
         }
-        if cfg.node_types.get(t).is_some_and(|n| n.tpu.is_some()) {
+        if is_tpu {
             return self.tpu_launch(&state, req, kind, deadline).await;
         }
         // 1. What this request made already (a replay after a crash, a retry), in any

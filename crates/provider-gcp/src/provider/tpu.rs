@@ -62,6 +62,19 @@ impl GcpProvider {
             }
             self.calls.tpu_list.fetch_add(1, Ordering::Relaxed);
             let page = api.get(CALL, &path).await?;
+            // Nodes of a location the API could not reach are missing, not gone.
+            if let Some(u) = page.get("unreachable").and_then(Value::as_array)
+                && !u.is_empty()
+            {
+                return Err(GcpError::transient(
+                    CALL,
+                    None,
+                    format!(
+                        "locations not reached, the list is not whole: {}",
+                        clip(&page["unreachable"])
+                    ),
+                ));
+            }
             let nodes = match page.get("nodes") {
                 None => &Vec::new(),
                 Some(Value::Array(a)) => a,
