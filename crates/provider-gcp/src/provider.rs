@@ -151,6 +151,25 @@ struct State {
     types: TypesByLabel,
 }
 
+/// The first `count` names `name(index)` gives that are not `taken`, with their index
+/// (a replay names the same nodes; a name made already is skipped).
+fn free_names(
+    taken: &BTreeSet<String>,
+    count: u64,
+    name: impl Fn(u64) -> String,
+) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    let mut index = 0u64;
+    while (out.len() as u64) < count {
+        let n = name(index);
+        if !taken.contains(&n) {
+            out.push((index, n));
+        }
+        index += 1;
+    }
+    out
+}
+
 impl State {
     fn has_tpus(&self) -> bool {
         self.cfg.node_types.values().any(|n| n.tpu.is_some())
@@ -436,6 +455,50 @@ impl GcpProvider {
     }
 }
 
+/// What asking for a pending operation told: done (with the failure it ended with, if
+/// any), or still running.
+enum Checked {
+    Done(Option<GcpError>),
+    Running,
+}
+
+/// Files a pending operation by what asking for it told (`Err`: the asking failed): a
+/// failure it ended with is reported once; one still running is kept, up to
+/// [`MAX_CHECKS`] asks; an operation gone (kept a while, then dropped) leaves the rest to
+/// the list; asking that cannot succeed (permissions) is said once.
+fn settle(
+    p: PendingOp,
+    checked: Result<Checked, GcpError>,
+    errors: &mut Vec<ProviderError>,
+    still: &mut Vec<PendingOp>,
+) {
+    match checked {
+        Ok(Checked::Done(Some(e))) => errors.push(e.into_provider(p.op.clone())),
+        Ok(Checked::Done(None)) => {}
+        Ok(Checked::Running) if p.checks < MAX_CHECKS => still.push(p),
+        Ok(Checked::Running) => tracing::warn!(
+            "operation {} ({}) still not done after {MAX_CHECKS} checks: left to the list",
+            p.name,
+            p.call
+        ),
+        Err(e) if e.kind() == ProviderErrorKind::NotFound => {}
+        Err(e)
+            if matches!(
+                e.kind(),
+                ProviderErrorKind::Auth | ProviderErrorKind::InvalidConfig
+            ) =>
+        {
+            errors.push(e.into_provider(p.op.clone()));
+        }
+        Err(e) => {
+            tracing::debug!("checking operation {}: {e}", p.name);
+            if p.checks < MAX_CHECKS {
+                still.push(p);
+            }
+        }
+    }
+}
+
 fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, GcpError> {
     let cfg = GcpConfig::from_cluster(config)?;
     let types = mapping::types_by_label(&cfg)?;
@@ -580,39 +643,20 @@ impl CloudInstanceProvider for GcpProvider {
         let mut still = Vec::new();
         for mut p in tpu_ops {
             p.checks += 1;
-            match self.tpu_get_op(&p.name).await {
-                Ok(op) => match tpu::tpu_op_end(p.call, &op, &p.node_type) {
+            let checked = self.tpu_get_op(&p.name).await.map(|op| {
+                match tpu::tpu_op_end(p.call, &op, &p.node_type) {
+                    None => Checked::Running,
                     // A delete of a node already gone is done; any other failure is said.
                     Some(Err(e))
                         if !(p.call == "nodes.delete"
                             && e.kind() == ProviderErrorKind::NotFound) =>
                     {
-                        errors.push(e.into_provider(p.op.clone()))
+                        Checked::Done(Some(e))
                     }
-                    Some(_) => {}
-                    None if p.checks < MAX_CHECKS => still.push(p),
-                    None => tracing::warn!(
-                        "operation {} ({}) still not done after {MAX_CHECKS} checks: left to the list",
-                        p.name,
-                        p.call
-                    ),
-                },
-                Err(e) if e.kind() == ProviderErrorKind::NotFound => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ProviderErrorKind::Auth | ProviderErrorKind::InvalidConfig
-                    ) =>
-                {
-                    errors.push(e.into_provider(p.op.clone()));
+                    Some(_) => Checked::Done(None),
                 }
-                Err(e) => {
-                    tracing::debug!("checking operation {}: {e}", p.name);
-                    if p.checks < MAX_CHECKS {
-                        still.push(p);
-                    }
-                }
-            }
+            });
+            settle(p, checked, &mut errors, &mut still);
         }
         let futs: Vec<_> = ops.into_iter().map(|p| self.check_op(cfg, p)).collect();
         let checked: Vec<(PendingOp, Result<model::Operation, GcpError>)> =
@@ -621,36 +665,14 @@ impl CloudInstanceProvider for GcpProvider {
                 .collect()
                 .await;
         for (p, r) in checked {
-            match r {
-                Ok(op) if op.status == Some(model::operation::Status::Done) => {
-                    if let Some(e) = operation_error(p.call, &op, &p.node_type) {
-                        errors.push(e.into_provider(p.op.clone()));
-                    }
+            let r = r.map(|op| {
+                if op.status == Some(model::operation::Status::Done) {
+                    Checked::Done(operation_error(p.call, &op, &p.node_type))
+                } else {
+                    Checked::Running
                 }
-                Ok(_) if p.checks < MAX_CHECKS => still.push(p),
-                Ok(_) => tracing::warn!(
-                    "operation {} ({}) still not done after {MAX_CHECKS} checks: left to the list",
-                    p.name,
-                    p.call
-                ),
-                // Operations are kept for a while, then gone: the list tells the rest.
-                Err(e) if e.kind() == ProviderErrorKind::NotFound => {}
-                // Asking cannot succeed (permissions): said once, and the list tells the rest.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ProviderErrorKind::Auth | ProviderErrorKind::InvalidConfig
-                    ) =>
-                {
-                    errors.push(e.into_provider(p.op.clone()));
-                }
-                Err(e) => {
-                    tracing::debug!("checking operation {}: {e}", p.name);
-                    if p.checks < MAX_CHECKS {
-                        still.push(p);
-                    }
-                }
-            }
+            });
+            settle(p, r, &mut errors, &mut still);
         }
         self.pending().extend(still);
         errors

@@ -11,7 +11,7 @@ use wiremock::Request;
 use super::{Inst, Phase, Shared, World, error, lock, new_op, op_json};
 use crate::fakes::record::Reply;
 
-fn is_rfc1035(name: &str) -> bool {
+pub(super) fn is_rfc1035(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b.len() <= 63

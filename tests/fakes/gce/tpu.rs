@@ -196,16 +196,6 @@ fn bad(message: &str) -> Reply {
     error(400, "INVALID_ARGUMENT", message)
 }
 
-fn rfc1035(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[b.len() - 1] != b'-'
-}
-
 /// The answer to a TPU API call, or `None` for a path of another API.
 pub fn reply(w: &mut World, req: &Request, timing: &Timing) -> Option<Reply> {
     let path = req.url.path().to_string();
@@ -300,7 +290,7 @@ fn create(
     let Some(name) = query.get("nodeId").cloned() else {
         return bad("nodeId is required");
     };
-    if !rfc1035(&name) {
+    if !super::insert::is_rfc1035(&name) {
         return bad(&format!("Invalid value for field 'nodeId': '{name}'"));
     }
     let Ok(Value::Object(body)) = req.body_json::<Value>() else {

@@ -496,15 +496,9 @@ impl GcpProvider {
         }
         // 3. New instances: names (and request ids) by index, skipping names taken.
         let boot = state.boot.get(t).map(String::as_str);
-        let mut names = Vec::new();
-        let mut index = 0u64;
-        while (names.len() as u64) < remaining {
-            let n = mapping::instance_name(&cfg.cluster_name, kind, &req.request_id, index);
-            if !taken.contains(&n) {
-                names.push((index, n));
-            }
-            index += 1;
-        }
+        let names = free_names(&taken, remaining, |i| {
+            mapping::instance_name(&cfg.cluster_name, kind, &req.request_id, i)
+        });
         // An all-or-nothing gang: one bulkInsert makes every name or none.
         // A gang of more than one is always one bulkInsert, a replay too (the same
         // `requestId`: a replay while the first call runs answers its operation), even
@@ -575,7 +569,7 @@ impl GcpProvider {
 
 /// The instance `name` as a launch reports it before the cloud lists it: pending, with
 /// its request and launch hash.
-fn pending_instance(
+pub(super) fn pending_instance(
     cfg: &GcpConfig,
     name: &str,
     node_type: &str,

@@ -236,15 +236,9 @@ impl GcpProvider {
             .filter_map(|n| tpu::cloud_instance(n, &cfg.cluster_name, &state.types))
             .collect();
         let remaining = req.count.saturating_sub(made.len() as u64);
-        let mut names = Vec::new();
-        let mut index = 0u64;
-        while (names.len() as u64) < remaining {
-            let n = tpu::node_name(&cfg.cluster_name, kind, &req.request_id, index);
-            if !taken.contains(&n) {
-                names.push((index, n));
-            }
-            index += 1;
-        }
+        let names = free_names(&taken, remaining, |i| {
+            tpu::node_name(&cfg.cluster_name, kind, &req.request_id, i)
+        });
         let boot = state.boot.get(t).map(String::as_str);
         let futs: Vec<_> = names
             .iter()
@@ -293,14 +287,8 @@ impl GcpProvider {
             "{API_VERSION}/{}/nodes?nodeId={name}&requestId={token}",
             tpu::parent(cfg)
         );
-        let made = {
-            let mut c = CloudInstance::worker(name, node_type, Some(request_id));
-            c.kind = kind;
-            c.state = CloudInstanceState::Pending;
-            c.launch_config_hash = cfg.launch_hashes.get(node_type).cloned();
-            c.zone = Some(cfg.zone.clone());
-            c
-        };
+        let mut made = super::launch::pending_instance(cfg, name, node_type, kind, request_id);
+        made.zone = Some(cfg.zone.clone());
         let api = self.tpu_api()?;
         let mut delay = Duration::from_millis(250);
         let mut tries = 1;
