@@ -467,3 +467,34 @@ where
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// `down` with a preempted TPU node (listed as stopping, and staying so until deleted):
+/// the launcher asks it once it lingers, and the cluster is left empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn down_deletes_a_preempted_tpu_node() {
+    let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+    let cfg = config("tdown");
+    let p = provider(&fake, &cfg).await;
+    let out = p.launch(&req(&cfg, "lr-1", "tpu", 1)).await.unwrap();
+    let id = out.instances[0].cloud_instance_id.clone();
+    let ready = wait_until_async(Duration::from_secs(10), || async {
+        fake.tpu(|t| t.nodes()).get(&id).map(String::as_str) == Some("READY")
+    })
+    .await;
+    assert!(ready);
+    fake.tpu(|t| t.preempt(&id));
+    let settings = rayscale_core::launcher::LauncherSettings {
+        poll: Duration::from_millis(200),
+        head_timeout: Duration::from_secs(10),
+        down_timeout: Duration::from_secs(8),
+    };
+    let r = rayscale_core::launcher::down(&p, &settings)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.workers, std::slice::from_ref(&id));
+    assert!(
+        fake.tpu(|t| t.nodes()).is_empty(),
+        "{:?}",
+        fake.tpu(|t| t.nodes())
+    );
+}

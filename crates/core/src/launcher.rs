@@ -13,7 +13,7 @@
 //! It waits on tokio's clock (paused in tests); it never talks to Ray: the head's Ray and
 //! its autoscaler are the head's own business, as in Ray's `ray up`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::CoreError;
@@ -178,6 +178,11 @@ async fn sweep_workers(
     until_empty: bool,
     keep_min_of: Option<&ClusterConfig>,
 ) -> Result<(), CoreError> {
+    // A worker listed as stopping is on its way out (a termination under way) and is not
+    // asked again; one that stays so for a while without being asked (a preempted Cloud
+    // TPU node, which stays until deleted) is asked once too.
+    let linger = (settings.down_timeout / 4).min(std::time::Duration::from_secs(30));
+    let mut stopping_since: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
     loop {
         let all = provider.list().await.map_err(provider_err)?;
         let kept = keep_min_of.map_or_else(BTreeSet::new, |c| kept_min_workers(&all, c));
@@ -193,9 +198,28 @@ async fn sweep_workers(
         if left == 0 {
             return Ok(());
         }
+        let now = tokio::time::Instant::now();
+        stopping_since.retain(|id, _| {
+            workers
+                .iter()
+                .any(|w| w.cloud_instance_id == *id && w.state == CloudInstanceState::Stopping)
+        });
+        for w in workers
+            .iter()
+            .filter(|w| w.state == CloudInstanceState::Stopping)
+        {
+            stopping_since
+                .entry(w.cloud_instance_id.clone())
+                .or_insert(now);
+        }
         let fresh: Vec<String> = workers
             .iter()
-            .filter(|w| w.state != CloudInstanceState::Stopping)
+            .filter(|w| {
+                w.state != CloudInstanceState::Stopping
+                    || stopping_since
+                        .get(&w.cloud_instance_id)
+                        .is_some_and(|t| now.duration_since(*t) >= linger)
+            })
             .filter(|w| !asked.contains(&w.cloud_instance_id))
             .map(|w| w.cloud_instance_id.clone())
             .collect();
@@ -450,12 +474,39 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn down_reports_what_will_not_go() {
         let p = FakeProvider::new();
-        // A worker the cloud keeps listing as stopping (a stuck termination).
+        // A worker the cloud keeps listing as stopping (a stuck termination): asked once,
+        // once it lingers, and named when the time is up.
         p.insert(CloudInstance::worker("w1", "w", None).in_state(CloudInstanceState::Stopping));
+        p.stick("w1");
         let e = err_text(down(&p, &settings()).await);
         assert!(
             e.contains("1 instances are still listed after 30 s: w1"),
             "{e}"
+        );
+        let asks = p
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, FakeCall::Terminate(ids) if ids == &["w1".to_string()]))
+            .count();
+        assert_eq!(asks, 1, "{:?}", p.calls());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn down_asks_a_worker_left_stopping_once_it_lingers() {
+        let p = FakeProvider::new();
+        // A preempted node the cloud lists as stopping until it is deleted.
+        p.insert(CloudInstance::worker("w1", "w", None).in_state(CloudInstanceState::Stopping));
+        let t0 = tokio::time::Instant::now();
+        let r = down(&p, &settings())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.workers, ["w1"]);
+        assert!(p.instances().is_empty());
+        // Not at once: a stopping worker is on its way out unless it lingers.
+        assert!(
+            t0.elapsed() >= settings().down_timeout / 4,
+            "{:?}",
+            t0.elapsed()
         );
     }
 

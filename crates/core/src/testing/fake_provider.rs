@@ -5,7 +5,7 @@
 //! that carry no request id (KubeRay pods), instances that boot slowly, a head, paged
 //! listing, and one-shot errors of any kind.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::provider::{
@@ -61,6 +61,8 @@ struct State {
     /// Ids whose terminate the cloud refuses, every time, with this kind (the whole call,
     /// as a real cloud refuses a batch naming an instance it will not terminate).
     refused: BTreeMap<String, ProviderErrorKind>,
+    /// Instances a terminate does not remove (a stuck termination).
+    sticky: BTreeSet<String>,
 }
 
 /// Which call an injected fault hits.
@@ -218,6 +220,11 @@ impl FakeProvider {
     /// An instance vanishes (preempted, deleted from outside).
     pub fn remove(&self, id: &str) -> bool {
         self.lock().instances.remove(id).is_some()
+    }
+
+    /// Instance `id` stays listed when terminated (a termination the cloud never ends).
+    pub fn stick(&self, id: &str) {
+        self.lock().sticky.insert(id.to_string());
     }
 
     /// An instance made from outside rayscale.
@@ -499,7 +506,9 @@ impl CloudInstanceProvider for FakeProvider {
             ));
         }
         for id in cloud_instance_ids {
-            st.instances.remove(id);
+            if !st.sticky.contains(id) {
+                st.instances.remove(id);
+            }
         }
         Ok(())
     }
