@@ -461,7 +461,7 @@ fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>, served: Served)
             // A TPU VM is a Compute Engine VM of Cloud TPU's own name; its TPU node's
             // name is the `instance-id` attribute.
             ("GET", "computeMetadata/v1/instance/name") if id.ends_with("-tpu") => {
-                ("200 OK", format!("t1v-n-{:08x}-w-0", fnv(id)))
+                ("200 OK", crate::fakes::gce::tpu_vm_name(id))
             }
             ("GET", "computeMetadata/v1/instance/attributes/instance-id")
                 if id.ends_with("-tpu") =>
@@ -790,11 +790,4 @@ mod tests {
             ["#!/bin/sh\necho user\n", "#!/bin/bash\necho boot\n"]
         );
     }
-}
-
-/// A short stable hash of `s` (FNV-1a, 32 bits), for made-up names.
-fn fnv(s: &str) -> u32 {
-    s.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
 }

@@ -55,7 +55,7 @@ use super::record::{self, Reply};
 pub use filter::{Filter, parse_filter};
 use insert::{bulk_insert, insert};
 pub use project::ProjectApis;
-pub use tpu::TpuApi;
+pub use tpu::{TpuApi, backing_name as tpu_vm_name};
 
 /// How long things take in the fake.
 #[derive(Debug, Clone, Copy)]

@@ -159,11 +159,13 @@ impl Rest {
     }
 }
 
-fn one_line(s: &str) -> String {
+/// `s` on one line (runs of white space as one space).
+pub(crate) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn clip(s: &str) -> String {
+/// `s` on one line, cut at 200 characters.
+pub(crate) fn clip(s: &str) -> String {
     let s = one_line(s);
     match s.char_indices().nth(200) {
         Some((i, _)) => format!("{}...", &s[..i]),

@@ -491,7 +491,8 @@ pub fn fill_resources(config: &ClusterConfig) -> Result<ClusterConfig, GcpError>
     for (t, nc) in &cfg.node_types {
         let Some(s) = &nc.tpu else { continue };
         let Some(res) = raw
-            .pointer_mut(&format!("/available_node_types/{}", escape(t)))
+            .get_mut("available_node_types")
+            .and_then(|types| types.get_mut(t.as_str()))
             .and_then(Value::as_object_mut)
         else {
             continue;
@@ -510,11 +511,6 @@ pub fn fill_resources(config: &ClusterConfig) -> Result<ClusterConfig, GcpError>
     config
         .with_raw(&raw)
         .map_err(|e| GcpError::config("available_node_types", e.to_string()))
-}
-
-/// A key as one JSON pointer segment.
-fn escape(k: &str) -> String {
-    k.replace('~', "~0").replace('/', "~1")
 }
 
 #[cfg(test)]

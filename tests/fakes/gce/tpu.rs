@@ -490,8 +490,9 @@ fn list(w: &World, query: &BTreeMap<String, String>, parent: &str) -> Reply {
     Reply::new(200).set_body_json(out)
 }
 
-/// The name of the Compute Engine VM behind TPU node `node` (Cloud TPU's `t1v-n-<hex>-w-0`).
-fn backing_name(node: &str) -> String {
+/// The name of the Compute Engine VM behind TPU node `node` (Cloud TPU's `t1v-n-<hex>-w-0`):
+/// the fake's instance and the boot simulator's `instance/name` of the node's VM.
+pub fn backing_name(node: &str) -> String {
     let h = node.bytes().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     });

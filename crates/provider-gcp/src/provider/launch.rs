@@ -585,7 +585,7 @@ pub(super) fn pending_instance(
 
 /// `what` (a name, or a gang's) is taken by another launch request's instance (the
 /// cloud's `alreadyExists`, `e`): nothing was made, and later the name may be free.
-fn name_taken(call: &'static str, e: &GcpError, what: &str) -> GcpError {
+pub(super) fn name_taken(call: &'static str, e: &GcpError, what: &str) -> GcpError {
     GcpError::Call {
         call,
         code: e.code().map(str::to_string),

@@ -320,15 +320,11 @@ impl GcpProvider {
                     if label == Some(mapping::label_value(request_id).as_str()) {
                         return Ok(made);
                     }
-                    return Err(GcpError::Call {
-                        call: CALL,
-                        code: e.code().map(str::to_string),
-                        status: e.status(),
-                        kind: ProviderErrorKind::Transient,
-                        message: format!(
-                            "the name {name} is taken by a TPU node of another launch request"
-                        ),
-                    });
+                    return Err(super::launch::name_taken(
+                        CALL,
+                        &e,
+                        &format!("the name {name}"),
+                    ));
                 }
                 Err(e) => return Err(retag(e, node_type)),
             }
@@ -501,7 +497,7 @@ pub(super) fn tpu_op_end(
     let message = err
         .get("message")
         .and_then(Value::as_str)
-        .map(|m| m.split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(crate::rest::one_line)
         .unwrap_or_else(|| clip(err));
     let (name, class) = match code {
         Some(8) if message.to_ascii_lowercase().contains("quota") => {
@@ -540,9 +536,5 @@ fn url_escape(s: &str) -> String {
 
 /// A value, clipped for an error message.
 fn clip(v: &Value) -> String {
-    let s = v.to_string();
-    match s.char_indices().nth(160) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s,
-    }
+    crate::rest::clip(&v.to_string())
 }
