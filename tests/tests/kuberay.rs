@@ -214,6 +214,9 @@ fn config_matches_rays_derivation() {
     g[1]["rayStartParams"]["resources"] = json!("\"{\\\"accel\\\": 4}\"");
     g[1]["numOfHosts"] = json!(2);
     g[1]["idleTimeoutSeconds"] = json!(30);
+    // Group priorities as Ray reads them with `int()`: a number, a string of one.
+    g[1]["priority"] = json!(5);
+    g[2]["priority"] = json!("-2");
     g[0]["labels"] = json!({"zone": "a"});
     g[0]["rayStartParams"]
         .as_object_mut()
@@ -294,7 +297,13 @@ fn config_matches_rays_derivation() {
         );
     }
     for t in ["headgroup", "cpu", "gpu", "tpu", "v6e", "tpunosel"] {
-        for key in ["min_workers", "max_workers", "resources", "labels"] {
+        for key in [
+            "min_workers",
+            "max_workers",
+            "resources",
+            "labels",
+            "priority",
+        ] {
             let (a, b) = (
                 &ours["available_node_types"][t][key],
                 &rays["available_node_types"][t][key],
@@ -320,6 +329,8 @@ fn config_matches_rays_derivation() {
         json!(2)
     );
     let res = |t: &str| ours["available_node_types"][t]["resources"].clone();
+    assert_eq!(ours["available_node_types"]["gpu"]["priority"], json!(5));
+    assert_eq!(ours["available_node_types"]["tpu"]["priority"], json!(-2));
     assert_eq!(res("tpu")["TPU"], json!(4));
     assert_eq!(res("tpu")["TPU-v4-16-head"], json!(1));
     assert_eq!(res("v6e")["TPU"], json!(8));

@@ -193,7 +193,27 @@ fn node_type(g: &Value, path: &str, is_head: bool) -> Result<Value, KubeRayError
         })?;
         t["idle_timeout_s"] = json!(s);
     }
+    if let Some(p) = g.get("priority").filter(|v| !v.is_null()) {
+        t["priority"] =
+            json!(priority(p).ok_or_else(|| {
+                cfg_err(format!("{path}.priority"), "expected a whole number")
+            })?);
+    }
     Ok(t)
+}
+
+/// A group's `priority`, read as Ray's `int()` reads it: a whole number, or a string of
+/// one (a float is cut toward zero as Python's `int` cuts it).
+fn priority(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.is_finite() && f.abs() < 9.0e18)
+                .map(|f| f.trunc() as i64)
+        }),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
 }
 
 /// A group's Ray resources: the group's `resources` field first, then `rayStartParams`
@@ -682,5 +702,22 @@ mod tests {
         );
         let huge = format!("{0}x{0}", u64::MAX);
         assert!(head(&huge, "tpu-v4-podslice").is_err());
+    }
+
+    #[test]
+    fn a_group_priority_is_read_as_rays_int() {
+        assert_eq!(priority(&json!(3)), Some(3));
+        assert_eq!(priority(&json!(-4)), Some(-4));
+        assert_eq!(priority(&json!(2.9)), Some(2));
+        assert_eq!(priority(&json!(" 7 ")), Some(7));
+        assert_eq!(priority(&json!("high")), None);
+        assert_eq!(priority(&json!(1e300)), None);
+        assert_eq!(priority(&json!([1])), None);
+        let group = json!({"minReplicas": 0, "maxReplicas": 1, "priority": "high",
+            "template": {"spec": {"containers": [{"resources": {"limits": {"cpu": "1"}}}]}}});
+        let e = node_type(&group, "g", false)
+            .expect_err("refused")
+            .to_string();
+        assert!(e.starts_with("g.priority: "), "{e}");
     }
 }
