@@ -11,6 +11,10 @@
 - `--what iam`: Ray's `_configure_iam_role` alone: {"head_node": the head's extra
   node_config, "seconds": how long it took} (Ray sleeps 15 s after making anything), the
   oracle of crates/provider-aws/src/iam.rs.
+- `--what cloudwatch_policies`: the policies Ray's `CloudwatchHelper.resolve_policy_arns`
+  gives a role it makes for this config's `provider.cloudwatch` (it makes the account's
+  `CloudwatchManagedPolicies` as Ray does): {"policies": [...], "profile": ..., "role":
+  ...}, with Ray's profile and role names for the config.
 
 Usage: ray_aws_up.py --endpoint http://127.0.0.1:PORT --config cluster.yaml [--what W]
 Output: the JSON on stdout's last line (Ray may log before it), or Ray's error on stderr
@@ -27,7 +31,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--config", required=True)
-    ap.add_argument("--what", choices=["fillout", "bootstrap", "iam"], default="fillout")
+    ap.add_argument("--what", choices=["fillout", "bootstrap", "iam", "cloudwatch_policies"], default="fillout")
     args = ap.parse_args()
     if not args.endpoint.startswith(("http://127.", "http://localhost")):
         sys.exit("only a loopback endpoint may be targeted")
@@ -57,6 +61,19 @@ def main():
             t0 = time.monotonic()
             done = _configure_iam_role(config)
             out = {"head_node": done["head_node"], "seconds": time.monotonic() - t0}
+        elif args.what == "cloudwatch_policies":
+            import boto3
+            from ray.autoscaler._private.aws.cloudwatch.cloudwatch_helper import CloudwatchHelper as cwh
+            from ray.autoscaler._private.aws.config import DEFAULT_RAY_IAM_ROLE, DEFAULT_RAY_INSTANCE_PROFILE
+
+            os.environ.setdefault("AWS_DEFAULT_REGION", config["provider"]["region"])
+            defaults = ["arn:aws:iam::aws:policy/AmazonEC2FullAccess", "arn:aws:iam::aws:policy/AmazonS3FullAccess"]
+            provider = config["provider"]
+            out = {
+                "policies": cwh.resolve_policy_arns(provider, boto3.resource("iam"), defaults),
+                "profile": cwh.resolve_instance_profile_name(provider, DEFAULT_RAY_INSTANCE_PROFILE),
+                "role": cwh.resolve_iam_role_name(provider, DEFAULT_RAY_IAM_ROLE),
+            }
         else:
             from ray.autoscaler._private.aws.config import bootstrap_aws
             from ray.autoscaler._private.util import fillout_defaults

@@ -404,6 +404,36 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
                     "the head takes instance profile {arn} (as ray up's)"
                 ));
             }
+            // As `ray up`: `provider.cloudwatch`'s agent config in Ray's SSM parameter,
+            // which every node's agent fetches at boot.
+            if let Some(cw) = config
+                .raw
+                .get("provider")
+                .and_then(serde_json::Value::as_object)
+                .map(rayscale_provider_aws::cloudwatch::agent_of)
+                .transpose()?
+                .flatten()
+            {
+                let ssm = rayscale_provider_aws::client::ssm_from_environment(
+                    (!region.is_empty()).then_some(region.as_str()),
+                )
+                .await?;
+                let cwd = std::env::current_dir()?;
+                if let Some(name) = rayscale_provider_aws::cloudwatch::upload_agent_config(
+                    &ssm,
+                    &cw,
+                    &config.cluster_name,
+                    &region,
+                    &cwd,
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("the CloudWatch agent's config: {e}"))?
+                {
+                    notes.push(format!(
+                        "the nodes' CloudWatch agent takes its config from SSM parameter {name} (as ray up's)"
+                    ));
+                }
+            }
             Ok(Bootstrapped {
                 config,
                 note: (!notes.is_empty()).then(|| notes.join("\n")),

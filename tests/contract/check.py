@@ -16,6 +16,7 @@ The capture is written by the fakes (tests/fakes/record.rs) and by moto's fault 
 import argparse
 import collections
 import copy
+import json
 import os
 import re
 import sys
@@ -55,6 +56,7 @@ def checkers():
     return {
         "aws": ec2.load_model(),
         "iam": ec2.load_iam_model(),
+        "aws-json": ec2.load_json_models(),
         "gcp": gce.Checkers(),
         "azure": arm.Checker(arm.load_model()),
     }
@@ -64,10 +66,14 @@ def check_one(cloud, models, rec, codes):
     if cloud == "aws":
         import ec2
 
-        if version_of(rec) == ec2.IAM_VERSION:
+        if (rec.get("headers") or {}).get("x-amz-target"):
+            # `rayscale up`'s CloudWatch agent parameter: SSM's model, and its codes.
+            where, findings = ec2.check_json_request(models["aws-json"], rec)
+            codes = codes | {c for m in models["aws-json"].values() for c in ec2.model_error_codes(m)}
+        elif version_of(rec) == ec2.IAM_VERSION:
             # `rayscale up`'s instance profile: IAM's model, and the codes it declares.
             where, findings = ec2.check_request(models["iam"], rec, ec2.IAM_VERSION, "query", "IAM")
-            codes = codes | ec2.iam_error_codes(models["iam"])
+            codes = codes | ec2.model_error_codes(models["iam"])
         else:
             where, findings = ec2.check_request(models["aws"], rec)
         code = (rec.get("response") or {}).get("error_code")
@@ -178,6 +184,13 @@ def edited(body, path, value):
     return out
 
 
+def ssm_json(action, body):
+    return {"method": "POST", "path": "/", "query": [],
+            "headers": {"user-agent": "aws-sdk-rust/self-test", "content-type": "application/x-amz-json-1.1",
+                        "x-amz-target": f"AmazonSSM.{action}"},
+            "body": json.dumps(body), "status": 200, "response": None}
+
+
 def ec2_form(pairs):
     return {"method": "POST", "path": "/", "query": [], "headers": {"user-agent": "aws-sdk-rust/self-test"},
             "body": urllib.parse.urlencode(pairs), "status": 200, "response": None}
@@ -211,6 +224,11 @@ def self_test():
     expect("aws", "IAM list as EC2 flattens it", ec2_form(role + [("Tags.1.Key", "k"), ("Tags.1.Value", "v")]), "Tags.1", "wants Tags.member.N")
     expect("aws", "good IAM list", ec2_form(role + [("Tags.member.1.Key", "k"), ("Tags.member.1.Value", "v")]), None, "")
     expect("aws", "IAM required member missing", ec2_form(role[:3]), "AssumeRolePolicyDocument", "required member")
+    put = {"Name": "AmazonCloudWatch-ray_agent_config_c", "Type": "String", "Value": "{}", "Overwrite": True, "Tier": "Intelligent-Tiering"}
+    expect("aws", "good SSM PutParameter", ssm_json("PutParameter", put), None, "")
+    expect("aws", "SSM tier outside the enum", ssm_json("PutParameter", {**put, "Tier": "Smart"}), "Tier", "not one of the enum")
+    expect("aws", "SSM boolean as a string", ssm_json("PutParameter", {**put, "Overwrite": "true"}), "Overwrite", "not a JSON boolean")
+    expect("aws", "SSM required member missing", ssm_json("PutParameter", {k: v for k, v in put.items() if k != "Value"}), "Value", "required member")
     expect("aws", "good RunInstances", ec2_form(run), None, "")
     expect("aws", "misspelled member", ec2_form(run + [("InstanceTyp", "m5.large")]), "InstanceTyp", "unknown member")
     expect("aws", "misspelled nested member", ec2_form(run + [("TagSpecification.1.Tag.1.Vaule", "x")]), "TagSpecification.1.Tag.1.Vaule", "unknown member")

@@ -1,6 +1,11 @@
 """EC2 requests judged by botocore's EC2 service model (`botocore/data/ec2/2016-11-15/
-service-2.json`, the model AWS's SDKs are generated from), and IAM requests (`rayscale
-up`'s instance profile) by botocore's IAM model (`iam/2010-05-08`).
+service-2.json`, the model AWS's SDKs are generated from), IAM requests (`rayscale
+up`'s instance profile) by botocore's IAM model (`iam/2010-05-08`), and SSM requests
+(`rayscale up`'s CloudWatch agent parameter) by botocore's SSM model (`ssm/2014-11-06`).
+
+SSM speaks the "json" protocol (1.1): a POST to `/` whose `X-Amz-Target` header is
+`AmazonSSM.<Operation>`, content type `application/x-amz-json-1.1`, and the input as a
+JSON object whose keys are the members' names.
 
 IAM speaks the plain "query" protocol, which differs from EC2's in two ways that matter
 here: a member's key is its `locationName` else its name (no capitalising), and a list
@@ -18,6 +23,7 @@ and list indices that are not 1..n.
 """
 
 import base64
+import json
 import re
 import urllib.parse
 
@@ -39,8 +45,8 @@ def load_iam_model():
     return botocore.session.get_session().get_service_model("iam")
 
 
-def iam_error_codes(model):
-    """Every error code an operation of botocore's IAM model declares."""
+def model_error_codes(model):
+    """Every error code an operation of `model` (botocore's IAM or SSM model) declares."""
     codes = set()
     for name in model.operation_names:
         for e in model.operation_model(name).error_shapes:
@@ -232,5 +238,104 @@ def check_request(model, rec, version=MODEL_VERSION, protocol="ec2", service="EC
         walk(op.input_shape, keys, "", out, protocol)
     elif keys:
         out.append(("(root)", f"{action} takes no input"))
+    findings += [Finding("aws", where, p, m) for p, m in out]
+    return where, findings
+
+
+# The JSON-protocol services rayscale calls, by `X-Amz-Target` prefix: botocore's name.
+JSON_SERVICES = {"AmazonSSM": "ssm"}
+
+
+def load_json_models():
+    import botocore.session
+
+    session = botocore.session.get_session()
+    return {prefix: session.get_service_model(name) for prefix, name in JSON_SERVICES.items()}
+
+
+def walk_json(shape, value, path, out):
+    """Findings for `value` (decoded JSON) against `shape`, as the json protocol sends it."""
+    t = shape.type_name
+    where = path or "(root)"
+    if t == "structure":
+        if not isinstance(value, dict):
+            out.append((where, f"{type(value).__name__} where structure {shape.name} is expected"))
+            return
+        for k, v in value.items():
+            p = f"{path}.{k}" if path else k
+            if k not in shape.members:
+                out.append((p, f"unknown member of {shape.name}"))
+            else:
+                walk_json(shape.members[k], v, p, out)
+        for name in shape.required_members:
+            if name not in value:
+                out.append((f"{path}.{name}" if path else name, f"required member of {shape.name} missing"))
+    elif t == "list":
+        if not isinstance(value, list):
+            out.append((where, f"{type(value).__name__} where list {shape.name} is expected"))
+            return
+        meta = shape.metadata
+        if "max" in meta and len(value) > meta["max"]:
+            out.append((where, f"{len(value)} items, above the maximum {meta['max']}"))
+        if "min" in meta and len(value) < meta["min"]:
+            out.append((where, f"{len(value)} items, below the minimum {meta['min']}"))
+        for i, v in enumerate(value):
+            walk_json(shape.member, v, f"{path}[{i}]", out)
+    elif t == "map":
+        if not isinstance(value, dict):
+            out.append((where, f"{type(value).__name__} where map {shape.name} is expected"))
+            return
+        for k, v in value.items():
+            walk_json(shape.key, k, f"{path}{{key}}", out)
+            walk_json(shape.value, v, f"{path}[{k!r}]", out)
+    elif t == "boolean":
+        if not isinstance(value, bool):
+            out.append((where, f"{value!r} is not a JSON boolean"))
+    elif t in ("integer", "long"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            out.append((where, f"{value!r} is not a JSON integer"))
+        else:
+            check_scalar(shape, str(value), path, out)
+    elif t in ("double", "float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            out.append((where, f"{value!r} is not a JSON number"))
+    elif t == "timestamp":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            out.append((where, f"{value!r} is not epoch seconds"))
+    elif t in ("string", "blob"):
+        if not isinstance(value, str):
+            out.append((where, f"{value!r} is not a JSON string"))
+        else:
+            check_scalar(shape, value, path, out)
+    else:
+        out.append((where, f"a value for a {t} shape"))
+
+
+def check_json_request(models, rec):
+    """Findings for one captured JSON-protocol request (see the module's docs)."""
+    headers = rec.get("headers") or {}
+    target = headers.get("x-amz-target", "")
+    prefix, _, action = target.partition(".")
+    model = models.get(prefix)
+    if model is None:
+        return "?", [Finding("aws", "?", "X-Amz-Target", f"{target!r}: not a service the check knows")]
+    service = model.metadata.get("serviceId", prefix)
+    where = f"{service}:{action}"
+    if action not in model.operation_names:
+        return where, [Finding("aws", where, "X-Amz-Target", f"{action!r} is not an {service} operation")]
+    findings = []
+    want = f"application/x-amz-json-{model.metadata.get('jsonVersion', '1.0')}"
+    if headers.get("content-type", "") != want:
+        findings.append(Finding("aws", where, "(content-type)", f"{headers.get('content-type')!r}, the model says {want}"))
+    if rec["method"] != "POST" or rec["path"] != "/":
+        findings.append(Finding("aws", where, "(path)", f"{rec['method']} {rec['path']}, the protocol says POST /"))
+    try:
+        body = json.loads(rec.get("body") or "{}")
+    except ValueError as e:
+        return where, findings + [Finding("aws", where, "(body)", f"not JSON: {e}")]
+    out = []
+    op = model.operation_model(action)
+    if op.input_shape is not None:
+        walk_json(op.input_shape, body, "", out)
     findings += [Finding("aws", where, p, m) for p, m in out]
     return where, findings

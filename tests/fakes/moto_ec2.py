@@ -31,8 +31,8 @@ Control (JSON over HTTP on the same port, never forwarded to moto):
                            "run_by_type": {"m5.large": 2, ...}}
   POST /moto-api/reset    moto's reset; the switch's state is reset too.
 
-With `RAYSCALE_CONTRACT_DIR` set, every EC2 request (its form, User-Agent, the status and
-error code answered) is written as a JSON line to `$RAYSCALE_CONTRACT_DIR/aws-<pid>.jsonl`
+With `RAYSCALE_CONTRACT_DIR` set, every EC2, IAM or SSM request (its body, User-Agent,
+X-Amz-Target, the status and error code answered) is written as a JSON line to `$RAYSCALE_CONTRACT_DIR/aws-<pid>.jsonl`
 for the contract check (tests/contract/check.py), which judges it against botocore's EC2
 model.
 
@@ -287,16 +287,27 @@ def recorded(app):
         body = b"".join(app(environ, capture))
         status = seen.get("status", 0)
         code = ERROR_CODE.search(body) if status >= 400 else None
+        code = code.group(1).decode() if code else None
+        if status >= 400 and code is None:
+            # The JSON protocols (SSM): `{"__type": "[namespace#]Code", ...}`.
+            try:
+                code = str(json.loads(body).get("__type", "")).rpartition("#")[2] or None
+            except (ValueError, AttributeError):
+                code = None
         line = {
             "cloud": "aws",
             "test": os.environ.get("RAYSCALE_CONTRACT_TEST", "moto"),
             "method": environ.get("REQUEST_METHOD", ""),
             "path": environ.get("PATH_INFO", ""),
             "query": urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True),
-            "headers": {"user-agent": environ.get("HTTP_USER_AGENT", ""), "content-type": environ.get("CONTENT_TYPE", "")},
+            "headers": {
+                "user-agent": environ.get("HTTP_USER_AGENT", ""),
+                "content-type": environ.get("CONTENT_TYPE", ""),
+                "x-amz-target": environ.get("HTTP_X_AMZ_TARGET", ""),
+            },
             "body": raw.decode("utf-8", "replace"),
             "status": status,
-            "response": {"error_code": code.group(1).decode()} if code else None,
+            "response": {"error_code": code} if code else None,
         }
         with lock, open(path, "a") as f:
             f.write(json.dumps(line) + "\n")

@@ -55,6 +55,15 @@ pub async fn iam_from_environment(region: Option<&str>) -> Result<aws_sdk_iam::C
     ))
 }
 
+/// An SSM client from the standard chain, as [`from_environment`] (the endpoint from
+/// `AWS_ENDPOINT_URL_SSM`, `AWS_ENDPOINT_URL` or the loaded config), for `rayscale up`'s
+/// upload of a `provider.cloudwatch` agent config.
+pub async fn ssm_from_environment(region: Option<&str>) -> Result<aws_sdk_ssm::Client, AwsError> {
+    Ok(aws_sdk_ssm::Client::new(
+        &load(region, "AWS_ENDPOINT_URL_SSM").await?,
+    ))
+}
+
 /// The standard chain's config, with rayscale's retries and timeouts; `service_url` is
 /// the service's own endpoint variable.
 async fn load(region: Option<&str>, service_url: &str) -> Result<aws_config::SdkConfig, AwsError> {
@@ -100,6 +109,12 @@ pub fn for_endpoint(endpoint: &str, region: &str) -> Result<Client, AwsError> {
 /// beside EC2), with the same checks.
 pub fn iam_for_endpoint(endpoint: &str, region: &str) -> Result<aws_sdk_iam::Client, AwsError> {
     Ok(aws_sdk_iam::Client::new(&fixed(endpoint, region)?))
+}
+
+/// An SSM client for the same kind of endpoint as [`for_endpoint`] (moto serves SSM
+/// beside EC2), with the same checks.
+pub fn ssm_for_endpoint(endpoint: &str, region: &str) -> Result<aws_sdk_ssm::Client, AwsError> {
+    Ok(aws_sdk_ssm::Client::new(&fixed(endpoint, region)?))
 }
 
 /// The config of [`for_endpoint`] and [`iam_for_endpoint`]: `endpoint`, checked, with

@@ -38,6 +38,8 @@ pub struct AwsConfig {
     /// `IamInstanceProfile`, from `rayscale up`'s bootstrap): the head's launch alone
     /// takes it.
     pub head_iam_profile: Option<IamProfile>,
+    /// `provider.cloudwatch` with an agent config: every node's boot starts the agent.
+    pub cloudwatch: Option<crate::cloudwatch::Cloudwatch>,
 }
 
 /// Provider keys Ray's AWS provider reads and rayscale does too.
@@ -49,6 +51,7 @@ const PROVIDER_KEYS: &[&str] = &[
     "use_internal_ips",
     "security_group",
     "key_pair",
+    "cloudwatch",
 ];
 
 /// Provider keys of Ray's that rayscale does not act on (`security_group` and `key_pair`
@@ -138,6 +141,7 @@ impl AwsConfig {
             }
         };
         Ok(AwsConfig {
+            cloudwatch: crate::cloudwatch::agent_of(provider)?,
             head_iam_profile,
             cluster_name: config.cluster_name.clone(),
             region,

@@ -14,8 +14,11 @@
 //! [`ClusterConfig::head_node`]), not the workers of its type. `down` leaves both, as
 //! `ray down` does: other clusters use them.
 //!
-//! Not done: `provider.cloudwatch` (whose own role and profile names Ray uses instead) is
-//! refused by the config reader.
+//! With a `provider.cloudwatch` agent config, the profile and role are Ray's
+//! `ray-autoscaler-cloudwatch-v1` instead, and a role made gets Ray's extra policies for
+//! the agent too (`cloudwatch::AGENT_POLICIES` and the account's
+//! `CloudwatchManagedPolicies`, made when missing), as Ray's `CloudwatchHelper` resolves
+//! them.
 
 use std::time::Duration;
 
@@ -27,6 +30,7 @@ use serde_json::json;
 
 use crate::AwsError;
 use crate::client::sdk_error;
+use crate::cloudwatch;
 
 /// Ray's default instance profile (`DEFAULT_RAY_INSTANCE_PROFILE`).
 pub const PROFILE: &str = "ray-autoscaler-v1";
@@ -107,6 +111,39 @@ async fn role_exists(iam: &Client, name: &str) -> Result<bool, AwsError> {
     }
 }
 
+/// The ARN of the account's [`cloudwatch::MANAGED_POLICY`], made with Ray's document when
+/// missing; `profile_arn` gives its partition and account.
+async fn managed_policy(iam: &Client, profile_arn: &str) -> Result<String, AwsError> {
+    match iam
+        .create_policy()
+        .policy_name(cloudwatch::MANAGED_POLICY)
+        .policy_document(cloudwatch::managed_policy_document())
+        .send()
+        .await
+    {
+        Ok(out) => {
+            if let Some(arn) = out.policy().and_then(|p| p.arn()) {
+                tracing::info!("policy {}: made in IAM", cloudwatch::MANAGED_POLICY);
+                return Ok(arn.to_string());
+            }
+        }
+        Err(e) if e.code() == Some("EntityAlreadyExists") => {}
+        Err(e) => return Err(iam_error("CreatePolicy", e)),
+    }
+    // arn:<partition>:iam::<account>:instance-profile/<name>
+    let parts: Vec<&str> = profile_arn.split(':').collect();
+    match (parts.get(1), parts.get(4)) {
+        (Some(partition), Some(account)) if !account.is_empty() => Ok(format!(
+            "arn:{partition}:iam::{account}:policy/{}",
+            cloudwatch::MANAGED_POLICY
+        )),
+        _ => Err(AwsError::config(
+            "head_node.IamInstanceProfile",
+            format!("IAM answered instance profile ARN {profile_arn:?} without an account"),
+        )),
+    }
+}
+
 /// `config` with the head's instance profile set (see the module's docs), found or made
 /// in IAM; `wait` is how long IAM is given to spread what was made. Returns the config
 /// and, when the head got Ray's profile, its ARN.
@@ -118,40 +155,53 @@ pub async fn configure_iam_role(
     if !head_needs_profile(config) {
         return Ok((config.clone(), None));
     }
+    let agent = match config
+        .raw
+        .get("provider")
+        .and_then(serde_json::Value::as_object)
+    {
+        Some(p) => cloudwatch::agent_of(p)?.is_some(),
+        None => false,
+    };
+    let (profile, role) = if agent {
+        (cloudwatch::PROFILE, cloudwatch::ROLE)
+    } else {
+        (PROFILE, ROLE)
+    };
     let mut made = false;
-    let (arn, has_role) = match get_profile(iam, PROFILE).await? {
+    let (arn, has_role) = match get_profile(iam, profile).await? {
         Some(p) => p,
         None => {
             match iam
                 .create_instance_profile()
-                .instance_profile_name(PROFILE)
+                .instance_profile_name(profile)
                 .send()
                 .await
             {
-                Ok(_) => tracing::info!("instance profile {PROFILE}: made in IAM"),
+                Ok(_) => tracing::info!("instance profile {profile}: made in IAM"),
                 // Made meanwhile (another `up`): use it.
                 Err(e) if e.code() == Some("EntityAlreadyExists") => {}
                 Err(e) => return Err(iam_error("CreateInstanceProfile", e)),
             }
             made = true;
-            get_profile(iam, PROFILE).await?.ok_or_else(|| {
+            get_profile(iam, profile).await?.ok_or_else(|| {
                 AwsError::config(
                     "head_node.IamInstanceProfile",
-                    format!("IAM made instance profile {PROFILE} but does not find it"),
+                    format!("IAM made instance profile {profile} but does not find it"),
                 )
             })?
         }
     };
     if !has_role {
-        if !role_exists(iam, ROLE).await? {
+        if !role_exists(iam, role).await? {
             match iam
                 .create_role()
-                .role_name(ROLE)
+                .role_name(role)
                 .assume_role_policy_document(assume_role_policy())
                 .send()
                 .await
             {
-                Ok(_) => tracing::info!("role {ROLE}: made in IAM"),
+                Ok(_) => tracing::info!("role {role}: made in IAM"),
                 Err(e) if e.code() == Some("EntityAlreadyExists") => {}
                 Err(e) => return Err(iam_error("CreateRole", e)),
             }
@@ -160,14 +210,19 @@ pub async fn configure_iam_role(
         // CreateRole) gets Ray's; one with policies of its own keeps them, as Ray's does.
         let attached = iam
             .list_attached_role_policies()
-            .role_name(ROLE)
+            .role_name(role)
             .send()
             .await
             .map_err(|e| iam_error("ListAttachedRolePolicies", e))?;
         if attached.attached_policies().is_empty() {
-            for policy in POLICIES {
+            let mut policies: Vec<String> = POLICIES.iter().map(|p| p.to_string()).collect();
+            if agent {
+                policies.extend(cloudwatch::AGENT_POLICIES.iter().map(|p| p.to_string()));
+                policies.push(managed_policy(iam, &arn).await?);
+            }
+            for policy in policies {
                 iam.attach_role_policy()
-                    .role_name(ROLE)
+                    .role_name(role)
                     .policy_arn(policy)
                     .send()
                     .await
@@ -176,8 +231,8 @@ pub async fn configure_iam_role(
         }
         match iam
             .add_role_to_instance_profile()
-            .instance_profile_name(PROFILE)
-            .role_name(ROLE)
+            .instance_profile_name(profile)
+            .role_name(role)
             .send()
             .await
         {
@@ -189,7 +244,7 @@ pub async fn configure_iam_role(
         made = true;
     }
     if made && !wait.is_zero() {
-        tracing::info!("waiting {wait:?} for IAM to spread {PROFILE}");
+        tracing::info!("waiting {wait:?} for IAM to spread {profile}");
         tokio::time::sleep(wait).await;
     }
     let mut config = config.clone();

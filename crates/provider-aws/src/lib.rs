@@ -26,6 +26,7 @@
 
 pub mod bootstrap;
 pub mod client;
+pub mod cloudwatch;
 pub mod config;
 pub mod errors;
 pub mod iam;

@@ -311,8 +311,14 @@ fn op_for(chunk: &[String]) -> ProviderOp {
 
 fn load(config: &ClusterConfig, head_ip: Option<&str>) -> Result<State, AwsError> {
     let cfg = AwsConfig::from_cluster(config)?;
-    let boot = cloud::boot_scripts(config, head_ip, &mapping::METADATA)
+    let mut boot = cloud::boot_scripts(config, head_ip, &mapping::METADATA)
         .map_err(|e| AwsError::config("boot script", e.to_string()))?;
+    if let Some(cw) = &cfg.cloudwatch {
+        let snippet = crate::cloudwatch::boot_snippet(cw, &cfg.cluster_name);
+        for script in boot.values_mut() {
+            *script = crate::cloudwatch::with_snippet(script, &snippet);
+        }
+    }
     // Map each type once, so a value EC2's model does not know fails now.
     for (t, nc) in &cfg.node_types {
         let user_data =
