@@ -4,8 +4,9 @@
 //! Azure when the config has `file_mounts` or `cluster_synced_files`.
 //!
 //! `GET /file-mounts/<hex of the remote path>` with `Authorization: Bearer <token>`
-//! answers a directory as a gzipped tar of its contents (`tar -czf - -C <dir> .`, with
-//! `rsync_exclude`/`rsync_filter` as tar excludes) and a file as its bytes with its mode.
+//! answers a directory as a gzipped tar of what Ray's rsync would send of it (its paths
+//! under `rsync_exclude`/`rsync_filter`, `rayscale_core::config::rsync_filter`, named to
+//! `tar -czf - --no-recursion --null -T -`) and a file as its bytes with its mode.
 //! Only the paths the cluster config names are served (the config file is read again for
 //! each request, so the answer follows the config the boot scripts were rendered from);
 //! anything else is a 404. The token is made once per head (`~/.rayscale/file-mounts.token`,
@@ -29,8 +30,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::config::mounts::{
     KIND_HEADER, MODE_HEADER, MountsSource, STATE_PATH, expand_home, from_hex, head_copies,
-    head_location, hex_of, mount_paths, tar_excludes,
+    head_location, hex_of, mount_paths,
 };
+use rayscale_core::config::rsync_filter::Filter;
 use rayscale_core::provider::boot::head_mounts_prefix;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -201,14 +203,28 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
         }
     };
     let mut r = if meta.is_dir() {
+        // Exactly what Ray's rsync would send, named to tar one by one.
+        let filter = Filter::from_config(&config.raw);
+        let root = local.clone();
+        let Ok(paths) = tokio::task::spawn_blocking(move || filter.kept_in(&root)).await else {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the head could not list {}\n", local.display()),
+            );
+        };
+        let mut names = b".\0".to_vec();
+        for p in paths {
+            names.extend_from_slice(b"./");
+            names.extend_from_slice(&p);
+            names.push(0);
+        }
         let mut cmd = tokio::process::Command::new("tar");
         cmd.arg("-czf")
             .arg("-")
             .arg("-C")
             .arg(&local)
-            .args(tar_excludes(&config.raw))
-            .arg(".")
-            .stdin(std::process::Stdio::null())
+            .args(["--no-recursion", "--null", "-T", "-"])
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
         let mut child = match cmd.spawn() {
@@ -220,6 +236,13 @@ async fn answer(req: Request<Incoming>, s: Arc<Served>) -> Response<ReaderBody> 
                 );
             }
         };
+        if let Some(mut stdin) = child.stdin.take() {
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt as _;
+                // A tar that stops reading (the worker went) ends this write.
+                let _ = stdin.write_all(&names).await;
+            });
+        }
         let Some(out) = child.stdout.take() else {
             return text(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -483,6 +506,10 @@ mod tests {
             ("code/b.pyc", "b"),
             ("code/.git/HEAD", "h"),
             ("code/sub/c.txt", "c"),
+            ("code/.gitignore", "/build\n*.log\n"),
+            ("code/sub/d.log", "d"),
+            ("code/sub/build", "a file of that name, under sub: kept"),
+            ("code/-v", "a name tar would read as an option"),
             ("cred.json", "{}"),
             ("secret.txt", "not a mount"),
         ] {
@@ -499,9 +526,11 @@ mod tests {
             "cluster_name: m\nprovider: {type: aws, region: us-east-1}\nhead_node_type: h\n\
              available_node_types:\n  h: {resources: {}, node_config: {InstanceType: m5.large}}\n\
              file_mounts: {'~/code': ./code, '~/cred.json': ./cred.json, '~/gone': ./gone}\n\
-             rsync_exclude: ['**/.git', '**/.git/**', '*.pyc']\n",
+             rsync_exclude: ['**/.git', '**/.git/**', '*.pyc']\nrsync_filter: [.gitignore]\n",
         )
         .unwrap();
+        std::fs::create_dir_all(home.join("code/build")).unwrap();
+        std::fs::write(home.join("code/build/o"), "o").unwrap();
         let src = serve(&config, &home, 0).await.unwrap();
         let t = Some(src.token.as_str());
         let url = |p: &str| format!("/file-mounts/{}", hex_of(p));
@@ -542,7 +571,19 @@ mod tests {
             "{listed}"
         );
         assert!(
-            !listed.contains(".git") && !listed.contains("b.pyc"),
+            !listed.contains(".git/") && !listed.contains("b.pyc"),
+            "{listed}"
+        );
+        // The .gitignore's lines as Ray's rsync reads them: in every directory below,
+        // `/build` only at the top.
+        assert!(
+            listed.contains("./.gitignore")
+                && listed.contains("./sub/build")
+                && listed.contains("./-v"),
+            "{listed}"
+        );
+        assert!(
+            !listed.contains("d.log") && !listed.contains("./build/"),
             "{listed}"
         );
         // The token is kept for the next start.

@@ -13,6 +13,7 @@ pub mod keys;
 pub mod limits;
 pub mod mounts;
 pub mod preemption;
+pub mod rsync_filter;
 pub mod schema;
 
 use serde_json::Value;

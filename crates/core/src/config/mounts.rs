@@ -8,9 +8,9 @@
 //! On the head a mount is at its remote path (Ray's `ray up` copies each `file_mounts`
 //! entry there and rewrites the head's config to `{remote: remote}`), and a
 //! `cluster_synced_files` entry is a path on the head by definition; a worker gets each at
-//! the same remote path, `~` being its SSH user's home. `rsync_exclude` patterns become
-//! tar `--exclude` patterns and `rsync_filter` files tar `--exclude-ignore` files (read in
-//! each directory, as rsync's `dir-merge` reads them).
+//! the same remote path, `~` being its SSH user's home. A directory goes as a tar of
+//! exactly the paths Ray's rsync would send under `rsync_exclude` and `rsync_filter`
+//! ([`super::rsync_filter`]).
 //!
 //! The head gets its copies from the machine that runs `rayscale up`, as `ray up` gives
 //! them: over SSH with the YAML's `auth`, with rsync and Ray's filters, before the head's
@@ -149,42 +149,6 @@ pub fn mount_paths(raw: &Value) -> Vec<String> {
     out
 }
 
-/// The tar arguments that leave out of a directory mount (archived as `tar -C <dir> .`)
-/// what `rsync_exclude` and `rsync_filter` leave out: each exclude pattern as `--exclude=`
-/// (rsync's anchor to the transfer's top, `/x`, as `./x`; a trailing `/` dropped, so a
-/// file of that name goes too; tar matches `*` and `**` across `/` in excludes, as rsync's
-/// `**` does), each filter file as `--exclude-ignore=`.
-pub fn tar_excludes(raw: &Value) -> Vec<String> {
-    let strings = |k: &str| -> Vec<String> {
-        raw.get(k)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect()
-    };
-    let mut out: Vec<String> = strings("rsync_exclude")
-        .into_iter()
-        .map(|p| {
-            let p = p.trim_end_matches('/');
-            let p = match p.strip_prefix('/') {
-                Some(rest) => format!("./{rest}"),
-                None => p.to_string(),
-            };
-            format!("--exclude={p}")
-        })
-        .collect();
-    out.extend(
-        strings("rsync_filter")
-            .into_iter()
-            .map(|f| format!("--exclude-ignore={f}")),
-    );
-    out
-}
-
 /// Where the head keeps the mount at `remote`: at that path (`~` its SSH user's
 /// `home`), or, when its Ray runs in a container, under the host directory Ray
 /// bind-mounts into the container (`host_prefix`, Ray's `/tmp/ray_tmp_mount/<cluster>`),
@@ -288,25 +252,6 @@ mod tests {
             head_location("/etc/a", prefix),
             "/tmp/ray_tmp_mount/c/etc/a"
         );
-    }
-
-    #[test]
-    fn rsync_patterns_become_tar_excludes() {
-        let raw = json!({
-            "rsync_exclude": ["**/.git", "**/.git/**", "/build/", "*.pyc", " "],
-            "rsync_filter": [".gitignore"],
-        });
-        assert_eq!(
-            tar_excludes(&raw),
-            [
-                "--exclude=**/.git",
-                "--exclude=**/.git/**",
-                "--exclude=./build",
-                "--exclude=*.pyc",
-                "--exclude-ignore=.gitignore"
-            ]
-        );
-        assert!(tar_excludes(&json!({})).is_empty());
     }
 
     #[test]
