@@ -360,7 +360,9 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
                 .get("provider")
                 .and_then(|p| p.get("region"))
                 .and_then(serde_json::Value::as_str);
-            let client = rayscale_provider_aws::client::from_environment(region).await?;
+            let keys = rayscale_provider_aws::client::StaticKeys::of(&config)?;
+            let client =
+                rayscale_provider_aws::client::from_environment(region, keys.as_ref()).await?;
             let config = rayscale_provider_aws::bootstrap::bootstrap(&client, &config)
                 .await
                 .map_err(|e| anyhow::anyhow!("bootstrapping the cluster's network in EC2: {e}"))?;
@@ -393,6 +395,7 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
             // As `ray up`: the head's instance profile, so its rayscale may call EC2.
             let iam = rayscale_provider_aws::client::iam_from_environment(
                 (!region.is_empty()).then_some(region.as_str()),
+                keys.as_ref(),
             )
             .await?;
             let (config, profile) =
@@ -403,6 +406,12 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
                 notes.push(format!(
                     "the head takes instance profile {arn} (as ray up's)"
                 ));
+            }
+            if keys.is_some() {
+                notes.push(
+                    "provider.aws_credentials: this machine's calls take them; the head's copy of the config leaves them out (it travels in the head's user data), so the head's rayscale takes its instance profile"
+                        .to_string(),
+                );
             }
             // As `ray up`: `provider.cloudwatch`'s agent config in Ray's SSM parameter,
             // which every node's agent fetches at boot.
@@ -416,6 +425,7 @@ pub async fn bootstrapped(config: ClusterConfig) -> Result<Bootstrapped> {
             {
                 let ssm = rayscale_provider_aws::client::ssm_from_environment(
                     (!region.is_empty()).then_some(region.as_str()),
+                    keys.as_ref(),
                 )
                 .await?;
                 let cwd = std::env::current_dir()?;

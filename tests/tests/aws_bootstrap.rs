@@ -451,3 +451,97 @@ fn percent_decode(s: &str) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// A CloudWatch role an interrupted `up` left with only some of Ray's policies (and its
+/// profile without the role) gets the rest on the next `up`; a role with a policy of its
+/// own is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_made_cloudwatch_role_gets_the_rest_of_rays_policies() {
+    use rayscale_provider_aws::cloudwatch::{AGENT_POLICIES, MANAGED_POLICY, PROFILE, ROLE};
+    use rayscale_provider_aws::iam::{POLICIES, assume_role_policy, configure_iam_role};
+    use std::time::Duration;
+    let moto = MotoEc2::start();
+    let iam = moto.iam_client();
+    let yaml = format!(
+        "cluster_name: cwiam\nprovider: {{type: aws, region: {REGION}, cloudwatch: {{agent: {{config: a.json}}}}}}\n\
+         head_node_type: head\nmax_workers: 0\n\
+         available_node_types:\n  head: {{resources: {{CPU: 0}}, max_workers: 0, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
+    );
+    let cfg = ClusterConfig::from_yaml_str(&yaml, "t.yaml").unwrap();
+    // What an `up` that stopped after its first AttachRolePolicy leaves.
+    iam.create_instance_profile()
+        .instance_profile_name(PROFILE)
+        .send()
+        .await
+        .unwrap();
+    iam.create_role()
+        .role_name(ROLE)
+        .assume_role_policy_document(assume_role_policy())
+        .send()
+        .await
+        .unwrap();
+    iam.attach_role_policy()
+        .role_name(ROLE)
+        .policy_arn(POLICIES[0])
+        .send()
+        .await
+        .unwrap();
+    let (_, arn) = configure_iam_role(&iam, &cfg, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(
+        arn.unwrap()
+            .ends_with(&format!(":instance-profile/{PROFILE}"))
+    );
+    let attached = |iam: aws_sdk_iam::Client, role: &'static str| async move {
+        let mut v: Vec<String> = iam
+            .list_attached_role_policies()
+            .role_name(role)
+            .send()
+            .await
+            .unwrap()
+            .attached_policies()
+            .iter()
+            .filter_map(|p| p.policy_arn().map(str::to_string))
+            .collect();
+        v.sort();
+        v
+    };
+    let got = attached(iam.clone(), ROLE).await;
+    assert_eq!(got.len(), 5, "{got:?}");
+    for p in POLICIES.iter().chain(AGENT_POLICIES.iter()) {
+        assert!(got.iter().any(|g| g == p), "{p} missing: {got:?}");
+    }
+    assert!(
+        got.iter()
+            .any(|g| g.ends_with(&format!(":policy/{MANAGED_POLICY}")))
+    );
+    // Each attached once: only the four missing were asked for.
+    assert_eq!(moto.calls("AttachRolePolicy"), 1 + 4);
+
+    // A role with a policy of its own keeps what it has.
+    let moto = MotoEc2::start();
+    let iam = moto.iam_client();
+    iam.create_instance_profile()
+        .instance_profile_name(PROFILE)
+        .send()
+        .await
+        .unwrap();
+    iam.create_role()
+        .role_name(ROLE)
+        .assume_role_policy_document(assume_role_policy())
+        .send()
+        .await
+        .unwrap();
+    let own = "arn:aws:iam::aws:policy/ReadOnlyAccess";
+    iam.attach_role_policy()
+        .role_name(ROLE)
+        .policy_arn(own)
+        .send()
+        .await
+        .unwrap();
+    configure_iam_role(&iam, &cfg, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(attached(iam, ROLE).await, [own]);
+}

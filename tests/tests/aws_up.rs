@@ -732,10 +732,99 @@ async fn rays_cloudwatch_agent_config_reaches_ssm_and_every_nodes_boot() {
         arn.as_str()
     );
     assert!(found["seconds"].as_f64().unwrap() < 10.0, "{found}");
-    // Run again: the parameter is overwritten, the profile found.
+    // Run again with the agent's config changed: the parameter is overwritten, the
+    // profile found.
+    std::fs::write(&agent, r#"{"agent": {"metrics_collection_interval": 10}}"#).unwrap();
     let (ok, out) = moto.rayscale(&["up", &arg]);
     assert!(ok, "{out}");
+    let stored = ssm.get_parameter().name(&param).send().await.unwrap();
+    assert_eq!(
+        stored.parameter().unwrap().value(),
+        Some(r#"{"agent":{"metrics_collection_interval":10}}"#)
+    );
+    assert_eq!(moto.calls("CreateInstanceProfile"), 1);
     let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
+    assert!(ok, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `provider.aws_credentials` as Ray reads it: the keys every call of `up` and `down`
+/// takes, in place of the standard chain (here there is none: `up` without them fails
+/// on credentials), and which never reach the head's user data (its copy of the config
+/// leaves them out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rays_aws_credentials_are_the_launchers_and_stay_off_the_head() {
+    use base64::Engine as _;
+    let moto = MotoEc2::start();
+    moto.make_rays_iam_role();
+    let pid = std::process::id();
+    let cluster = format!("keys{pid}");
+    let dir = std::env::temp_dir().join(format!("rayscale-aws-keys-{pid}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let yaml = |credentials: &str| {
+        format!(
+            "cluster_name: {cluster}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false{credentials}}}\n\
+             head_node_type: head\nmax_workers: 1\n\
+             available_node_types:\n  head: {{resources: {{}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
+        )
+    };
+    // No credentials anywhere: the standard chain finds none.
+    let no_chain = [
+        ("AWS_ACCESS_KEY_ID", ""),
+        ("AWS_SECRET_ACCESS_KEY", ""),
+        ("AWS_SESSION_TOKEN", ""),
+    ];
+    let bare = dir.join("bare.yaml");
+    std::fs::write(&bare, yaml("")).unwrap();
+    let (ok, out) = moto.rayscale_env(&["up", &bare.display().to_string()], &no_chain);
+    assert!(!ok && out.to_lowercase().contains("credentials"), "{out}");
+    assert_eq!(moto.calls("RunInstances"), 0);
+    // The YAML's: `up` works with them.
+    let secret = "s3cretFromTheYaml";
+    let path = dir.join("cluster.yaml");
+    std::fs::write(
+        &path,
+        yaml(&format!(
+            ", aws_credentials: {{aws_access_key_id: AKIAYAML, aws_secret_access_key: {secret}}}"
+        )),
+    )
+    .unwrap();
+    let arg = path.display().to_string();
+    let (ok, out) = moto.rayscale_env(&["up", &arg], &no_chain);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("the head's copy of the config leaves them out"),
+        "{out}"
+    );
+    let listed = moto.client().describe_instances().send().await.unwrap();
+    let ids: Vec<String> = listed
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter_map(|i| i.instance_id().map(str::to_string))
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let a = moto
+        .client()
+        .describe_instance_attribute()
+        .instance_id(&ids[0])
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+        .send()
+        .await
+        .unwrap();
+    let boot = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(a.user_data().and_then(|u| u.value()).unwrap_or(""))
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(boot.contains("ray_bootstrap_config.yaml"), "{boot}");
+    assert!(
+        !boot.contains(secret) && !boot.contains("AKIAYAML"),
+        "{boot}"
+    );
+    let (ok, out) = moto.rayscale_env(&["down", &arg, "-y"], &no_chain);
     assert!(ok, "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,7 +4,9 @@
 //! (`rsync -a --exclude PAT ... --filter 'dir-merge,- .gitignore' SRC/ DST/`) on seeded
 //! random trees: random names (with spaces, brackets, `!`, `#`), random `.gitignore`
 //! files at any depth drawn from the pattern forms rsync's man page describes (anchored,
-//! directory-only, `*`, `**`, `?`, classes, escapes, `/***`, comments), and random excludes.
+//! directory-only, `*`, `**`, `?`, classes and POSIX classes, escapes, `/***`, comments;
+//! `\n`, `\r` or `\r\n` line ends; now and then a symlink to a file outside the tree), and
+//! random excludes (with rsync's old-style `- `, `+ ` and `!`).
 //! Every tree must give the same paths as rsync's copy.
 
 #![allow(clippy::unwrap_used)]
@@ -67,9 +69,28 @@ const PATTERNS: &[&str] = &[
     "[a-c]bc",
     ";c",
     "x/**/x",
+    "[[:digit:]]*.log",
+    "[]a]*",
+    "*[[:space:]]x",
+    "sec*",
+    "/***",
+    "build/***/",
 ];
 const EXCLUDES: &[&str] = &[
-    "**/.git", "*.log", "/build", "build/", "sub/*.py", "x", "/x/", "**/b.py", "sub/**", "*/x/*",
+    "**/.git",
+    "*.log",
+    "/build",
+    "build/",
+    "sub/*.py",
+    "x",
+    "/x/",
+    "**/b.py",
+    "sub/**",
+    "*/x/*",
+    "- secret",
+    "+ 1.log",
+    "+ keep.txt",
+    "!",
 ];
 
 fn pick<'a>(rng: &mut SeededRng, from: &[&'a str], n: usize) -> Vec<&'a str> {
@@ -79,9 +100,30 @@ fn pick<'a>(rng: &mut SeededRng, from: &[&'a str], n: usize) -> Vec<&'a str> {
         .collect()
 }
 
+/// A `.gitignore`'s text: its lines end in `\n`, or now and then `\r` or `\r\n`.
 fn ignore_file(rng: &mut SeededRng) -> String {
     let n = 1 + rng.below(4);
-    pick(rng, PATTERNS, n).join("\n") + "\n"
+    let end = ["\n", "\n", "\n", "\r", "\r\n"][rng.below(5)];
+    pick(rng, PATTERNS, n).join(end) + end
+}
+
+/// Writes a `.gitignore` in `dir`: a file, or now and then a symlink to one outside the
+/// tree (rsync reads a merge file through a link; the link itself is sent as a link).
+fn write_ignore(rng: &mut SeededRng, dir: &Path) {
+    let text = ignore_file(rng);
+    if rng.next_f64() < 0.25 {
+        let shared = dir
+            .ancestors()
+            .find(|a| a.ends_with("src"))
+            .and_then(Path::parent);
+        if let Some(base) = shared {
+            let target = base.join(format!("shared-{}", rng.next_u64()));
+            std::fs::write(&target, text).unwrap();
+            std::os::unix::fs::symlink(&target, dir.join(".gitignore")).unwrap();
+            return;
+        }
+    }
+    std::fs::write(dir.join(".gitignore"), text).unwrap();
 }
 
 fn tree(rng: &mut SeededRng, dir: &Path, depth: usize) {
@@ -96,7 +138,7 @@ fn tree(rng: &mut SeededRng, dir: &Path, depth: usize) {
         }
     }
     if rng.next_f64() < 0.3 {
-        std::fs::write(dir.join(".gitignore"), ignore_file(rng)).unwrap();
+        write_ignore(rng, dir);
     }
 }
 
@@ -105,6 +147,7 @@ fn listing(root: &Path) -> Vec<String> {
         for e in std::fs::read_dir(dir).unwrap().flatten() {
             let p = e.path();
             out.push(p.strip_prefix(root).unwrap().to_string_lossy().to_string());
+            // `file_type` does not follow a symlink: a linked `.gitignore` is a link.
             if e.file_type().unwrap().is_dir() {
                 walk(root, &p, out);
             }
@@ -127,8 +170,8 @@ fn what_is_sent_is_what_rays_rsync_sends_on_random_trees() {
         let (src, dst) = (base.join("src"), base.join("dst"));
         tree(&mut rng, &src, 0);
         std::fs::create_dir_all(src.join(".git")).unwrap();
-        if rng.next_f64() < 0.7 {
-            std::fs::write(src.join(".gitignore"), ignore_file(&mut rng)).unwrap();
+        if rng.next_f64() < 0.7 && !src.join(".gitignore").exists() {
+            write_ignore(&mut rng, &src);
         }
         let n = rng.below(3);
         let excludes = pick(&mut rng, EXCLUDES, n);

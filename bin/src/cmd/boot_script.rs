@@ -56,5 +56,26 @@ pub fn boot_script(args: &BootScriptArgs) -> Result<String> {
             },
         )?
     };
+    cloud_lines(&config, script)
+}
+
+/// The lines a cloud's provider adds to every node's boot script (AWS: the CloudWatch
+/// agent of `provider.cloudwatch`).
+fn cloud_lines(config: &ClusterConfig, script: String) -> Result<String> {
+    #[cfg(feature = "aws")]
+    if config.provider_type == "aws"
+        && let Some(p) = config
+            .raw
+            .get("provider")
+            .and_then(serde_json::Value::as_object)
+        && let Some(cw) = rayscale_provider_aws::cloudwatch::agent_of(p)?
+    {
+        use rayscale_provider_aws::cloudwatch::{boot_snippet, with_snippet};
+        return Ok(with_snippet(
+            &script,
+            &boot_snippet(&cw, &config.cluster_name),
+        ));
+    }
+    let _ = config;
     Ok(script)
 }

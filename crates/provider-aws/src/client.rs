@@ -4,7 +4,7 @@
 //! Region, endpoint and credentials come from the standard chain, so `AWS_REGION`,
 //! `AWS_PROFILE`, `AWS_ENDPOINT_URL(_EC2)`, SSO and `credential_process` profiles, web
 //! identity and instance roles work as in every AWS tool; `provider.region` overrides
-//! the region. Describe, CreateTags, Stop and Terminate keep the SDK's standard retries
+//! the region, and `provider.aws_credentials` the credentials ([`StaticKeys`]), as Ray's. Describe, CreateTags, Stop and Terminate keep the SDK's standard retries
 //! (3 attempts, throttling and 5xx); RunInstances and StartInstances are sent with
 //! retries off (see [`no_retries`]): EC2 answers a capacity shortage with a 5xx, which
 //! the SDK would retry, and a capacity error must reach the fallback at once.
@@ -42,36 +42,60 @@ fn retries() -> RetryConfig {
 /// A client from the standard chain; `region` (`provider.region`) overrides the chain's.
 /// An endpoint from the environment (`AWS_ENDPOINT_URL_EC2`, `AWS_ENDPOINT_URL`, or the
 /// loaded config) gets the check [`for_endpoint`] makes: plain http only to loopback.
-pub async fn from_environment(region: Option<&str>) -> Result<Client, AwsError> {
-    Ok(Client::new(&load(region, "AWS_ENDPOINT_URL_EC2").await?))
+pub async fn from_environment(
+    region: Option<&str>,
+    keys: Option<&StaticKeys>,
+) -> Result<Client, AwsError> {
+    Ok(Client::new(
+        &load(region, "AWS_ENDPOINT_URL_EC2", keys).await?,
+    ))
 }
 
 /// An IAM client from the standard chain, as [`from_environment`] (the endpoint from
 /// `AWS_ENDPOINT_URL_IAM`, `AWS_ENDPOINT_URL` or the loaded config), for `rayscale up`'s
 /// bootstrap of the head's instance profile.
-pub async fn iam_from_environment(region: Option<&str>) -> Result<aws_sdk_iam::Client, AwsError> {
+pub async fn iam_from_environment(
+    region: Option<&str>,
+    keys: Option<&StaticKeys>,
+) -> Result<aws_sdk_iam::Client, AwsError> {
     Ok(aws_sdk_iam::Client::new(
-        &load(region, "AWS_ENDPOINT_URL_IAM").await?,
+        &load(region, "AWS_ENDPOINT_URL_IAM", keys).await?,
     ))
 }
 
 /// An SSM client from the standard chain, as [`from_environment`] (the endpoint from
 /// `AWS_ENDPOINT_URL_SSM`, `AWS_ENDPOINT_URL` or the loaded config), for `rayscale up`'s
 /// upload of a `provider.cloudwatch` agent config.
-pub async fn ssm_from_environment(region: Option<&str>) -> Result<aws_sdk_ssm::Client, AwsError> {
+pub async fn ssm_from_environment(
+    region: Option<&str>,
+    keys: Option<&StaticKeys>,
+) -> Result<aws_sdk_ssm::Client, AwsError> {
     Ok(aws_sdk_ssm::Client::new(
-        &load(region, "AWS_ENDPOINT_URL_SSM").await?,
+        &load(region, "AWS_ENDPOINT_URL_SSM", keys).await?,
     ))
 }
 
 /// The standard chain's config, with rayscale's retries and timeouts; `service_url` is
 /// the service's own endpoint variable.
-async fn load(region: Option<&str>, service_url: &str) -> Result<aws_config::SdkConfig, AwsError> {
+async fn load(
+    region: Option<&str>,
+    service_url: &str,
+    keys: Option<&StaticKeys>,
+) -> Result<aws_config::SdkConfig, AwsError> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .retry_config(retries())
         .timeout_config(timeouts());
     if let Some(r) = region {
         loader = loader.region(Region::new(r.to_string()));
+    }
+    if let Some(k) = keys {
+        loader = loader.credentials_provider(Credentials::new(
+            k.access_key_id.clone(),
+            k.secret_access_key.clone(),
+            k.session_token.clone(),
+            None,
+            "provider.aws_credentials",
+        ));
     }
     let conf = loader.load().await;
     let from_env = [service_url, "AWS_ENDPOINT_URL"]
@@ -84,6 +108,90 @@ async fn load(region: Option<&str>, service_url: &str) -> Result<aws_config::Sdk
         check_endpoint(what, &url)?;
     }
     Ok(conf)
+}
+
+/// `provider.aws_credentials`: the keys Ray passes to every boto3 client it makes
+/// (`aws_access_key_id`, `aws_secret_access_key`, `aws_session_token`), which then take
+/// the place of the standard chain's credentials. Its `Debug` does not show the secrets.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StaticKeys {
+    access_key_id: String,
+    secret_access_key: String,
+    session_token: Option<String>,
+}
+
+impl std::fmt::Debug for StaticKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StaticKeys")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<hidden>")
+            .field(
+                "session_token",
+                &self.session_token.as_ref().map(|_| "<hidden>"),
+            )
+            .finish()
+    }
+}
+
+impl StaticKeys {
+    /// The keys of a cluster config's `provider.aws_credentials`; `None` without it.
+    pub fn of(config: &rayscale_core::config::ClusterConfig) -> Result<Option<Self>, AwsError> {
+        match config.raw.get("provider").and_then(|p| p.as_object()) {
+            Some(p) => Self::from_provider(p),
+            None => Ok(None),
+        }
+    }
+
+    /// The keys of a provider section's `aws_credentials`; `None` without it.
+    pub fn from_provider(
+        provider: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Option<Self>, AwsError> {
+        use serde_json::Value;
+        let at = "provider.aws_credentials";
+        let m = match provider.get("aws_credentials") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(m)) => m,
+            Some(_) => return Err(AwsError::config(at, "must be a mapping")),
+        };
+        const KEYS: [&str; 3] = [
+            "aws_access_key_id",
+            "aws_secret_access_key",
+            "aws_session_token",
+        ];
+        if let Some(k) = m.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(AwsError::config(
+                format!("{at}.{k}"),
+                format!("not read (known: {})", KEYS.join(", ")),
+            ));
+        }
+        let get = |k: &str| -> Result<Option<String>, AwsError> {
+            match m.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_string())),
+                Some(_) => Err(AwsError::config(
+                    format!("{at}.{k}"),
+                    "must be a non-empty string",
+                )),
+            }
+        };
+        let (id, secret, token) = (
+            get("aws_access_key_id")?,
+            get("aws_secret_access_key")?,
+            get("aws_session_token")?,
+        );
+        match (id, secret) {
+            (Some(access_key_id), Some(secret_access_key)) => Ok(Some(StaticKeys {
+                access_key_id,
+                secret_access_key,
+                session_token: token,
+            })),
+            (None, None) if token.is_none() => Ok(None),
+            _ => Err(AwsError::config(
+                at,
+                "aws_access_key_id and aws_secret_access_key go together",
+            )),
+        }
+    }
 }
 
 /// Plain `http://` only to a loopback address (credentials and user data travel in the

@@ -299,7 +299,7 @@ pub fn boot_snippet(cw: &Cloudwatch, cluster: &str) -> String {
     let param = parameter_name("agent", cluster);
     let quoted = format!("'{}'", param.replace('\'', r"'\''"));
     format!(
-        "# provider.cloudwatch.agent: the CloudWatch agent takes Ray's SSM parameter {quoted}.\n\
+        "# provider.cloudwatch.agent: the CloudWatch agent takes Ray's SSM parameter of the cluster.\n\
          ( ctl=$(command -v amazon-cloudwatch-agent-ctl || echo /opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl)\n  \
            if [ ! -x \"$ctl\" ]; then echo \"rayscale: provider.cloudwatch.agent: the Unified CloudWatch Agent is not installed on this node; use an AMI with it (Ray's logs and metrics are not sent)\" >&2; exit 0; fi\n  \
            n=1\n  \
@@ -445,21 +445,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// The snippet under a real shell: a control script that fails twice is retried and
-    /// then given Ray's parameter; one that never works is given up on after the
-    /// attempts; none installed is one line and the boot goes on.
+    /// The snippet under bash as a boot script runs it (`set -euo pipefail`, its output
+    /// sent to a log first): a control script that fails twice is retried and then given
+    /// Ray's parameter; one that never works is given up on after the attempts; none
+    /// installed is one line; and one that hangs never holds the boot (the script ends
+    /// within `timeout`'s bound while the agent's step is still running).
     #[test]
     fn the_boot_lines_retry_the_agent_and_never_hold_the_boot() {
         let dir = std::env::temp_dir().join(format!("rayscale-cw-sh-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("dir");
-        let cw = Cloudwatch {
-            agent_config: Some("a.json".into()),
-            max_attempts: 3,
-            delay_seconds: 0,
-            not_acted_on: Vec::new(),
-        };
-        let run = |ctl: Option<&str>| {
+        let run = |ctl: Option<&str>, attempts: u64| {
+            let cw = Cloudwatch {
+                agent_config: Some("a.json".into()),
+                max_attempts: attempts,
+                delay_seconds: 0,
+                not_acted_on: Vec::new(),
+            };
             let bin = dir.join("bin");
             let _ = std::fs::remove_dir_all(&bin);
             std::fs::create_dir_all(&bin).expect("bin");
@@ -472,41 +474,52 @@ mod tests {
                     .status()
                     .expect("chmod");
             }
+            let _ = std::fs::remove_file(dir.join("calls"));
+            let _ = std::fs::remove_file(dir.join("boot.log"));
             let script = with_snippet(
-                "#!/bin/sh\necho booted\n",
-                &format!("{}wait\n", boot_snippet(&cw, "c'x")),
+                "#!/bin/bash\nset -euo pipefail\nexec >>\"$BOOT_LOG\" 2>&1\necho booted\n",
+                &boot_snippet(&cw, "c'x"),
             );
-            let out = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(script)
+            let status = std::process::Command::new("timeout")
+                .args(["2", "bash", "-c", &script])
                 .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-                .env("LOG", dir.join("log"))
-                .output()
-                .expect("sh");
-            (
-                String::from_utf8_lossy(&out.stdout).to_string(),
-                String::from_utf8_lossy(&out.stderr).to_string(),
-                std::fs::read_to_string(dir.join("log")).unwrap_or_default(),
-            )
+                .env("LOG", dir.join("calls"))
+                .env("BOOT_LOG", dir.join("boot.log"))
+                .status()
+                .expect("bash");
+            status.success()
         };
-        let _ = std::fs::remove_file(dir.join("log"));
-        let (out, _, log) = run(Some(
-            r#"echo "$*" >> "$LOG"; [ "$(wc -l < "$LOG")" -ge 3 ]"#,
+        // The background step's end: its last line, or the calls it made.
+        let settled = |want: &dyn Fn(&str, &str) -> bool| {
+            for _ in 0..100 {
+                let log = std::fs::read_to_string(dir.join("boot.log")).unwrap_or_default();
+                let calls = std::fs::read_to_string(dir.join("calls")).unwrap_or_default();
+                if want(&log, &calls) {
+                    return (log, calls);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            panic!("the agent's step did not end as expected");
+        };
+        assert!(run(
+            Some(r#"echo "$*" >> "$LOG"; [ "$(wc -l < "$LOG")" -ge 3 ]"#),
+            3
         ));
-        assert_eq!(out, "booted\n");
-        let calls: Vec<&str> = log.lines().collect();
-        assert_eq!(calls.len(), 3, "{log}");
+        let (log, calls) = settled(&|_, c| c.lines().count() == 3);
+        assert!(log.starts_with("booted\n"), "{log}");
         assert_eq!(
-            calls[2],
-            "-a fetch-config -m ec2 -s -c ssm:AmazonCloudWatch-ray_agent_config_c'x"
+            calls.lines().last(),
+            Some("-a fetch-config -m ec2 -s -c ssm:AmazonCloudWatch-ray_agent_config_c'x")
         );
-        let _ = std::fs::remove_file(dir.join("log"));
-        let (_, err, log) = run(Some(r#"echo "$*" >> "$LOG"; exit 1"#));
-        assert_eq!(log.lines().count(), 3, "{log}");
-        assert!(err.contains("did not start after 3 attempts"), "{err}");
-        let (out, err, _) = run(None);
-        assert_eq!(out, "booted\n");
-        assert!(err.contains("not installed on this node"), "{err}");
+        assert!(run(Some(r#"echo "$*" >> "$LOG"; exit 1"#), 3));
+        let (_, calls) = settled(&|l, _| l.contains("did not start after 3 attempts"));
+        assert_eq!(calls.lines().count(), 3, "{calls}");
+        assert!(run(None, 3));
+        settled(&|l, _| l.contains("not installed on this node"));
+        // A control script that hangs: the boot goes on (a foreground step would be
+        // killed by `timeout` and fail).
+        assert!(run(Some(r#"echo "$*" >> "$LOG"; sleep 4"#), 1));
+        settled(&|_, c| c.lines().count() == 1);
         // In a boot script, after the line that sends its output to the log.
         let boot = "#!/bin/bash\nset -e\nexec >>log 2>&1\nray start\n";
         assert_eq!(

@@ -38,6 +38,8 @@ pub struct AwsConfig {
     /// `IamInstanceProfile`, from `rayscale up`'s bootstrap): the head's launch alone
     /// takes it.
     pub head_iam_profile: Option<IamProfile>,
+    /// `provider.aws_credentials`: the keys every client of this config takes.
+    pub credentials: Option<crate::client::StaticKeys>,
     /// `provider.cloudwatch` with an agent config: every node's boot starts the agent.
     pub cloudwatch: Option<crate::cloudwatch::Cloudwatch>,
 }
@@ -52,14 +54,13 @@ const PROVIDER_KEYS: &[&str] = &[
     "security_group",
     "key_pair",
     "cloudwatch",
+    "aws_credentials",
 ];
 
-/// Provider keys of Ray's that rayscale does not act on (`security_group` and `key_pair`
-/// are `rayscale up`'s, see `bootstrap` and `keypair`), with what to do instead.
-const BOOTSTRAP_KEYS: &[(&str, &str)] = &[(
-    "aws_credentials",
-    "credentials come from the standard AWS chain (environment, profile, instance role)",
-)];
+/// Provider keys of Ray's that rayscale does not act on, with what to do instead: none
+/// today (`security_group` and `key_pair` are `rayscale up`'s, see `bootstrap` and
+/// `keypair`).
+const BOOTSTRAP_KEYS: &[(&str, &str)] = &[];
 
 /// Provider keys of Ray's schema that change nothing for rayscale (it starts Ray at boot,
 /// not through node updaters), and `_config_cache_path`, which `ray up` adds to the
@@ -142,6 +143,7 @@ impl AwsConfig {
         };
         Ok(AwsConfig {
             cloudwatch: crate::cloudwatch::agent_of(provider)?,
+            credentials: crate::client::StaticKeys::from_provider(provider)?,
             head_iam_profile,
             cluster_name: config.cluster_name.clone(),
             region,
@@ -643,7 +645,31 @@ mod tests {
         )
         .err()
         .unwrap_or_default();
-        assert!(e.starts_with("provider.aws_credentials"), "{e}");
+        assert!(e.starts_with("provider.aws_credentials:"), "{e}");
+        assert!(e.contains("go together"), "{e}");
+        let e = cluster(
+            "{InstanceType: m5.large}",
+            "{type: aws, aws_credentials: {aws_access_key_id: k, aws_secret_access_key: s, region_name: r}}",
+        )
+        .err()
+        .unwrap_or_default();
+        assert!(
+            e.starts_with("provider.aws_credentials.region_name:"),
+            "{e}"
+        );
+        let keys = crate::client::StaticKeys::from_provider(
+            serde_json::json!({"aws_credentials": {"aws_access_key_id": "AKIA1",
+                "aws_secret_access_key": "s3cret", "aws_session_token": "t0ken"}})
+            .as_object()
+            .expect("a mapping"),
+        )
+        .expect("read")
+        .expect("present");
+        let shown = format!("{keys:?}");
+        assert!(
+            shown.contains("AKIA1") && !shown.contains("s3cret") && !shown.contains("t0ken"),
+            "{shown}"
+        );
         // security_group is read (by `rayscale up`'s bootstrap), and checked at load.
         assert!(
             cluster(

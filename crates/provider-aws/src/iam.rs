@@ -111,6 +111,29 @@ async fn role_exists(iam: &Client, name: &str) -> Result<bool, AwsError> {
     }
 }
 
+/// Attaches `policy` to `role`; a policy IAM does not show yet (one just made: IAM is
+/// eventually consistent, and Ray waits for it to exist) is asked for again, for up to
+/// about 10 s.
+async fn attach(iam: &Client, role: &str, policy: &str) -> Result<(), AwsError> {
+    let mut tries = 0;
+    loop {
+        match iam
+            .attach_role_policy()
+            .role_name(role)
+            .policy_arn(policy)
+            .send()
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if e.code() == Some("NoSuchEntity") && tries < 10 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(iam_error("AttachRolePolicy", e)),
+        }
+    }
+}
+
 /// The ARN of the account's [`cloudwatch::MANAGED_POLICY`], made with Ray's document when
 /// missing; `profile_arn` gives its partition and account.
 async fn managed_policy(iam: &Client, profile_arn: &str) -> Result<String, AwsError> {
@@ -207,26 +230,33 @@ pub async fn configure_iam_role(
             }
         }
         // A role without any policy (made, or half made by an `up` that failed after
-        // CreateRole) gets Ray's; one with policies of its own keeps them, as Ray's does.
+        // CreateRole) gets Ray's, and so does one with only some of Ray's (an `up` that
+        // failed between attaching them); one with a policy of its own keeps what it has,
+        // as Ray's does.
         let attached = iam
             .list_attached_role_policies()
             .role_name(role)
             .send()
             .await
             .map_err(|e| iam_error("ListAttachedRolePolicies", e))?;
-        if attached.attached_policies().is_empty() {
-            let mut policies: Vec<String> = POLICIES.iter().map(|p| p.to_string()).collect();
+        let attached: Vec<String> = attached
+            .attached_policies()
+            .iter()
+            .filter_map(|p| p.policy_arn().map(str::to_string))
+            .collect();
+        let mut policies: Vec<String> = POLICIES.iter().map(|p| p.to_string()).collect();
+        if agent {
+            policies.extend(cloudwatch::AGENT_POLICIES.iter().map(|p| p.to_string()));
+        }
+        let rays_only = attached.iter().all(|a| {
+            policies.contains(a) || a.ends_with(&format!(":policy/{}", cloudwatch::MANAGED_POLICY))
+        });
+        if rays_only {
             if agent {
-                policies.extend(cloudwatch::AGENT_POLICIES.iter().map(|p| p.to_string()));
                 policies.push(managed_policy(iam, &arn).await?);
             }
-            for policy in policies {
-                iam.attach_role_policy()
-                    .role_name(role)
-                    .policy_arn(policy)
-                    .send()
-                    .await
-                    .map_err(|e| iam_error("AttachRolePolicy", e))?;
+            for policy in policies.iter().filter(|p| !attached.contains(p)) {
+                attach(iam, role, policy).await?;
             }
         }
         match iam

@@ -113,7 +113,11 @@ impl AwsProvider {
         head_ip: Option<&str>,
     ) -> Result<Self, AwsError> {
         let state = load(config, head_ip)?;
-        let client = crate::client::from_environment(state.cfg.region.as_deref()).await?;
+        let client = crate::client::from_environment(
+            state.cfg.region.as_deref(),
+            state.cfg.credentials.as_ref(),
+        )
+        .await?;
         Ok(AwsProvider {
             client,
             state: RwLock::new(Arc::new(state)),

@@ -208,7 +208,8 @@ impl InstanceTypes {
             .get("provider")
             .and_then(|p| p.get("region"))
             .and_then(Value::as_str);
-        let client = crate::client::from_environment(region).await?;
+        let keys = crate::client::StaticKeys::of(config)?;
+        let client = crate::client::from_environment(region, keys.as_ref()).await?;
         let resolved = client
             .config()
             .region()

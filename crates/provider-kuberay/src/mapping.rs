@@ -211,7 +211,14 @@ fn priority(v: &Value) -> Option<i64> {
                 .filter(|f| f.is_finite() && f.abs() < 9.0e18)
                 .map(|f| f.trunc() as i64)
         }),
-        Value::String(s) => s.trim().parse().ok(),
+        // `int("1_000")` is 1000: underscores between digits.
+        Value::String(s) => {
+            let t = s.trim();
+            let digits = t.trim_start_matches(['+', '-']);
+            let ok = !digits.starts_with('_') && !digits.ends_with('_') && !t.contains("__");
+            ok.then(|| t.replace('_', "").parse().ok()).flatten()
+        }
+        Value::Bool(b) => Some(i64::from(*b)),
         _ => None,
     }
 }
@@ -711,6 +718,9 @@ mod tests {
         assert_eq!(priority(&json!(2.9)), Some(2));
         assert_eq!(priority(&json!(" 7 ")), Some(7));
         assert_eq!(priority(&json!("high")), None);
+        assert_eq!(priority(&json!("1_000")), Some(1000));
+        assert_eq!(priority(&json!("_1")), None);
+        assert_eq!(priority(&json!(true)), Some(1));
         assert_eq!(priority(&json!(1e300)), None);
         assert_eq!(priority(&json!([1])), None);
         let group = json!({"minReplicas": 0, "maxReplicas": 1, "priority": "high",

@@ -4,11 +4,14 @@
 //!
 //! The rules, as rsync 3 applies them (its man page, "FILTER RULES" and "PATTERN MATCHING
 //! RULES"), and checked against a real rsync on random trees (`tests/tests/rsync_filter.rs`):
-//! - every rule excludes (an `--exclude`, and each line of a `dir-merge,-` file), so a path
-//!   goes when any rule matches it, and an excluded directory is not entered;
-//! - a merge file's rules hold in its directory and below; its lines are patterns whole
-//!   (a `+ `, `- ` or `!` is part of the pattern under the `-` modifier), blank lines and
-//!   lines starting with `#` or `;` are skipped; the merge file itself is sent;
+//! - the `rsync_exclude` rules are tried in order and the first that matches decides (an
+//!   `--exclude` argument may carry rsync's old-style prefix: `- ` excludes, `+ `
+//!   includes, a lone `!` clears the rules before it); then a path goes when any merge
+//!   file's rule matches it; an excluded directory is not entered;
+//! - a merge file (read through a symlink) holds in its directory and below; its lines
+//!   (ended by `\n` or `\r`, cut at a NUL) are patterns whole (a `+ `, `- ` or `!` is
+//!   part of the pattern under the `-` modifier), blank lines and lines starting with `#`
+//!   or `;` are skipped; the merge file itself is sent;
 //! - a pattern ending in `/` matches only a directory; one starting with `/` is anchored
 //!   at the top of the transfer (for a merge file's line, at the file's directory);
 //! - an unanchored pattern without `/` or `**` matches the last component; one with a `/`
@@ -16,8 +19,10 @@
 //!   matches from any component on (from the start only when it begins with `**`, where
 //!   a leading `**/` may also match nothing);
 //! - `*` matches within a component, `**` across `/`, `?` one character but `/`, `[...]`
-//!   a class (`!` or `^` negates, ranges), `\` quotes the next character in a pattern with
-//!   wildcards; a trailing `/***` matches the directory and everything in it.
+//!   a class (`!` or `^` negates, ranges, POSIX classes such as `[:digit:]`), `\` quotes
+//!   the next character in a pattern with wildcards; a trailing `/***` matches the
+//!   directory and everything in it. The match gives up as rsync's does (when the text
+//!   runs out, or only an outer `**` could still match), so no pattern makes it slow.
 //!
 //! Paths are bytes (a file name need not be UTF-8), relative to the transfer's top,
 //! joined with `/`. The rules are pure ([`Filter::kept`] takes the listing and reading
@@ -47,50 +52,115 @@ fn has_wild2(p: &[u8]) -> bool {
     p.windows(2).any(|w| w == b"**")
 }
 
-/// rsync's `wildmatch` of pattern `p` against `t`.
+/// What one step of [`wildmatch`] found: rsync's `TRUE`, `FALSE`, `ABORT_ALL` (no match
+/// is possible from here: the text ran out) and `ABORT_TO_STARSTAR` (only a `**` further
+/// out may still match), which keep the search linear where plain backtracking is not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wild {
+    Match,
+    NoMatch,
+    AbortAll,
+    AbortToStarStar,
+}
+
+/// Whether byte `c` is in POSIX class `name` (ASCII, as rsync's `ISALNUM` and the like);
+/// `None` for a name that is not a class.
+fn posix_class(name: &[u8], c: u8) -> Option<bool> {
+    Some(match name {
+        b"alnum" => c.is_ascii_alphanumeric(),
+        b"alpha" => c.is_ascii_alphabetic(),
+        b"blank" => c == b' ' || c == b'\t',
+        b"cntrl" => c.is_ascii_control(),
+        b"digit" => c.is_ascii_digit(),
+        b"graph" => c.is_ascii_graphic(),
+        b"lower" => c.is_ascii_lowercase(),
+        b"print" => c.is_ascii_graphic() || c == b' ',
+        b"punct" => c.is_ascii_punctuation(),
+        b"space" => c.is_ascii_whitespace() || c == 0x0b,
+        b"upper" => c.is_ascii_uppercase(),
+        b"xdigit" => c.is_ascii_hexdigit(),
+        _ => return None,
+    })
+}
+
+/// rsync's `wildmatch` (its `lib/wildmatch.c`, read, not copied) of pattern `p` against
+/// `t`: `*` within a component, `**` across `/`, `?`, `[...]` with ranges, `!`/`^` and
+/// POSIX classes, `\` quoting.
 pub fn wildmatch(p: &[u8], t: &[u8]) -> bool {
-    fn class(p: &[u8], mut j: usize, c: u8) -> Option<(bool, usize)> {
-        let neg = matches!(p.get(j), Some(b'!' | b'^'));
-        if neg {
+    fn class(p: &[u8], pi: &mut usize, c: u8) -> Option<bool> {
+        // `*pi` is just past the `[`; on return, just past the `]`.
+        let mut j = *pi;
+        let negated = matches!(p.get(j), Some(b'!' | b'^'));
+        if negated {
             j += 1;
         }
-        let mut hit = false;
+        let mut matched = false;
+        let mut prev: Option<u8> = None;
         let mut first = true;
-        while j < p.len() && (first || p[j] != b']') {
+        loop {
+            let ch = *p.get(j)?;
+            if !first && ch == b']' {
+                break;
+            }
             first = false;
-            let mut a = p[j];
-            if a == b'\\' && j + 1 < p.len() {
+            let mut this = Some(ch);
+            if ch == b'\\' {
                 j += 1;
-                a = p[j];
-            }
-            if j + 2 < p.len() && p[j + 1] == b'-' && p[j + 2] != b']' {
-                if a <= c && c <= p[j + 2] {
-                    hit = true;
+                let q = *p.get(j)?;
+                if c == q {
+                    matched = true;
                 }
-                j += 3;
-            } else {
-                if a == c {
-                    hit = true;
-                }
+                this = Some(q);
+            } else if ch == b'-' && prev.is_some() && p.get(j + 1).is_some_and(|n| *n != b']') {
                 j += 1;
+                let mut hi = p[j];
+                if hi == b'\\' {
+                    j += 1;
+                    hi = *p.get(j)?;
+                }
+                if prev.is_some_and(|lo| lo <= c && c <= hi) {
+                    matched = true;
+                }
+                this = None;
+            } else if ch == b'[' && p.get(j + 1) == Some(&b':') {
+                let s = j + 2;
+                let close = p[s..].iter().position(|b| *b == b']').map(|k| s + k)?;
+                if close > s && p[close - 1] == b':' {
+                    if posix_class(&p[s..close - 1], c)? {
+                        matched = true;
+                    }
+                    j = close;
+                    this = None;
+                } else if c == b'[' {
+                    // No `:]`: a plain `[` in the set.
+                    matched = true;
+                }
+            } else if c == ch {
+                matched = true;
             }
+            prev = this;
+            j += 1;
         }
-        // Unclosed: no match.
-        (j < p.len()).then_some((hit != neg, j + 1))
+        *pi = j + 1;
+        Some(matched != negated && c != b'/')
     }
-    fn go(p: &[u8], mut pi: usize, t: &[u8], mut ti: usize) -> bool {
+    fn go(p: &[u8], mut pi: usize, t: &[u8], mut ti: usize) -> Wild {
         while pi < p.len() {
-            match p[pi] {
+            let pc = p[pi];
+            if ti >= t.len() && pc != b'*' {
+                return Wild::AbortAll;
+            }
+            match pc {
                 b'\\' if pi + 1 < p.len() => {
-                    if t.get(ti) != Some(&p[pi + 1]) {
-                        return false;
+                    if t[ti] != p[pi + 1] {
+                        return Wild::NoMatch;
                     }
                     pi += 2;
                     ti += 1;
                 }
                 b'?' => {
-                    if ti >= t.len() || t[ti] == b'/' {
-                        return false;
+                    if t[ti] == b'/' {
+                        return Wild::NoMatch;
                     }
                     pi += 1;
                     ti += 1;
@@ -101,43 +171,53 @@ pub fn wildmatch(p: &[u8], t: &[u8]) -> bool {
                         pi += 1;
                     }
                     if pi == p.len() {
-                        return across || !t[ti..].contains(&b'/');
+                        return if across || !t[ti..].contains(&b'/') {
+                            Wild::Match
+                        } else {
+                            Wild::NoMatch
+                        };
                     }
-                    let mut k = ti;
-                    loop {
-                        if go(p, pi, t, k) {
-                            return true;
+                    while ti < t.len() {
+                        match go(p, pi, t, ti) {
+                            Wild::NoMatch => {
+                                if !across && t[ti] == b'/' {
+                                    return Wild::AbortToStarStar;
+                                }
+                            }
+                            Wild::AbortToStarStar if across => {}
+                            found => return found,
                         }
-                        if k >= t.len() || (!across && t[k] == b'/') {
-                            return false;
-                        }
-                        k += 1;
+                        ti += 1;
                     }
+                    return Wild::AbortAll;
                 }
                 b'[' => {
-                    let Some(&c) = t.get(ti) else {
-                        return false;
-                    };
-                    match class(p, pi + 1, c) {
-                        Some((true, next)) if c != b'/' => {
+                    let mut next = pi + 1;
+                    match class(p, &mut next, t[ti]) {
+                        None => return Wild::AbortAll,
+                        Some(false) => return Wild::NoMatch,
+                        Some(true) => {
                             pi = next;
                             ti += 1;
                         }
-                        _ => return false,
                     }
                 }
                 c => {
-                    if t.get(ti) != Some(&c) {
-                        return false;
+                    if t[ti] != c {
+                        return Wild::NoMatch;
                     }
                     pi += 1;
                     ti += 1;
                 }
             }
         }
-        ti == t.len()
+        if ti == t.len() {
+            Wild::Match
+        } else {
+            Wild::NoMatch
+        }
     }
-    go(p, 0, t, 0)
+    go(p, 0, t, 0) == Wild::Match
 }
 
 impl Rule {
@@ -145,21 +225,28 @@ impl Rule {
     /// the top itself; an anchored pattern is relative to it). `None` for an empty one.
     pub fn new(pattern: &[u8], base: &[u8]) -> Option<Rule> {
         let mut p = pattern;
+        let dir_only = p.len() > 1 && p.ends_with(b"/");
+        if dir_only {
+            p = &p[..p.len() - 1];
+        }
         let mut triple = false;
         if let Some(stem) = p.strip_suffix(b"/***") {
             p = stem;
             triple = true;
         }
-        let dir_only = !triple && p.ends_with(b"/");
-        let p = if dir_only { &p[..p.len() - 1] } else { p };
         let (anchored, p) = match p.strip_prefix(b"/") {
             Some(rest) => (true, rest),
+            // `/***` alone: everything.
+            None if triple && p.is_empty() => (true, p),
             None => (false, p),
         };
-        if p.is_empty() {
+        if p.is_empty() && !triple {
             return None;
         }
-        let pat = if anchored && !base.is_empty() {
+        let pat = if p.is_empty() {
+            // `/***`: the merge file's directory and all in it.
+            base.to_vec()
+        } else if anchored && !base.is_empty() {
             [base, b"/", p].concat()
         } else {
             p.to_vec()
@@ -174,12 +261,15 @@ impl Rule {
 
     /// Whether the rule leaves out `path` (relative to the top), a directory or not.
     pub fn matches(&self, path: &[u8], is_dir: bool) -> bool {
-        if self.triple {
-            let everything = [self.pat.as_slice(), b"/**"].concat();
-            return (is_dir && self.one(&self.pat, path)) || self.one(&everything, path);
-        }
         if self.dir_only && !is_dir {
             return false;
+        }
+        if self.triple {
+            if self.pat.is_empty() {
+                return true;
+            }
+            let everything = [self.pat.as_slice(), b"/**"].concat();
+            return (is_dir && self.one(&self.pat, path)) || self.one(&everything, path);
         }
         self.one(&self.pat, path)
     }
@@ -231,8 +321,9 @@ impl Rule {
 
 /// The rules of a `dir-merge,-` file's `text`, read in directory `base`.
 pub fn merge_rules(text: &[u8], base: &[u8]) -> Vec<Rule> {
-    text.split(|c| *c == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+    // rsync ends a line at `\n` or `\r`, and reads it as a C string (to a NUL).
+    text.split(|c| *c == b'\n' || *c == b'\r')
+        .map(|l| l.split(|c| *c == 0).next().unwrap_or(l))
         .filter(|l| !l.is_empty() && !l.starts_with(b"#") && !l.starts_with(b";"))
         .filter_map(|l| Rule::new(l, base))
         .collect()
@@ -247,7 +338,9 @@ pub type ReadFile<'a> = dyn FnMut(&[u8]) -> Option<Vec<u8>> + 'a;
 /// Ray's `rsync_exclude` patterns and `rsync_filter` merge-file names of a cluster config.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
-    excludes: Vec<Rule>,
+    /// `rsync_exclude`, in order: each rule and whether it includes (an old-style `+ `
+    /// prefix) rather than excludes.
+    excludes: Vec<(bool, Rule)>,
     merge_files: Vec<String>,
 }
 
@@ -264,11 +357,26 @@ impl Filter {
                 .map(str::to_string)
                 .collect()
         };
+        // rsync reads `--exclude` arguments with the old-style prefixes: `- ` excludes,
+        // `+ ` includes, a lone `!` clears the rules before it.
+        let mut excludes = Vec::new();
+        for p in strings("rsync_exclude") {
+            let (include, pat) = if p == "!" {
+                excludes.clear();
+                continue;
+            } else if let Some(rest) = p.strip_prefix("+ ") {
+                (true, rest)
+            } else if let Some(rest) = p.strip_prefix("- ") {
+                (false, rest)
+            } else {
+                (false, p.as_str())
+            };
+            if let Some(r) = Rule::new(pat.as_bytes(), b"") {
+                excludes.push((include, r));
+            }
+        }
         Filter {
-            excludes: strings("rsync_exclude")
-                .iter()
-                .filter_map(|p| Rule::new(p.as_bytes(), b""))
-                .collect(),
+            excludes,
             merge_files: strings("rsync_filter"),
         }
     }
@@ -315,7 +423,8 @@ impl Filter {
             },
             &mut |file| {
                 let p = at(file);
-                std::fs::symlink_metadata(&p)
+                // rsync opens a merge file through a symlink.
+                std::fs::metadata(&p)
                     .is_ok_and(|m| m.is_file())
                     .then(|| std::fs::read(&p).ok())
                     .flatten()
@@ -349,12 +458,15 @@ impl Filter {
         entries.sort();
         for (name, is_dir) in entries {
             let path = join(&name);
-            if self
+            // The first `rsync_exclude` rule that matches decides; then the merge files'.
+            let decided = self
                 .excludes
                 .iter()
-                .chain(rules.iter())
-                .any(|r| r.matches(&path, is_dir))
-            {
+                .find(|(_, r)| r.matches(&path, is_dir))
+                .map(|(include, _)| !include);
+            let excluded =
+                decided.unwrap_or_else(|| rules.iter().any(|r| r.matches(&path, is_dir)));
+            if excluded {
                 continue;
             }
             out.push(path.clone());
@@ -392,6 +504,17 @@ mod tests {
         assert!(m("data/**", "x/data/a/b", false) && !m("data/**", "data", true));
         assert!(m("build/***", "x/build", true) && m("build/***", "x/build/a", false));
         assert!(!m("build/***", "x/build", false));
+        // POSIX classes, `]` first in a set, an unclosed class.
+        assert!(wildmatch(b"[[:digit:]]*.log", b"1.log") && !wildmatch(b"[[:digit:]]*", b"a"));
+        assert!(wildmatch(b"[]a]x", b"]x") && !wildmatch(b"[[:nope:]]", b"a"));
+        assert!(wildmatch(b"[[:x]", b"[") && !wildmatch(b"[ab", b"a"));
+        // rsync's aborts keep a pattern rsync finishes fast from backtracking for ever.
+        let many = [b"*a".repeat(12), b"b".to_vec()].concat();
+        assert!(!wildmatch(&many, &[b'a'; 200]));
+        assert!(!wildmatch(b"**/**/**/**/**/**/**/**/x", &b"a/".repeat(60)));
+        // Everything, and a directory-only `/***`.
+        assert!(m("/***", "a/b", false) && m("/***", "a", true));
+        assert!(m("build/***/", "x/build", true) && !m("build/***/", "x/build/o", false));
         let anchored_in = Rule::new(b"/a.log", b"sub").expect("rule");
         assert!(anchored_in.matches(b"sub/a.log", false) && !anchored_in.matches(b"a.log", false));
         assert_eq!(Rule::new(b"/", b""), None);
@@ -422,11 +545,17 @@ mod tests {
         ];
         let files: &[(&str, &str)] = &[
             (".gitignore", "*.log\n# c\n\n/build\n"),
-            ("sub/.gitignore", "d.py\r\n!e.py\n"),
+            ("sub/.gitignore", "d.py\r!e.py\0junk\n"),
             ("build/.gitignore", "o\n"),
         ];
         let f = Filter::from_config(&serde_json::json!({
             "rsync_exclude": ["e.py", ""], "rsync_filter": [".gitignore"]}));
+        // Old-style prefixes: the first rule that matches decides; `!` clears.
+        let g = Filter::from_config(&serde_json::json!({
+            "rsync_exclude": ["+ c.log", "- d.py", "!", "+ a.log", "- e.py"],
+            "rsync_filter": [".gitignore"]}));
+        assert_eq!(g.excludes.len(), 2);
+        assert!(g.excludes[0].0 && !g.excludes[1].0);
         let kept = f.kept(
             &mut |d| {
                 tree.iter()

@@ -321,6 +321,20 @@ fn render(
         }
         _ => raw,
     };
+    // Keys given to the machine running `up` never travel in a node's boot script (it is
+    // the instance's user data, which its metadata server and the cloud's API show).
+    let without_secrets;
+    let raw_out = match raw_out.pointer("/provider/aws_credentials") {
+        Some(_) => {
+            let mut r = raw_out.clone();
+            if let Some(p) = r.get_mut("provider").and_then(Value::as_object_mut) {
+                p.remove("aws_credentials");
+            }
+            without_secrets = r;
+            &without_secrets
+        }
+        None => raw_out,
+    };
     // The cluster YAML as the head's rayscale reads it (JSON is YAML).
     let bootstrap = serde_json::to_string_pretty(raw_out)
         .map_err(|e| CoreError::invalid("cluster config", format!("cannot be written out: {e}")))?;
