@@ -468,18 +468,25 @@ async fn a_half_made_cloudwatch_role_gets_the_rest_of_rays_policies() {
          available_node_types:\n  head: {{resources: {{CPU: 0}}, max_workers: 0, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
     );
     let cfg = ClusterConfig::from_yaml_str(&yaml, "t.yaml").unwrap();
+    // Ray's CloudWatch profile without a role, and the role.
+    let half_made = |iam: &aws_sdk_iam::Client| {
+        let iam = iam.clone();
+        async move {
+            iam.create_instance_profile()
+                .instance_profile_name(PROFILE)
+                .send()
+                .await
+                .unwrap();
+            iam.create_role()
+                .role_name(ROLE)
+                .assume_role_policy_document(assume_role_policy())
+                .send()
+                .await
+                .unwrap();
+        }
+    };
     // What an `up` that stopped after its first AttachRolePolicy leaves.
-    iam.create_instance_profile()
-        .instance_profile_name(PROFILE)
-        .send()
-        .await
-        .unwrap();
-    iam.create_role()
-        .role_name(ROLE)
-        .assume_role_policy_document(assume_role_policy())
-        .send()
-        .await
-        .unwrap();
+    half_made(&iam).await;
     iam.attach_role_policy()
         .role_name(ROLE)
         .policy_arn(POLICIES[0])
@@ -522,17 +529,7 @@ async fn a_half_made_cloudwatch_role_gets_the_rest_of_rays_policies() {
     // A role with a policy of its own keeps what it has.
     let moto = MotoEc2::start();
     let iam = moto.iam_client();
-    iam.create_instance_profile()
-        .instance_profile_name(PROFILE)
-        .send()
-        .await
-        .unwrap();
-    iam.create_role()
-        .role_name(ROLE)
-        .assume_role_policy_document(assume_role_policy())
-        .send()
-        .await
-        .unwrap();
+    half_made(&iam).await;
     let own = "arn:aws:iam::aws:policy/ReadOnlyAccess";
     iam.attach_role_policy()
         .role_name(ROLE)

@@ -781,12 +781,15 @@ async fn rays_aws_credentials_are_the_launchers_and_stay_off_the_head() {
     assert!(!ok && out.to_lowercase().contains("credentials"), "{out}");
     assert_eq!(moto.calls("RunInstances"), 0);
     // The YAML's: `up` works with them.
-    let secret = "s3cretFromTheYaml";
+    // Shaped as real keys are, so that the check that refuses secrets in user data would
+    // refuse them if they went there.
+    let key_id = format!("AKIA{}", "YAMLKEYEXAMPLE01");
+    let secret = format!("s3cret/{}", "K".repeat(33));
     let path = dir.join("cluster.yaml");
     std::fs::write(
         &path,
         yaml(&format!(
-            ", aws_credentials: {{aws_access_key_id: AKIAYAML, aws_secret_access_key: {secret}}}"
+            ", aws_credentials: {{aws_access_key_id: {key_id}, aws_secret_access_key: '{secret}'}}"
         )),
     )
     .unwrap();
@@ -820,10 +823,20 @@ async fn rays_aws_credentials_are_the_launchers_and_stay_off_the_head() {
     )
     .unwrap();
     assert!(boot.contains("ray_bootstrap_config.yaml"), "{boot}");
-    assert!(
-        !boot.contains(secret) && !boot.contains("AKIAYAML"),
-        "{boot}"
-    );
+    assert!(!boot.contains(&secret) && !boot.contains(&key_id), "{boot}");
+    // The same key id anywhere else in the YAML is still refused.
+    let leaky = dir.join("leaky.yaml");
+    std::fs::write(
+        &leaky,
+        yaml("").replace(
+            "max_workers: 1\n",
+            &format!("max_workers: 1\nsetup_commands: ['export K={key_id}']\n"),
+        ),
+    )
+    .unwrap();
+    let (ok, out) = moto.rayscale(&["up", &leaky.display().to_string()]);
+    assert!(!ok && out.contains("an AWS access key id"), "{out}");
+    assert_eq!(moto.calls("RunInstances"), 1, "only the first head");
     let (ok, out) = moto.rayscale_env(&["down", &arg, "-y"], &no_chain);
     assert!(ok, "{out}");
     let _ = std::fs::remove_dir_all(&dir);

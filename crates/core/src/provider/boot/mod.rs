@@ -247,8 +247,19 @@ fn render(
             format!("no node type {node_type:?}"),
         )
     })?;
-    // Everything below comes from the YAML and goes into user data.
-    secrets::refuse(&config.raw, "")?;
+    // Everything below comes from the YAML and goes into user data, but for the keys
+    // given to the machine running `up` (`provider.aws_credentials`), which are left out
+    // of the head's copy of the config below.
+    match config.raw.pointer("/provider/aws_credentials") {
+        Some(_) => {
+            let mut r = config.raw.clone();
+            if let Some(p) = r.get_mut("provider").and_then(Value::as_object_mut) {
+                p.remove("aws_credentials");
+            }
+            secrets::refuse(&r, "")?;
+        }
+        None => secrets::refuse(&config.raw, "")?,
+    }
     let is_head = matches!(role, Role::Head { .. });
     let (setup_key, start_key, default_start) = if is_head {
         (
