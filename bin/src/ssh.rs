@@ -136,24 +136,7 @@ pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
         }
         copies.push(Copy { local, remote });
     }
-    let list = |k: &str| -> Vec<String> {
-        config
-            .raw
-            .get(k)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect()
-    };
-    let mut filters = Vec::new();
-    for p in list("rsync_exclude") {
-        filters.extend(["--exclude".to_string(), p]);
-    }
-    for f in list("rsync_filter") {
-        filters.extend(["--filter".to_string(), format!("dir-merge,- {f}")]);
-    }
+    let filters = rayscale_core::config::rsync_filter::rsync_args(&config.raw);
     Ok(Some(Plan {
         copies,
         user,

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::cloud::PendingCheckError;
 use rayscale_core::provider::{
     CloudInstance, CloudInstanceProvider, CloudInstanceState, LaunchOutcome, LaunchRequest,
     NodeKind, ProviderError, ProviderErrorKind, ProviderOp, cloud, tags,
@@ -540,22 +541,16 @@ impl CloudInstanceProvider for AzureProvider {
                     p.vm,
                     p.call
                 ),
-                // Operation statuses are kept for a while, then gone: the list tells the rest.
-                Err(e) if e.kind() == ProviderErrorKind::NotFound => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ProviderErrorKind::Auth | ProviderErrorKind::InvalidConfig
-                    ) =>
-                {
-                    errors.push(e.into_provider(p.op.clone()));
-                }
-                Err(e) => {
-                    tracing::debug!("checking the operation of {}: {e}", p.vm);
-                    if p.checks < MAX_CHECKS {
-                        still.push(p);
+                Err(e) => match cloud::pending_check_error(e.kind()) {
+                    PendingCheckError::Forget => {}
+                    PendingCheckError::Report => errors.push(e.into_provider(p.op.clone())),
+                    PendingCheckError::Retry => {
+                        tracing::debug!("checking the operation of {}: {e}", p.vm);
+                        if p.checks < MAX_CHECKS {
+                            still.push(p);
+                        }
                     }
-                }
+                },
             }
         }
         lock(&self.pending).extend(still);

@@ -18,6 +18,7 @@ use google_cloud_compute_v1::model;
 use google_cloud_gax::paginator::Paginator as _;
 use google_cloud_lro::PollingResult;
 use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::cloud::PendingCheckError;
 use rayscale_core::provider::{
     CloudInstance, CloudInstanceProvider, CloudInstanceState, LaunchOutcome, LaunchRequest,
     NodeKind, ProviderError, ProviderErrorKind, ProviderOp, cloud, idempotency_token, tags,
@@ -481,21 +482,16 @@ fn settle(
             p.name,
             p.call
         ),
-        Err(e) if e.kind() == ProviderErrorKind::NotFound => {}
-        Err(e)
-            if matches!(
-                e.kind(),
-                ProviderErrorKind::Auth | ProviderErrorKind::InvalidConfig
-            ) =>
-        {
-            errors.push(e.into_provider(p.op.clone()));
-        }
-        Err(e) => {
-            tracing::debug!("checking operation {}: {e}", p.name);
-            if p.checks < MAX_CHECKS {
-                still.push(p);
+        Err(e) => match cloud::pending_check_error(e.kind()) {
+            PendingCheckError::Forget => {}
+            PendingCheckError::Report => errors.push(e.into_provider(p.op.clone())),
+            PendingCheckError::Retry => {
+                tracing::debug!("checking operation {}: {e}", p.name);
+                if p.checks < MAX_CHECKS {
+                    still.push(p);
+                }
             }
-        }
+        },
     }
 }
 

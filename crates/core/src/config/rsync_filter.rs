@@ -329,6 +329,31 @@ pub fn merge_rules(text: &[u8], base: &[u8]) -> Vec<Rule> {
         .collect()
 }
 
+/// The strings of the list `key` of a cluster config (`rsync_exclude`, `rsync_filter`).
+fn strings(raw: &Value, key: &str) -> Vec<String> {
+    raw.get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+/// rsync's arguments for a cluster config's `rsync_exclude` and `rsync_filter`, as Ray's
+/// command runner gives them: `--exclude PAT` each, then `--filter 'dir-merge,- FILE'`
+/// each.
+pub fn rsync_args(raw: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in strings(raw, "rsync_exclude") {
+        out.extend(["--exclude".to_string(), p]);
+    }
+    for f in strings(raw, "rsync_filter") {
+        out.extend(["--filter".to_string(), format!("dir-merge,- {f}")]);
+    }
+    out
+}
+
 /// Lists a directory of the tree (relative to its top, empty for the top): each entry's
 /// name and whether it is a directory (symlinks not followed).
 pub type ListDir<'a> = dyn FnMut(&[u8]) -> Vec<(Vec<u8>, bool)> + 'a;
@@ -348,13 +373,9 @@ impl Filter {
     /// The filter of `raw` (a cluster config): its `rsync_exclude` and `rsync_filter`.
     pub fn from_config(raw: &Value) -> Filter {
         let strings = |k: &str| -> Vec<String> {
-            raw.get(k)
-                .and_then(Value::as_array)
+            strings(raw, k)
                 .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
                 .filter(|s| !s.is_empty())
-                .map(str::to_string)
                 .collect()
         };
         // rsync reads `--exclude` arguments with the old-style prefixes: `- ` excludes,

@@ -107,6 +107,27 @@ pub fn check_launch(
     Ok(())
 }
 
+/// What a provider does when asking after one of its pending cloud operations fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingCheckError {
+    /// The operation is gone (clouds keep an operation's record for a while): the
+    /// instance list tells the rest.
+    Forget,
+    /// Asking will not work until someone acts (credentials, config): report it.
+    Report,
+    /// Transient: ask again at the next poll, while the checks last.
+    Retry,
+}
+
+/// [`PendingCheckError`] for an error of `kind` asking after an operation.
+pub fn pending_check_error(kind: ProviderErrorKind) -> PendingCheckError {
+    match kind {
+        ProviderErrorKind::NotFound => PendingCheckError::Forget,
+        ProviderErrorKind::Auth | ProviderErrorKind::InvalidConfig => PendingCheckError::Report,
+        _ => PendingCheckError::Retry,
+    }
+}
+
 /// The error of a terminate that would cross the head line: `id` asked to go as the
 /// head (`as_head`) is not the head, or asked to go as a worker is the head.
 pub fn refuse_terminate(id: &str, as_head: bool) -> ProviderError {

@@ -247,19 +247,10 @@ fn render(
             format!("no node type {node_type:?}"),
         )
     })?;
-    // Everything below comes from the YAML and goes into user data, but for the keys
-    // given to the machine running `up` (`provider.aws_credentials`), which are left out
-    // of the head's copy of the config below.
-    match config.raw.pointer("/provider/aws_credentials") {
-        Some(_) => {
-            let mut r = config.raw.clone();
-            if let Some(p) = r.get_mut("provider").and_then(Value::as_object_mut) {
-                p.remove("aws_credentials");
-            }
-            secrets::refuse(&r, "")?;
-        }
-        None => secrets::refuse(&config.raw, "")?,
-    }
+    // Everything below comes from the YAML and goes into user data, but for what stays
+    // on the machine running `up` (see `shipped`).
+    let shipped = shipped(&config.raw);
+    secrets::refuse(&shipped, "")?;
     let is_head = matches!(role, Role::Head { .. });
     let (setup_key, start_key, default_start) = if is_head {
         (
@@ -319,7 +310,7 @@ fn render(
     let pinned_raw;
     let raw_out = match (&config.install, &wheel_sha256) {
         (InstallSettings::Wheel { sha256: None, .. }, Some(sha)) => {
-            let mut r = raw.clone();
+            let mut r = shipped.as_ref().clone();
             if let Some(i) = r
                 .get_mut("rayscale")
                 .and_then(|r| r.get_mut("install"))
@@ -330,21 +321,7 @@ fn render(
             pinned_raw = r;
             &pinned_raw
         }
-        _ => raw,
-    };
-    // Keys given to the machine running `up` never travel in a node's boot script (it is
-    // the instance's user data, which its metadata server and the cloud's API show).
-    let without_secrets;
-    let raw_out = match raw_out.pointer("/provider/aws_credentials") {
-        Some(_) => {
-            let mut r = raw_out.clone();
-            if let Some(p) = r.get_mut("provider").and_then(Value::as_object_mut) {
-                p.remove("aws_credentials");
-            }
-            without_secrets = r;
-            &without_secrets
-        }
-        None => raw_out,
+        _ => shipped.as_ref(),
     };
     // The cluster YAML as the head's rayscale reads it (JSON is YAML).
     let bootstrap = serde_json::to_string_pretty(raw_out)
@@ -809,6 +786,22 @@ fn quote(v: &str) -> String {
 
 fn one_line(s: &str) -> String {
     s.replace(['\n', '\r'], " ")
+}
+
+/// The cluster YAML as it may travel in a node's boot script: without
+/// `provider.aws_credentials`, the keys given to the machine running `up` (a boot script
+/// is the instance's user data, which its metadata server and the cloud's API show).
+fn shipped(raw: &Value) -> std::borrow::Cow<'_, Value> {
+    match raw.pointer("/provider/aws_credentials") {
+        Some(_) => {
+            let mut r = raw.clone();
+            if let Some(p) = r.get_mut("provider").and_then(Value::as_object_mut) {
+                p.remove("aws_credentials");
+            }
+            std::borrow::Cow::Owned(r)
+        }
+        None => std::borrow::Cow::Borrowed(raw),
+    }
 }
 
 #[cfg(test)]
