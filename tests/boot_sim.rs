@@ -9,8 +9,11 @@
 //! (`PUT /<id>/latest/api/token`, `GET /<id>/latest/meta-data/instance-id`,
 //! `.../local-ipv4`, which is loopback: every node is on this machine) and the GCE
 //! metadata server's (`GET /<id>/computeMetadata/v1/instance/name`,
-//! `.../network-interfaces/0/ip`; for a Cloud TPU VM, whose id ends in `-tpu`, the VM's
-//! own `t1v-n-<hex>-w-0` name and its TPU node's in `.../attributes/instance-id`) and
+//! `.../network-interfaces/0/ip`; for a Cloud TPU VM, whose id is its TPU node's name
+//! (ending in `-tpu`) for worker 0 and `<node>@w<worker>` for a multi-host slice's other
+//! hosts, the VM's own `t1v-n-<hex>-w-<worker>` name, its TPU node's name in
+//! `.../attributes/instance-id` and its worker number in `.../attributes/agent-worker-number`,
+//! as Cloud TPU sets them on every host) and
 //! Azure's IMDS (`GET
 //! /<id>/metadata/instance/compute/name`, `.../network/interface/0/ipv4/ipAddress/0/
 //! privateIpAddress`, query strings ignored); each
@@ -366,6 +369,13 @@ fn boot(
         .env("RAYSCALE_PER_BOOT_DIR", &per_boot)
         .env("HOME", d.join("home"))
         .env("RAYSCALE_SIM_INSTANCE", id)
+        // What tells a multi-host slice's hosts apart on this one machine (`@w1`, ...;
+        // empty for worker 0 and every other instance): the hosts share their instance's
+        // id, so a test's per-node paths (Ray's temp dir) add it.
+        .env(
+            "RAYSCALE_SIM_HOST_SUFFIX",
+            id.find('@').map_or("", |at| &id[at..]),
+        )
         // Every step as this process's user, even where a user named as the YAML's
         // `auth.ssh_user` (ubuntu) exists: a simulated node has no other user.
         .env("RAYSCALE_SSH_USER", "")
@@ -460,13 +470,19 @@ fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>, served: Served)
             // The GCE metadata server's (`Metadata-Flavor: Google`).
             // A TPU VM is a Compute Engine VM of Cloud TPU's own name; its TPU node's
             // name is the `instance-id` attribute.
-            ("GET", "computeMetadata/v1/instance/name") if id.ends_with("-tpu") => {
-                ("200 OK", crate::fakes::gce::tpu_vm_name(id))
+            ("GET", "computeMetadata/v1/instance/name") if tpu_host(id).is_some() => {
+                let (node, worker) = tpu_host(id).unwrap_or_default();
+                ("200 OK", crate::fakes::gce::tpu_vm_name(node, worker))
             }
             ("GET", "computeMetadata/v1/instance/attributes/instance-id")
-                if id.ends_with("-tpu") =>
+                if tpu_host(id).is_some() =>
             {
-                ("200 OK", id.to_string())
+                ("200 OK", tpu_host(id).unwrap_or_default().0.to_string())
+            }
+            ("GET", "computeMetadata/v1/instance/attributes/agent-worker-number")
+                if tpu_host(id).is_some() =>
+            {
+                ("200 OK", tpu_host(id).unwrap_or_default().1.to_string())
             }
             ("GET", "computeMetadata/v1/instance/name") => ("200 OK", id.to_string()),
             ("GET", "computeMetadata/v1/instance/network-interfaces/0/ip") => {
@@ -485,6 +501,16 @@ fn metadata_server(listener: TcpListener, stop: Arc<AtomicBool>, served: Served)
             body.len()
         );
     }
+}
+
+/// The TPU node and worker number of a simulated TPU VM's id (see the module docs), or
+/// `None` for another cloud's instance.
+fn tpu_host(id: &str) -> Option<(&str, usize)> {
+    let (node, worker) = match id.split_once("@w") {
+        Some((node, w)) => (node, w.parse().ok()?),
+        None => (id, 0),
+    };
+    node.ends_with("-tpu").then_some((node, worker))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -686,13 +712,18 @@ impl DataPlane for GcePlane {
             .filter(|(_, _, head)| self.heads || !head)
             .map(|(n, s, _)| (n, s))
             .collect();
-        // Cloud TPU VMs (single-host: one VM per node) run their node's startup-script.
-        out.extend(
-            self.fake
-                .tpu(|t| t.ready_with_startup_script(label))
-                .into_iter()
-                .map(|(n, s, _)| (n, s)),
-        );
+        // Every host of a Cloud TPU node runs the node's startup-script (worker 0 under
+        // the node's name, the others as `<node>@w<worker>`).
+        for (n, s, ips) in self.fake.tpu(|t| t.ready_with_startup_script(label)) {
+            for w in 0..ips.len() {
+                let id = if w == 0 {
+                    n.clone()
+                } else {
+                    format!("{n}@w{w}")
+                };
+                out.push((id, s.clone()));
+            }
+        }
         Ok(out)
     }
 

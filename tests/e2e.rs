@@ -135,7 +135,7 @@ impl Stage {
         let (head_nc, _) = cloud.node_configs();
         // The start commands add only what one machine needs (see aws_live.rs), the temp
         // dirs named by the instance name less `ray-<cluster>-` (Ray's socket paths must
-        // stay under 108 bytes).
+        // stay under 108 bytes), and the host of a multi-host slice (the simulator's).
         std::fs::write(
             &config,
             format!(
@@ -143,7 +143,7 @@ impl Stage {
                  provider: {}\n{extra}\
                  head_node_type: head\n\
                  head_start_ray_commands:\n  - ray start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=0 --include-dashboard=false --disable-usage-stats --temp-dir=/tmp/rsh-${{RAY_CLOUD_INSTANCE_ID#ray-*-}}\n\
-                 worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-${{RAY_CLOUD_INSTANCE_ID#ray-*-}} --disable-usage-stats\n\
+                 worker_start_ray_commands:\n  - ray start --address=$RAY_HEAD_IP:{port} --block --node-ip-address=127.0.0.1 --temp-dir=/tmp/rsw-${{RAY_CLOUD_INSTANCE_ID#ray-*-}}${{RAYSCALE_SIM_HOST_SUFFIX:-}} --disable-usage-stats\n\
                  available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {head_nc}}}\n{workers}",
                 cloud.provider()
             ),

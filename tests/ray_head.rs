@@ -555,6 +555,8 @@ pub struct Worker {
     pub status: pb::NodeStatus,
     /// Whether some of its CPUs are in use.
     pub busy: bool,
+    /// Its total resources.
+    pub total: std::collections::BTreeMap<String, f64>,
 }
 
 /// The worker nodes (not the head) of the GCS at `addr`, dead ones too; empty when it
@@ -604,6 +606,11 @@ pub fn try_workers_at(addr: &str) -> Result<Vec<Worker>, String> {
                 status: pb::NodeStatus::try_from(n.status).unwrap_or(pb::NodeStatus::Unspecified),
                 busy: n.available_resources.get("CPU").copied().unwrap_or(0.0)
                     < n.total_resources.get("CPU").copied().unwrap_or(0.0),
+                total: n
+                    .total_resources
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect(),
             })
             .collect())
     })

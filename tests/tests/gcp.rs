@@ -374,11 +374,10 @@ async fn the_head_boots_rayscale_and_workers_join_it() {
     assert_eq!(hb["serviceAccounts"][0]["email"], "default");
 }
 
-/// Ray's GCP YAMLs in the wheel load (with the project a user must fill in), and a
-/// multi-host TPU slice gets the one-line error naming its path (single-host TPU VMs are
-/// `gcp_tpu.rs`'s).
+/// Ray's GCP YAMLs in the wheel load (with the project a user must fill in), and so
+/// does a multi-host TPU slice (`gcp_tpu.rs` has the TPU types' own tests).
 #[test]
-fn rays_gcp_yamls_load_and_multi_host_tpus_are_refused() {
+fn rays_gcp_yamls_and_a_multi_host_tpu_slice_load() {
     let dir = rayscale_tests::cluster_yamls::ray_autoscaler_dir().join("gcp");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap().flatten() {
@@ -418,16 +417,8 @@ fn rays_gcp_yamls_load_and_multi_host_tpus_are_refused() {
                head_node_type: head\navailable_node_types:\n  head: {resources: {}, node_config: {machineType: n1-standard-2}}\n  \
                tpu: {resources: {TPU: 4}, node_config: {acceleratorType: v4-32, runtimeVersion: tpu-ubuntu2204-base}}\n";
     let cfg = ClusterConfig::from_yaml_str(tpu, "tpu.yaml").unwrap();
-    let e = rayscale_provider_gcp::GcpConfig::from_cluster(&cfg)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.starts_with(
-            "available_node_types.tpu.node_config.acceleratorType: v4-32 is a multi-host slice"
-        ),
-        "{e}"
-    );
-    assert!(!e.contains('\n'));
+    let g = rayscale_provider_gcp::GcpConfig::from_cluster(&cfg).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(g.node_types["tpu"].tpu.as_ref().map(|s| s.hosts), Some(4));
 }
 
 struct Gce<'a>(&'a GceFake);

@@ -173,6 +173,34 @@ fn up_makes_rays_project_key_and_copies_the_file_mounts_with_it() {
     up_copies_file_mounts_with_the_clusters_key("gcpk", &Gce::new(fake));
 }
 
+/// A cluster of the worker type `workers` up (its head launched by `rayscale up`), and a
+/// one-bundle placement group needing `head_resource` placed: the stage, the head's id
+/// and the one TPU node the demand made.
+fn one_tpu_node_for(
+    cloud: &Gce,
+    name: &str,
+    workers: &str,
+    head_resource: &str,
+) -> (rayscale_tests::e2e::Stage, String, Vec<String>) {
+    let stage = rayscale_tests::e2e::Stage::new(name, "e2e", cloud, "", workers);
+    let diag = || stage.diag();
+    let head_id = stage.up_head(cloud, diag);
+    let w = rayscale_tests::e2e::start_workload(
+        &stage.python,
+        &stage.gcs,
+        &["spread", "1", head_resource],
+    );
+    let (ok, out) = rayscale_tests::e2e::finish(w, std::time::Duration::from_secs(240));
+    assert!(
+        ok && out.contains("spread 1 distinct nodes"),
+        "workload: {out}\n{}",
+        diag()
+    );
+    let tpus: Vec<String> = cloud.0.tpu(|t| t.nodes()).into_keys().collect();
+    assert_eq!(tpus.len(), 1, "{tpus:?}");
+    (stage, head_id, tpus)
+}
+
 /// A TPU demand end to end: a placement group needing Ray's `TPU-v4-8-head` (which only
 /// the TPU type has, filled in as Ray fills it) makes the head's rayscale create a TPU
 /// VM through the TPU API; the boot simulator runs the node's startup-script (the VM's
@@ -183,29 +211,14 @@ fn up_makes_rays_project_key_and_copies_the_file_mounts_with_it() {
 fn a_tpu_demand_makes_a_tpu_vm_that_joins_and_goes_when_idle() {
     let (_rt, fake) = fake();
     let cloud = Gce::new(fake.clone());
-    let stage = rayscale_tests::e2e::Stage::new(
-        "gcptpu",
-        "e2e",
+    let (stage, head_id, tpus) = one_tpu_node_for(
         &cloud,
-        "",
+        "gcptpu",
         "  tpu: {resources: {CPU: 1, TPU: 4}, max_workers: 2, \
          node_config: {acceleratorType: v4-8, runtimeVersion: tpu-ubuntu2204-base}}\n",
+        "TPU-v4-8-head",
     );
     let diag = || stage.diag();
-    let head_id = stage.up_head(&cloud, diag);
-    let w = rayscale_tests::e2e::start_workload(
-        &stage.python,
-        &stage.gcs,
-        &["spread", "1", "TPU-v4-8-head"],
-    );
-    let (ok, out) = rayscale_tests::e2e::finish(w, std::time::Duration::from_secs(240));
-    assert!(
-        ok && out.contains("spread 1 distinct nodes"),
-        "workload: {out}\n{}",
-        diag()
-    );
-    let tpus: Vec<String> = fake.tpu(|t| t.nodes()).into_keys().collect();
-    assert_eq!(tpus.len(), 1, "{tpus:?}");
     assert!(
         tpus[0].starts_with(&format!("ray-{}-worker-", stage.cluster)) && tpus[0].ends_with("-tpu"),
         "{tpus:?}"
@@ -238,5 +251,70 @@ fn a_tpu_demand_makes_a_tpu_vm_that_joins_and_goes_when_idle() {
         rayscale_tests::e2e::rayscale_with(&cloud.cli_env(), &["down", &stage.config_arg]);
     assert!(ok, "{out}");
     let booted = stage.sim.ever_booted();
+    stage.clean(&booted);
+}
+
+/// A multi-host slice end to end (Ray's `example-tpu-pod.yaml` shape: a `v4-16`, two
+/// hosts): a placement group needing `TPU-v4-16-head` makes one TPU node; both of its
+/// hosts run the startup-script and join under the node's name, only worker 0 with the
+/// head resource; `max_workers: 1` counts the slice once; idle, both hosts are drained
+/// and the node is deleted once, with no second slice made.
+#[test]
+fn a_multi_host_tpu_slice_joins_as_one_unit_and_goes_whole() {
+    let (_rt, fake) = fake();
+    let cloud = Gce::new(fake.clone());
+    let (stage, _head_id, tpus) = one_tpu_node_for(
+        &cloud,
+        "gcppod",
+        "  pod: {resources: {CPU: 1, TPU: 4}, max_workers: 1, \
+         node_config: {acceleratorType: v4-16, runtimeVersion: tpu-vm-v4-base}}\n",
+        "TPU-v4-16-head",
+    );
+    let diag = || stage.diag();
+    // Both hosts join (the second may still be starting when the bundle is placed).
+    let mut hosts = Vec::new();
+    let both = rayscale_tests::wait_until(std::time::Duration::from_secs(120), || {
+        hosts = rayscale_tests::ray_head::workers_at(&stage.gcs)
+            .into_iter()
+            .filter(|w| w.status != rayscale_tests::ray_head::pb::NodeStatus::Dead)
+            .collect();
+        hosts.len() == 2
+    });
+    assert!(both, "hosts: {hosts:?}\n{}", diag());
+    assert!(
+        hosts.iter().all(|h| h.instance_id == tpus[0]),
+        "every host joins under the TPU node's name: {hosts:?}"
+    );
+    let heads = hosts
+        .iter()
+        .filter(|h| h.total.get("TPU-v4-16-head") == Some(&1.0))
+        .count();
+    assert_eq!(heads, 1, "only worker 0 has the head resource: {hosts:?}");
+    assert!(
+        hosts.iter().all(|h| h.total.get("TPU") == Some(&4.0)),
+        "{hosts:?}"
+    );
+    let gone = rayscale_tests::wait_until(std::time::Duration::from_secs(180), || {
+        fake.tpu(|t| t.nodes()).is_empty()
+    });
+    assert!(
+        gone,
+        "TPU nodes left: {:?}\n{}",
+        fake.tpu(|t| t.nodes()),
+        diag()
+    );
+    assert_eq!(
+        fake.tpu(|t| t.created.len()),
+        1,
+        "one slice, never a second for its other host"
+    );
+    let booted = stage.sim.ever_booted();
+    assert!(
+        booted.contains(&tpus[0]) && booted.contains(&format!("{}@w1", tpus[0])),
+        "both hosts booted: {booted:?}"
+    );
+    let (ok, out) =
+        rayscale_tests::e2e::rayscale_with(&cloud.cli_env(), &["down", &stage.config_arg]);
+    assert!(ok, "{out}");
     stage.clean(&booted);
 }

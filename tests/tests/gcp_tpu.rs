@@ -20,7 +20,8 @@ use rayscale_tests::fakes::gce::{GceFake, Timing};
 const PROJECT: &str = "proj";
 const ZONE: &str = "us-central2-b";
 
-/// A cluster whose workers are TPU VMs: a v4-8 (by type) and a v5e slice (by config).
+/// A cluster whose workers are TPU VMs: a v4-8 (by type), a v5e slice (by config) and
+/// a two-host v4-16 slice.
 fn config(cluster: &str) -> ClusterConfig {
     let yaml = format!(
         "cluster_name: {cluster}\nprovider: {{type: gcp, region: us-central2, availability_zone: {ZONE}, project_id: {PROJECT}}}\n\
@@ -32,6 +33,7 @@ fn config(cluster: &str) -> ClusterConfig {
          networkInterfaces: [{{network: global/networks/default}}]}}}}\n  \
          v5e: {{resources: {{TPU: 8}}, max_workers: 10, node_config: {{acceleratorConfig: {{type: V5LITE_POD, topology: 2x4}}, \
          runtimeVersion: v2-alpha-tpuv5-lite}}}}\n  \
+         pod: {{resources: {{TPU: 4}}, max_workers: 2, node_config: {{acceleratorType: v4-16, runtimeVersion: tpu-vm-v4-base}}}}\n  \
          cpu: {{resources: {{CPU: 2}}, max_workers: 10, node_config: {{machineType: n1-standard-2}}}}\n"
     );
     ClusterConfig::from_yaml_str(&yaml, "tpu.yaml").unwrap_or_else(|e| panic!("{e}"))
@@ -73,18 +75,19 @@ fn req(cfg: &ClusterConfig, id: &str, t: &str, n: u64) -> LaunchRequest {
     }
 }
 
-struct TpuProvoke(Arc<GceFake>);
+/// The fake's faults for node type `.1` of [`config`] (its accelerator type, `.2`).
+struct TpuProvoke(Arc<GceFake>, &'static str, &'static str);
 
 #[async_trait::async_trait]
 impl Provoke for TpuProvoke {
     async fn error(&self, kind: &ProviderErrorKind, request_id: &str) -> Option<LaunchRequest> {
-        self.unlimit_capacity("tpu").await;
+        self.unlimit_capacity(self.1).await;
         self.0.tpu(|t| match kind {
             ProviderErrorKind::Capacity { .. } => {
-                t.capacity.insert("v4-8".into(), 0);
+                t.capacity.insert(self.2.into(), 0);
             }
             ProviderErrorKind::Quota => {
-                t.quota.insert("v4-8".into());
+                t.quota.insert(self.2.into());
             }
             // The provider tries a throttled create 4 times.
             ProviderErrorKind::Throttled => t.throttle_creates = 4,
@@ -100,7 +103,7 @@ impl Provoke for TpuProvoke {
         }
         Some(LaunchRequest {
             request_id: request_id.into(),
-            node_type: "tpu".into(),
+            node_type: self.1.into(),
             count: 1,
             launch_config_hash: String::new(),
             avoid_zones: Vec::new(),
@@ -109,13 +112,13 @@ impl Provoke for TpuProvoke {
     }
     async fn limit_capacity(&self, _node_type: &str, n: u64) -> bool {
         self.0.tpu(|t| {
-            t.capacity.insert("v4-8".into(), n);
+            t.capacity.insert(self.2.into(), n);
         });
         true
     }
     async fn unlimit_capacity(&self, _node_type: &str) {
         self.0.tpu(|t| {
-            t.capacity.remove("v4-8");
+            t.capacity.remove(self.2);
             t.quota.clear();
         });
     }
@@ -123,51 +126,54 @@ impl Provoke for TpuProvoke {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tpu_node_type_conforms_on_the_tpu_api_fake() {
-    let fake = Arc::new(GceFake::start(PROJECT, ZONE, Timing::default()).await);
-    let cfg = config("tconf");
-    let p = Arc::new(provider(&fake, &cfg).await);
-    let head = p
-        .launch_head(&req(&cfg, "head-1", "head", 1))
-        .await
-        .unwrap()
-        .instances[0]
-        .cloud_instance_id
-        .clone();
-    let subject = Subject {
-        provider: p.clone(),
-        node_type: "tpu".into(),
-        head_id: Some(head),
-        head_type: Some("head".into()),
-        settle: Duration::from_secs(5),
-        all_or_nothing: false,
-        provoke: Box::new(TpuProvoke(fake.clone())),
-    };
-    let report = run_all(&subject).await;
-    report.print("gcp-tpu");
-    assert!(
-        report
-            .skipped_names()
-            .iter()
-            .all(|n| n.contains("not_found") || n.contains("all_or_nothing")),
-        "{:?}",
-        report.skipped
-    );
-    // Every TPU create the provider sent reached the TPU API, and no Compute Engine
-    // instance was made for a TPU type.
-    let creates = fake.tpu(|t| t.calls.get("nodes.create").copied().unwrap_or(0));
-    assert_eq!(
-        p.calls()
-            .tpu_create
-            .load(std::sync::atomic::Ordering::Relaxed),
-        creates
-    );
-    assert!(
-        fake.instances()
-            .keys()
-            .all(|n| n.ends_with("-compute") || n.starts_with("t1v-n-")),
-        "{:?}",
-        fake.instances()
-    );
+    // A one-host slice, and a multi-host slice (one TPU node of two hosts).
+    for (node_type, accelerator) in [("tpu", "v4-8"), ("pod", "v4-16")] {
+        let fake = Arc::new(GceFake::start(PROJECT, ZONE, Timing::default()).await);
+        let cfg = config("tconf");
+        let p = Arc::new(provider(&fake, &cfg).await);
+        let head = p
+            .launch_head(&req(&cfg, "head-1", "head", 1))
+            .await
+            .unwrap()
+            .instances[0]
+            .cloud_instance_id
+            .clone();
+        let subject = Subject {
+            provider: p.clone(),
+            node_type: node_type.into(),
+            head_id: Some(head),
+            head_type: Some("head".into()),
+            settle: Duration::from_secs(5),
+            all_or_nothing: false,
+            provoke: Box::new(TpuProvoke(fake.clone(), node_type, accelerator)),
+        };
+        let report = run_all(&subject).await;
+        report.print(&format!("gcp-{node_type}"));
+        assert!(
+            report
+                .skipped_names()
+                .iter()
+                .all(|n| n.contains("not_found") || n.contains("all_or_nothing")),
+            "{:?}",
+            report.skipped
+        );
+        // Every TPU create the provider sent reached the TPU API, and no Compute Engine
+        // instance was made for a TPU type.
+        let creates = fake.tpu(|t| t.calls.get("nodes.create").copied().unwrap_or(0));
+        assert_eq!(
+            p.calls()
+                .tpu_create
+                .load(std::sync::atomic::Ordering::Relaxed),
+            creates
+        );
+        assert!(
+            fake.instances()
+                .keys()
+                .all(|n| n.ends_with("-compute") || n.starts_with("t1v-n-")),
+            "{:?}",
+            fake.instances()
+        );
+    }
 }
 
 /// The node body is what Ray's `GCPTPU.create_instance` sends: `networkInterfaces`
@@ -343,9 +349,9 @@ async fn replays_late_stockouts_preemption_and_deletes() {
     assert_eq!(deletes(), before + 1);
 }
 
-/// Ray's `TPU-<type>-head` is filled in on TPU types (over the YAML's, as Ray), and
-/// what Ray refuses, a multi-host slice and a TPU head are one-line errors naming
-/// the key.
+/// Ray's `TPU-<type>-head` is filled in on TPU types (over the YAML's, as Ray), a
+/// multi-host slice loads marked with its hosts, and what Ray refuses and a TPU head are
+/// one-line errors naming the key.
 #[test]
 fn the_head_resource_is_filled_and_refusals_name_their_key() {
     let cfg = config("tfill");
@@ -371,12 +377,23 @@ fn the_head_resource_is_filled_and_refusals_name_their_key() {
     );
     let base = "cluster_name: t\nprovider: {type: gcp, region: us-central2, availability_zone: us-central2-b, project_id: p}\n\
                 head_node_type: head\navailable_node_types:\n";
-    for (types, want) in [
-        (
-            "  head: {resources: {}, node_config: {machineType: n1-standard-2}}\n  \
-             pod: {resources: {}, node_config: {acceleratorType: v4-32, runtimeVersion: r}}\n",
-            "available_node_types.pod.node_config.acceleratorType: v4-32 is a multi-host slice",
+    let pod = ClusterConfig::from_yaml_str(
+        &format!(
+            "{base}  head: {{resources: {{}}, node_config: {{machineType: n1-standard-2}}}}\n  \
+             pod: {{resources: {{}}, node_config: {{acceleratorType: v4-32, runtimeVersion: r}}}}\n"
         ),
+        "t.yaml",
+    )
+    .unwrap();
+    let pod = rayscale_provider_gcp::tpu::fill_resources(&pod).unwrap();
+    assert_eq!(
+        pod.node_type("pod")
+            .and_then(|t| t.hosts.as_ref())
+            .map(|h| h.count),
+        Some(4),
+        "a v4-32 is four hosts"
+    );
+    for (types, want) in [
         (
             "  head: {resources: {}, node_config: {acceleratorType: v4-8, runtimeVersion: r}}\n",
             "available_node_types.head.node_config: the head is a Compute Engine instance",
@@ -497,4 +514,45 @@ async fn down_deletes_a_preempted_tpu_node() {
         "{:?}",
         fake.tpu(|t| t.nodes())
     );
+}
+
+/// `rayscale boot-script` prints what a TPU VM runs: its TPU node's name from the
+/// `instance-id` attribute, Ray's head resource, and on a multi-host type the host's
+/// worker number, which leaves the head resource off the hosts but worker 0.
+#[test]
+fn boot_script_prints_what_each_host_of_a_slice_runs() {
+    let dir = std::env::temp_dir().join(format!("rayscale-tpu-bootscript-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let yaml = dir.join("c.yaml");
+    // JSON is YAML.
+    std::fs::write(&yaml, serde_json::to_string(&config("tboot").raw).unwrap()).unwrap();
+    let script = |t: &str| {
+        let out = std::process::Command::new(rayscale_tests::workspace_bin("rayscale"))
+            .arg("boot-script")
+            .arg(&yaml)
+            .args([t, "--head-ip", "10.1.2.3"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let pod = script("pod");
+    assert!(pod.contains("instance/attributes/instance-id"), "{pod}");
+    assert!(
+        pod.contains("instance/attributes/agent-worker-number"),
+        "{pod}"
+    );
+    assert!(
+        pod.contains(r#"RAY_OVERRIDE_RESOURCES='{"TPU":4,"TPU-v4-16-head":1}'"#),
+        "{pod}"
+    );
+    assert!(pod.contains(r#"'{"TPU":4}'"#), "{pod}");
+    let one = script("tpu");
+    assert!(one.contains("instance/attributes/instance-id"), "{one}");
+    assert!(!one.contains("agent-worker-number"), "{one}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -33,7 +33,13 @@ pub fn boot_script(args: &BootScriptArgs) -> Result<String> {
         port: rayscale_core::config::mounts::DEFAULT_PORT,
         token: "HEAD_TOKEN".into(),
     });
-    let m = metadata_commands(&config.provider_type)?;
+    let mut m = metadata_commands(&config.provider_type)?;
+    #[cfg(feature = "gcp")]
+    if config.provider_type == "gcp" {
+        // A TPU type's `TPU-<type>-head` and hosts (no call: what the provider fills too).
+        config = rayscale_provider_gcp::tpu::fill_resources(&config)?;
+        m = rayscale_provider_gcp::mapping::metadata_for(&config, &args.node_type);
+    }
     let script = if config.head_node_type.as_deref() == Some(args.node_type.as_str()) {
         boot::render_head(
             &config,
@@ -53,6 +59,7 @@ pub fn boot_script(args: &BootScriptArgs) -> Result<String> {
                 instance_id_command: m.instance_id,
                 per_boot: m.per_boot,
                 notices: m.notices,
+                host_index_command: m.host_index,
             },
         )?
     };

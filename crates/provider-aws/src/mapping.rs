@@ -438,6 +438,7 @@ pub const METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =
         private_ip: PRIVATE_IP_COMMAND,
         per_boot: true,
         notices: Some(rayscale_core::provider::boot::NoticeCloud::Aws),
+        host_index: None,
     };
 
 /// EC2's limit on `UserData`, before base64 (RunInstances reference).

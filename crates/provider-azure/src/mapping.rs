@@ -22,6 +22,7 @@ pub const METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =
         private_ip: PRIVATE_IP_COMMAND,
         per_boot: true,
         notices: Some(rayscale_core::provider::boot::NoticeCloud::Azure),
+        host_index: None,
     };
 
 /// A shell command that prints `path` of IMDS (`instance/...`, as text), retried while

@@ -1,8 +1,8 @@
 //! The `provider:` block of a Ray GCP cluster YAML and each node type's `node_config`
 //! (fields of Compute Engine's `Instance` resource in the REST API's camelCase, as Ray
 //! passes them to `instances.insert`, or a Cloud TPU `Node`'s, see [`crate::tpu`]),
-//! checked at load. A key rayscale does not carry onto the insert, a multi-host TPU
-//! slice, or a missing zone or project is an error naming its path, never a silently
+//! checked at load. A key rayscale does not carry onto the insert, a TPU head, or a
+//! missing zone or project is an error naming its path, never a silently
 //! different instance.
 
 use std::collections::BTreeMap;
@@ -235,7 +235,7 @@ impl GcpConfig {
 
 impl NodeConfig {
     /// Checks one `node_config` (at `path`): a mapping of `Instance` fields, with a
-    /// `machineType` or an instance template, or a single-host TPU `Node`'s.
+    /// `machineType` or an instance template, or a TPU `Node`'s.
     pub fn parse(v: &Value, path: &str) -> Result<Self, GcpError> {
         let map = match v {
             Value::Object(m) => m.clone(),
@@ -434,14 +434,11 @@ mod tests {
                 .expect_err("refused")
                 .to_string()
         };
-        let e =
-            err("  t: {resources: {}, node_config: {acceleratorType: v4-16, runtimeVersion: x}}\n");
-        assert!(
-            e.starts_with(
-                "available_node_types.t.node_config.acceleratorType: v4-16 is a multi-host"
-            ),
-            "{e}"
-        );
+        let pod = GcpConfig::from_cluster(&cluster(&format!(
+            "{BASE}  t: {{resources: {{}}, node_config: {{acceleratorType: v4-16, runtimeVersion: x}}}}\n"
+        )))
+        .expect("a multi-host TPU slice loads");
+        assert_eq!(pod.node_types["t"].tpu.as_ref().map(|s| s.hosts), Some(2));
         let ok = GcpConfig::from_cluster(&cluster(&format!(
             "{BASE}  t: {{resources: {{}}, node_config: {{acceleratorType: v4-8, runtimeVersion: x}}}}\n"
         )))

@@ -1,6 +1,6 @@
 //! rayscale's GCP provider: Ray nodes as Compute Engine instances, through Google's Rust
-//! client (`google-cloud-compute-v1`), and single-host Cloud TPU VMs through the TPU
-//! API (v2alpha1, the version Ray calls).
+//! client (`google-cloud-compute-v1`), and Cloud TPU VMs and multi-host slices through
+//! the TPU API (v2alpha1, the version Ray calls).
 //!
 //! It maps a Ray GCP cluster YAML (`provider: {type: gcp, project_id, availability_zone}`,
 //! each type's `node_config` as fields of Compute Engine's `Instance`) onto
@@ -11,8 +11,8 @@
 //!
 //! What it must not do: decide anything (the reconciler does), guess whether Ray runs on
 //! an instance, hold global state or create a runtime, take an operation that ended with
-//! an error for a success, send plain http anywhere but loopback, or make a multi-host
-//! TPU slice or a TPU head (refused at load). Its bootstrap must not create projects, make
+//! an error for a success, send plain http anywhere but loopback, or make a TPU head
+//! (refused at load). Its bootstrap must not create projects, make
 //! a service account a head that names its own does not use, or write project metadata
 //! without the fingerprint it read.
 //!

@@ -20,7 +20,25 @@ pub const METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =
         private_ip: PRIVATE_IP_COMMAND,
         per_boot: false,
         notices: Some(rayscale_core::provider::boot::NoticeCloud::Gce),
+        host_index: Some(HOST_INDEX_COMMAND),
     };
+
+/// How a node of `node_type` learns who it is: a TPU VM's commands for a TPU type's
+/// `node_config` (Ray's rule, [`crate::tpu::is_tpu`]), else a Compute Engine instance's.
+pub fn metadata_for(
+    config: &rayscale_core::config::ClusterConfig,
+    node_type: &str,
+) -> rayscale_core::provider::cloud::MetadataCommands<'static> {
+    let tpu = config
+        .raw
+        .pointer(&format!(
+            "/available_node_types/{}/node_config",
+            node_type.replace('~', "~0").replace('/', "~1")
+        ))
+        .and_then(Value::as_object)
+        .is_some_and(crate::tpu::is_tpu);
+    if tpu { TPU_METADATA } else { METADATA }
+}
 
 /// Compute Engine's longest instance name and label value (RFC 1035 names; label rules).
 pub const MAX_NAME: usize = 63;
@@ -61,6 +79,12 @@ pub const PRIVATE_IP_COMMAND: &str = metadata_command!("instance/network-interfa
 /// `instance-id` attribute Cloud TPU sets (Ray's TPU name lookup; `instance/name` is the
 /// Compute Engine VM behind the node).
 pub const TPU_INSTANCE_ID_COMMAND: &str = metadata_command!("instance/attributes/instance-id");
+
+/// The shell command that prints which host of its TPU slice a TPU VM is: the
+/// `agent-worker-number` attribute Cloud TPU sets on each host (0 on the first; Ray's
+/// TPU accelerator manager reads it too). A Compute Engine instance is one host; its
+/// boot never asks (only a multi-host type's script does).
+pub const HOST_INDEX_COMMAND: &str = metadata_command!("instance/attributes/agent-worker-number");
 
 /// How a TPU VM learns who it is: the metadata server, as a Compute Engine instance.
 pub const TPU_METADATA: rayscale_core::provider::cloud::MetadataCommands<'static> =

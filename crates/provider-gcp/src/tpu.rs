@@ -5,11 +5,13 @@
 //! `CloudInstance`, and Ray's `TPU-<type>-head` resource filled in.
 //!
 //! A node config is a TPU when it has no `machineType` and an `acceleratorType` or an
-//! `acceleratorConfig` (Ray's rule). Only single-host slices are taken: a multi-host
-//! slice is one TPU node whose every host runs Ray, which Ray itself says its
-//! autoscaler does not scale correctly (`get_node_type`'s warning), and rayscale's one
-//! cloud instance = one Ray node model does not cover; it is refused, naming KubeRay's
-//! multi-host TPU groups as the way.
+//! `acceleratorConfig` (Ray's rule). A multi-host slice (`v4-16`, `v5litepod-16`, ...)
+//! is one TPU node whose every host runs the boot script and a Ray node: its type is
+//! marked as several hosts per instance ([`fill_resources`], core's `MultiHost`), so
+//! core counts, idles, drains and deletes the slice as one unit, and only worker 0
+//! (the `agent-worker-number` metadata attribute) carries `TPU-<type>-head`, as Ray's
+//! TPU command runner leaves it off the other hosts. Ray's own autoscaler warns that it
+//! does not scale such slices correctly (`get_node_type`); rayscale does.
 //!
 //! References: the TPU API's REST reference and discovery document
 //! (tpu.googleapis.com, v2alpha1: `projects.locations.nodes`, `Node`, `Node.State`),
@@ -17,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use rayscale_core::config::ClusterConfig;
+use rayscale_core::config::{ClusterConfig, MultiHost};
 use rayscale_core::provider::{CloudInstance, CloudInstanceState, NodeKind, tags};
 use serde_json::{Map, Value, json};
 
@@ -83,6 +85,8 @@ pub struct Slice {
     pub accelerator_type: String,
     /// TPU chips in the slice.
     pub chips: u64,
+    /// Hosts (TPU VMs) in the slice: 1, or a multi-host slice's (chips / chips per host).
+    pub hosts: u32,
 }
 
 impl Slice {
@@ -135,7 +139,7 @@ fn well_formed(t: &str) -> bool {
 
 /// The slice of a TPU node config at `path`, checked as Ray checks it (one of
 /// `acceleratorType` and `acceleratorConfig`; Ray's accepted spellings; a generation Ray
-/// knows), and single-host.
+/// knows), with its hosts.
 pub fn slice(map: &Map<String, Value>, path: &str) -> Result<Slice, GcpError> {
     let at = |k: &str| format!("{path}.{k}");
     if map.contains_key("acceleratorType") && map.contains_key("acceleratorConfig") {
@@ -246,20 +250,16 @@ pub fn slice(map: &Map<String, Value>, path: &str) -> Result<Slice, GcpError> {
             .ok_or_else(|| GcpError::config(at("acceleratorConfig.topology"), "too large"))?;
         (format!("{generation}-{cores}"), chips, "acceleratorConfig")
     };
-    if chips > chips_per_host(&accelerator_type, chips) {
-        return Err(GcpError::config(
-            at(key),
-            format!(
-                "{accelerator_type} is a multi-host slice ({chips} chips, {} per host): rayscale \
-                 launches single-host TPU VMs on GCE (Ray's own autoscaler warns it cannot scale \
-                 pods either); run multi-host slices as KubeRay TPU worker groups (numOfHosts)",
-                chips_per_host(&accelerator_type, chips)
-            ),
-        ));
-    }
+    let hosts = u32::try_from(
+        chips
+            .div_ceil(chips_per_host(&accelerator_type, chips))
+            .max(1),
+    )
+    .map_err(|_| GcpError::config(at(key), format!("{accelerator_type}: too large")))?;
     Ok(Slice {
         accelerator_type,
         chips,
+        hosts,
     })
 }
 
@@ -483,7 +483,10 @@ pub fn cloud_instance(node: &Value, cluster: &str, types: &TypesByLabel) -> Opti
 }
 
 /// `config` with Ray's `TPU-<type>-head: 1` on each TPU node type's resources (Ray's
-/// `fillout_available_node_types_resources` on GCP, which sets it over the YAML's).
+/// `fillout_available_node_types_resources` on GCP, which sets it over the YAML's), and
+/// a multi-host slice's type marked as several hosts per instance ([`MultiHost`]: core
+/// counts, idles and stops the slice as one unit, and only its worker 0 carries the head
+/// resource, as Ray's TPU command runner leaves it off the other hosts).
 pub fn fill_resources(config: &ClusterConfig) -> Result<ClusterConfig, GcpError> {
     let cfg = GcpConfig::from_cluster(config)?;
     let mut raw = config.raw.clone();
@@ -505,12 +508,23 @@ pub fn fill_resources(config: &ClusterConfig) -> Result<ClusterConfig, GcpError>
             changed = true;
         }
     }
-    if !changed {
-        return Ok(config.clone());
+    let mut out = if changed {
+        config
+            .with_raw(&raw)
+            .map_err(|e| GcpError::config("available_node_types", e.to_string()))?
+    } else {
+        config.clone()
+    };
+    for t in &mut out.node_types {
+        t.hosts = match cfg.node_types.get(&t.name).and_then(|nc| nc.tpu.as_ref()) {
+            Some(s) if s.hosts > 1 => Some(MultiHost {
+                count: s.hosts,
+                first_host_only: vec![s.head_resource()],
+            }),
+            _ => None,
+        };
     }
-    config
-        .with_raw(&raw)
-        .map_err(|e| GcpError::config("available_node_types", e.to_string()))
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -556,7 +570,53 @@ mod tests {
     }
 
     #[test]
-    fn what_ray_refuses_and_multi_host_slices_are_one_line_errors() {
+    fn hosts_are_chips_over_rays_chips_per_host() {
+        for (cfg, hosts) in [
+            (json!({"acceleratorType": "v4-8"}), 1),
+            (json!({"acceleratorType": "v6e-8"}), 1),
+            (json!({"acceleratorType": "v5litepod-8"}), 1),
+            (json!({"acceleratorType": "v4-16"}), 2),
+            (json!({"acceleratorType": "v4-32"}), 4),
+            (json!({"acceleratorType": "v2-32"}), 4),
+            // Over 8 chips a v5litepod/v6e host sees 4 (Ray's chips per host).
+            (json!({"acceleratorType": "v5litepod-16"}), 4),
+            (json!({"acceleratorType": "v6e-16"}), 4),
+            (
+                json!({"acceleratorConfig": {"type": "V4", "topology": "2x2x2"}}),
+                2,
+            ),
+            (
+                json!({"acceleratorConfig": {"type": "V5P", "topology": "2x2x4"}}),
+                4,
+            ),
+        ] {
+            let s = slice(&map(cfg.clone()), "t").unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            assert_eq!(s.hosts, hosts, "{cfg}");
+        }
+    }
+
+    #[test]
+    fn a_multi_host_type_is_marked_with_its_hosts_and_head_resource() {
+        let yaml = "cluster_name: c\nmax_workers: 4\nprovider: {type: gcp, region: us-central2, availability_zone: us-central2-b, project_id: p}\nhead_node_type: h\navailable_node_types:\n  h: {resources: {}, node_config: {machineType: n1-standard-4}}\n  pod: {resources: {TPU: 4}, node_config: {acceleratorType: v4-16, runtimeVersion: tpu-vm-v4-base}}\n  one: {resources: {TPU: 4}, node_config: {acceleratorType: v4-8, runtimeVersion: tpu-vm-v4-base}}\n";
+        let cfg = ClusterConfig::from_yaml_str(yaml, "t.yaml").unwrap_or_else(|e| panic!("{e}"));
+        let filled = fill_resources(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let pod = filled.node_type("pod").expect("pod");
+        assert_eq!(
+            pod.hosts,
+            Some(MultiHost {
+                count: 2,
+                first_host_only: vec!["TPU-v4-16-head".to_string()],
+            })
+        );
+        assert!(pod.resources.get("TPU-v4-16-head").is_some());
+        assert_eq!(filled.node_type("one").and_then(|t| t.hosts.clone()), None);
+        // Filled again (a config reload): the mark stays, once.
+        let again = fill_resources(&filled).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again.node_type("pod").map(|t| &t.hosts), Some(&pod.hosts));
+    }
+
+    #[test]
+    fn what_ray_refuses_is_a_one_line_error() {
         for (cfg, path) in [
             (
                 json!({"acceleratorType": "v4-8", "acceleratorConfig": {"type": "V4", "topology": "2x2x1"}}),
@@ -580,18 +640,6 @@ mod tests {
             (
                 json!({"acceleratorConfig": {"type": "V4"}}),
                 "t.acceleratorConfig:",
-            ),
-            (
-                json!({"acceleratorType": "v4-16"}),
-                "t.acceleratorType: v4-16 is a multi-host",
-            ),
-            (
-                json!({"acceleratorType": "v5litepod-16"}),
-                "t.acceleratorType: v5litepod-16 is a multi-host",
-            ),
-            (
-                json!({"acceleratorConfig": {"type": "V4", "topology": "2x2x2"}}),
-                "t.acceleratorConfig: v4-16 is a multi-host",
             ),
         ] {
             let e = slice(&map(cfg.clone()), "t")

@@ -143,6 +143,7 @@ mod tests {
             priority: 0,
             node_config: Value::Object(Map::new()),
             launch_config_hash: String::new(),
+            hosts: None,
         }
     }
 

@@ -19,11 +19,13 @@
 //!   `done` once the operation's time is up, then with `error` (`google.rpc.Status`:
 //!   `code` 8 `RESOURCE_EXHAUSTED` for a stockout) or `response` (the node).
 //!
-//! A node is `CREATING`, then `READY` with its `networkEndpoints` (one per host: a
-//! single-host slice has one) after [`super::Timing::boot`]; deleted, `DELETING` then
-//! gone. While a node is `READY`, the Compute Engine VM behind it exists among the
-//! instances (`t1v-n-<hex>-w-0`, the node's labels and `tpu_cores`), as Cloud TPU makes
-//! one per host. Errors are `{"error": {"code", "message", "status"}}` (AIP-193, no `errors[]`
+//! A node is `CREATING`, then `READY` with its `networkEndpoints` (one per host, worker
+//! 0 first: a single-host slice has one, a `v4-16` two; hosts per slice from Google's
+//! "TPU versions" pages: 4 chips per host, but up to 8 on v5e/v6e slices of at most 8
+//! chips; 2 TensorCores per chip before v5e, 1 on v5e/v6e) after
+//! [`super::Timing::boot`]; deleted, `DELETING` then gone. While a node is `READY`, the
+//! Compute Engine VMs behind it exist among the instances (`t1v-n-<hex>-w-<worker>`,
+//! the node's labels and `tpu_cores`), as Cloud TPU makes one per host. Errors are `{"error": {"code", "message", "status"}}` (AIP-193, no `errors[]`
 //! for this API). Faults: stockouts by accelerator type, throttled creates (429
 //! `RESOURCE_EXHAUSTED`), preemption (`PREEMPTED`).
 
@@ -102,7 +104,8 @@ struct Node {
     state: &'static str,
     /// When the next state begins, and which (`None`: gone).
     next: Option<(Instant, Option<&'static str>)>,
-    ip: String,
+    /// One private address per host, worker 0 first.
+    ips: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -138,8 +141,12 @@ impl TpuApi {
     }
 
     /// Running (`READY`) nodes whose labels hold `label`, with their `startup-script`
-    /// metadata and private address (the boot simulator's view).
-    pub fn ready_with_startup_script(&self, label: (&str, &str)) -> Vec<(String, String, String)> {
+    /// metadata and their hosts' private addresses, worker 0 first (the boot simulator's
+    /// view: every host runs the script).
+    pub fn ready_with_startup_script(
+        &self,
+        label: (&str, &str),
+    ) -> Vec<(String, String, Vec<String>)> {
         self.nodes
             .iter()
             .filter(|(_, n)| n.state == "READY")
@@ -158,7 +165,7 @@ impl TpuApi {
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string();
-                (name.clone(), script, n.ip.clone())
+                (name.clone(), script, n.ips.clone())
             })
             .collect()
     }
@@ -350,8 +357,12 @@ fn create(
             false
         }
     });
-    w.next_id += 1;
-    let ip = format!("10.130.{}.{}", (w.next_id / 250) % 250, w.next_id % 250 + 2);
+    let ips = (0..hosts_of(&accel))
+        .map(|_| {
+            w.next_id += 1;
+            format!("10.130.{}.{}", (w.next_id / 250) % 250, w.next_id % 250 + 2)
+        })
+        .collect();
     let now = Instant::now();
     let (node_next, error) = if w.tpu.quota.contains(&accel) {
         (
@@ -385,7 +396,7 @@ fn create(
             body,
             state: "CREATING",
             next: node_next,
-            ip,
+            ips,
         },
     );
     let wait = if error.is_some() {
@@ -454,13 +465,42 @@ fn node_json(name: &str, n: &Node, parent: &str) -> Value {
             .and_then(|c| c.get("enableExternalIps"))
             .and_then(Value::as_bool)
             == Some(true);
-        let mut ep = json!({"ipAddress": n.ip, "port": 8470});
-        if external {
-            ep["accessConfig"] = json!({"externalIp": format!("34.{}", &n.ip[3..])});
-        }
-        v["networkEndpoints"] = json!([ep]);
+        let eps: Vec<Value> = n
+            .ips
+            .iter()
+            .map(|ip| {
+                let mut ep = json!({"ipAddress": ip, "port": 8470});
+                if external {
+                    ep["accessConfig"] = json!({"externalIp": format!("34.{}", &ip[3..])});
+                }
+                ep
+            })
+            .collect();
+        v["networkEndpoints"] = json!(eps);
     }
     v
+}
+
+/// Hosts of a slice named `<generation>-<cores>` (`acceleratorType`) or
+/// `<generation>-<topology>` (`acceleratorConfig`, lowercased): Google's "TPU versions"
+/// chips per host and TensorCores per chip (see the module docs).
+fn hosts_of(accel: &str) -> usize {
+    let (generation, size) = accel.split_once('-').unwrap_or((accel, ""));
+    let small_hosts = generation.starts_with("v5lite") || generation.starts_with("v6e");
+    let chips: usize = if size.contains('x') {
+        size.split('x')
+            .map(|d| d.parse::<usize>().unwrap_or(1))
+            .product()
+    } else {
+        let cores: usize = size.parse().unwrap_or(1);
+        if small_hosts { cores } else { cores / 2 }
+    };
+    let per_host = if small_hosts && chips <= 8 {
+        chips.max(1)
+    } else {
+        4
+    };
+    chips.div_ceil(per_host).max(1)
 }
 
 fn list(w: &World, query: &BTreeMap<String, String>, parent: &str) -> Reply {
@@ -490,13 +530,14 @@ fn list(w: &World, query: &BTreeMap<String, String>, parent: &str) -> Reply {
     Reply::new(200).set_body_json(out)
 }
 
-/// The name of the Compute Engine VM behind TPU node `node` (Cloud TPU's `t1v-n-<hex>-w-0`):
-/// the fake's instance and the boot simulator's `instance/name` of the node's VM.
-pub fn backing_name(node: &str) -> String {
+/// The name of the Compute Engine VM behind host `worker` of TPU node `node` (Cloud
+/// TPU's `t1v-n-<hex>-w-<worker>`): the fake's instance and the boot simulator's
+/// `instance/name` of that VM.
+pub fn backing_name(node: &str, worker: usize) -> String {
     let h = node.bytes().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     });
-    format!("t1v-n-{h:08x}-w-0")
+    format!("t1v-n-{h:08x}-w-{worker}")
 }
 
 /// Makes the instances Cloud TPU keeps behind each `READY` node (its labels and
@@ -507,10 +548,10 @@ pub fn sync_backing(w: &mut World) {
         .nodes
         .iter()
         .filter(|(_, n)| n.state == "READY")
-        .map(|(name, n)| {
+        .flat_map(|(name, n)| {
             let mut labels = n.body.get("labels").cloned().unwrap_or_else(|| json!({}));
             labels[TPU_VM_LABEL] = json!("8");
-            (backing_name(name), labels)
+            (0..n.ips.len()).map(move |i| (backing_name(name, i), labels.clone()))
         })
         .collect();
     w.instances

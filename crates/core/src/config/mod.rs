@@ -50,6 +50,24 @@ pub struct NodeTypeConfig {
     pub node_config: Value,
     /// Hash of `node_config` (hex SHA-1 of its canonical JSON), used to find outdated nodes.
     pub launch_config_hash: String,
+    /// Several hosts per cloud instance, each running its own Ray node under the
+    /// instance's id (a multi-host Cloud TPU slice); `None`: one host. Set by the
+    /// provider that launches such instances, never by the YAML.
+    pub hosts: Option<MultiHost>,
+}
+
+/// A node type whose one cloud instance is several hosts, each a Ray node with the
+/// instance's cloud id: the instance is one unit. Its first host carries
+/// `first_host_only` (Ray's `TPU-<type>-head`) and stands for the instance in the
+/// scheduler; the instance is idle only when every host is, and stopping it drains every
+/// host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiHost {
+    /// Hosts per instance (2 or more).
+    pub count: u32,
+    /// Resources of the node type only the first host (worker 0) starts with; the other
+    /// hosts start with the type's resources without them.
+    pub first_host_only: Vec<String>,
 }
 
 /// A validated Ray cluster config.
@@ -110,6 +128,10 @@ impl ClusterConfig {
         let mut out = Self::from_value(raw, "")?;
         out.head_node = self.head_node.clone();
         out.mounts_source = self.mounts_source.clone();
+        // What a provider set on a type (not in the YAML) stays on it.
+        for t in &mut out.node_types {
+            t.hosts = self.node_type(&t.name).and_then(|o| o.hosts.clone());
+        }
         Ok(out)
     }
 
@@ -403,6 +425,7 @@ fn node_type_from_value(
         priority: as_int("priority").unwrap_or(0),
         launch_config_hash: launch_config_hash(&node_config),
         node_config,
+        hosts: None,
     })
 }
 

@@ -198,51 +198,24 @@ async fn run_one<G: Gcs + ?Sized>(
         Effect::Drain {
             instance_id,
             node_id_hex,
+            siblings,
             reason,
             idle,
             deadline_ns,
         } => {
-            let rejected = |reason: String| {
-                One::Rejected(DrainRejection {
-                    instance_id: instance_id.clone(),
-                    reason,
-                })
-            };
-            // A drain's answer: accepted, refused (Ray's reason) or failed.
-            let answer = |r: Result<super::gcs::DrainReply, crate::CoreError>| match r {
-                Ok(r) if r.accepted => One::Done,
-                Ok(r) => {
-                    tracing::warn!("drain of {instance_id} rejected: {}", r.rejection);
-                    rejected(format!("drain rejected: {}", r.rejection))
-                }
-                Err(err) => {
-                    tracing::warn!("drain of {instance_id} failed: {err}");
-                    rejected(format!("drain failed: {err}"))
-                }
-            };
-            if let Some(d) = deadline_ns {
-                let deadline_ms = d.div_euclid(1_000_000);
-                tracing::info!(
-                    "draining {instance_id} (node {node_id_hex}) with a deadline: {reason}"
-                );
-                answer(gcs.drain_node_until(node_id_hex, reason, deadline_ms).await)
-            } else if *idle {
-                tracing::info!("draining {instance_id} (node {node_id_hex}): {reason}");
-                answer(gcs.drain_idle_node(node_id_hex, reason).await)
-            } else {
-                tracing::info!("stopping ray on {instance_id} (node {node_id_hex}): {reason}");
-                match gcs.stop_node(node_id_hex).await {
-                    Ok(true) => One::Done,
-                    Ok(false) => {
-                        tracing::warn!("the GCS did not stop ray on {instance_id}");
-                        rejected(format!("the GCS did not stop ray node {node_id_hex}"))
-                    }
-                    Err(err) => {
-                        tracing::warn!("stopping ray on {instance_id} failed: {err}");
-                        rejected(format!("stopping ray failed: {err}"))
-                    }
+            // A multi-host instance's other hosts first, the same way: one refused keeps
+            // the instance (its record goes back to RAY_RUNNING), its first host untouched.
+            for node in siblings.iter().chain(std::iter::once(node_id_hex)) {
+                if let Err(reason) =
+                    stop_one(gcs, instance_id, node, reason, *idle, *deadline_ns).await
+                {
+                    return One::Rejected(DrainRejection {
+                        instance_id: instance_id.clone(),
+                        reason,
+                    });
                 }
             }
+            One::Done
         }
         Effect::InstallRay {
             instance_id,
@@ -270,6 +243,52 @@ async fn run_one<G: Gcs + ?Sized>(
                 One::Done
             } else {
                 One::Errors(errors)
+            }
+        }
+    }
+}
+
+/// Stops Ray node `node_id_hex` of `instance_id` as an [`Effect::Drain`] says: a drain
+/// with a deadline, a rejectable idle drain, or a stop. `Err`: why it was refused or
+/// failed.
+async fn stop_one<G: Gcs + ?Sized>(
+    gcs: &G,
+    instance_id: &str,
+    node_id_hex: &str,
+    reason: &str,
+    idle: bool,
+    deadline_ns: Option<i64>,
+) -> Result<(), String> {
+    // A drain's answer: accepted, refused (Ray's reason) or failed.
+    let answer = |r: Result<super::gcs::DrainReply, crate::CoreError>| match r {
+        Ok(r) if r.accepted => Ok(()),
+        Ok(r) => {
+            tracing::warn!("drain of {instance_id} rejected: {}", r.rejection);
+            Err(format!("drain rejected: {}", r.rejection))
+        }
+        Err(err) => {
+            tracing::warn!("drain of {instance_id} failed: {err}");
+            Err(format!("drain failed: {err}"))
+        }
+    };
+    if let Some(d) = deadline_ns {
+        let deadline_ms = d.div_euclid(1_000_000);
+        tracing::info!("draining {instance_id} (node {node_id_hex}) with a deadline: {reason}");
+        answer(gcs.drain_node_until(node_id_hex, reason, deadline_ms).await)
+    } else if idle {
+        tracing::info!("draining {instance_id} (node {node_id_hex}): {reason}");
+        answer(gcs.drain_idle_node(node_id_hex, reason).await)
+    } else {
+        tracing::info!("stopping ray on {instance_id} (node {node_id_hex}): {reason}");
+        match gcs.stop_node(node_id_hex).await {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                tracing::warn!("the GCS did not stop ray on {instance_id}");
+                Err(format!("the GCS did not stop ray node {node_id_hex}"))
+            }
+            Err(err) => {
+                tracing::warn!("stopping ray on {instance_id} failed: {err}");
+                Err(format!("stopping ray failed: {err}"))
             }
         }
     }

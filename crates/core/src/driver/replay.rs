@@ -45,6 +45,9 @@ pub(super) fn replays(storage: &InMemoryStorage, ids: &mut dyn IdSource) -> Vec<
                     out.push(Effect::Drain {
                         instance_id: i.instance_id.clone(),
                         node_id_hex: node.clone(),
+                        // The next reconcile's drain reaches a multi-host instance's
+                        // other hosts: its node is gone, the instance is stopped whole.
+                        siblings: Vec::new(),
                         reason: "replayed after a restart".into(),
                         idle: true,
                         deadline_ns: None,

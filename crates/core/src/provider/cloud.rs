@@ -258,6 +258,9 @@ pub struct MetadataCommands<'a> {
     pub per_boot: bool,
     /// Whose notice endpoints a worker's watcher polls (`rayscale.preemption`).
     pub notices: Option<super::boot::NoticeCloud>,
+    /// Prints which host of its instance this is (0 for the first), on a cloud whose
+    /// instances may be several hosts (GCP's TPU slices); see [`BootTarget::host_index_command`].
+    pub host_index: Option<&'a str>,
 }
 
 /// Every node type's boot script: the head type's (the launcher's head), and with
@@ -289,6 +292,7 @@ pub fn boot_scripts(
                     instance_id_command: m.instance_id,
                     per_boot: m.per_boot,
                     notices: m.notices,
+                    host_index_command: m.host_index,
                 },
             )?
         } else {

@@ -31,6 +31,9 @@ mod explain_tests;
 pub mod gangs;
 #[cfg(test)]
 mod gangs_tests;
+mod hosts;
+#[cfg(test)]
+mod hosts_tests;
 mod limits;
 #[cfg(test)]
 mod limits_tests;
@@ -186,6 +189,9 @@ pub enum Effect {
         instance_id: String,
         /// Its Ray node (hex).
         node_id_hex: String,
+        /// The instance's other hosts' Ray nodes (hex), drained the same way before
+        /// `node_id_hex`: a multi-host instance is stopped whole. Empty for one host.
+        siblings: Vec<String>,
         /// Why.
         reason: String,
         /// Idle termination (a rejectable drain) rather than a stop.
@@ -347,7 +353,14 @@ pub fn reconcile<S: InstanceStorage>(
     } else {
         observed
     };
+    let hexes: Rc<[String]> = observed
+        .ray
+        .node_states
+        .iter()
+        .map(crate::model::NodeState::node_id_hex)
+        .collect();
     let mut r = Run {
+        hosts: hosts::Hosts::of(config, observed.ray, &hexes),
         im,
         avail,
         now_ns,
@@ -355,12 +368,7 @@ pub fn reconcile<S: InstanceStorage>(
         out: Outcome::default(),
         read: std::cell::RefCell::new(None),
         holds: Holds::new(),
-        hexes: observed
-            .ray
-            .node_states
-            .iter()
-            .map(crate::model::NodeState::node_id_hex)
-            .collect(),
+        hexes,
     };
     r.out.warnings.extend(skipped);
     r.sync(config, observed, ids)?;
@@ -568,6 +576,9 @@ struct Run<'m, S: InstanceStorage> {
     holds: Holds,
     /// Each readable Ray node's id in hex, in the GCS reply's order (computed once).
     hexes: Rc<[String]>,
+    /// The live Ray nodes of each instance of a multi-host type, by cloud id (empty
+    /// when no type has several hosts).
+    hosts: hosts::Hosts,
 }
 
 /// When `i` failed to launch: ALLOCATION_FAILED, or gone with a launch error before Ray
@@ -635,6 +646,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                 InstanceStatus::RayStopRequested => self.out.effects.push(Effect::Drain {
                     instance_id: i.instance_id.clone(),
                     node_id_hex: i.node_id.clone().unwrap_or_default(),
+                    siblings: hosts::siblings(&self.hosts, i),
                     reason: e.details.clone(),
                     idle: i.idle_stop(),
                     deadline_ns: i.drain_deadline_ns,

@@ -242,6 +242,9 @@ impl<S: InstanceStorage> Run<'_, S> {
             })
             .flatten();
         let state = released.as_ref().or(fixed.as_ref()).unwrap_or(ray);
+        // A multi-host instance is one node to the scheduler (no such type: nothing).
+        let one_per_instance = hosts::folded(config, state, &table);
+        let state = one_per_instance.as_ref().unwrap_or(state);
         // The nodes' hex ids were made once for this reconcile, of the state as read.
         let read = std::ptr::eq(state, obs.ray).then_some(&hexes[..]);
         let mut request =

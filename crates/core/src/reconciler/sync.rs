@@ -419,6 +419,10 @@ impl<S: InstanceStorage> Run<'_, S> {
             let Some(i) = by_cloud.get(ns.instance_id.as_str()) else {
                 continue;
             };
+            // Another live node on a multi-host instance is another host.
+            if hosts::is_multi_host(config, i) {
+                continue;
+            }
             let Some(old) = i.node_id.as_deref() else {
                 continue;
             };
@@ -495,9 +499,10 @@ impl<S: InstanceStorage> Run<'_, S> {
             // and a host used again would be stopped by its last life's dead node; a
             // raylet that dies before it is ever seen alive leaves its record to the
             // ALLOCATED / RAY_INSTALLING timeouts). One event per instance per batch.
+            // A multi-host instance's record takes its first host's node.
             let other_node = match &i.node_id {
                 Some(n) => n != hex,
-                None => !is_live(ns),
+                None => !is_live(ns) || !hosts::may_claim(config, i, ns),
             };
             if i.status != target
                 && passive_ok

@@ -22,6 +22,7 @@ pub fn node_type(name: &str, r: &[(&str, f64)], min: u64, max: Option<u64>) -> N
         priority: 0,
         node_config: serde_json::json!({}),
         launch_config_hash: format!("hash-{name}"),
+        hosts: None,
     }
 }
 

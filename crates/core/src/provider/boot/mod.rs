@@ -96,6 +96,12 @@ pub struct BootTarget<'a> {
     /// Whose notice endpoints the worker's watcher polls, with
     /// `rayscale.preemption.enabled` (see [`notice`]); `None`: no watcher.
     pub notices: Option<NoticeCloud>,
+    /// A shell command that prints which host of its cloud instance this is (0 for the
+    /// first), for a node type whose instances are several hosts
+    /// ([`MultiHost`](crate::config::MultiHost)): the hosts but the first start Ray
+    /// without the type's first-host-only resources. `None` on a cloud of one host per
+    /// instance (a multi-host type there is refused).
+    pub host_index_command: Option<&'a str>,
 }
 
 /// Where the head's boot script will run (the launcher's head).
@@ -126,6 +132,7 @@ enum Role<'a> {
     Worker {
         head_ip: &'a str,
         notices: Option<NoticeCloud>,
+        host_index_command: Option<&'a str>,
     },
     Head {
         private_ip_command: &'a str,
@@ -159,6 +166,7 @@ pub fn render_worker(config: &ClusterConfig, target: &BootTarget<'_>) -> Result<
         Role::Worker {
             head_ip: target.head_ip,
             notices: target.notices.filter(|_| config.preemption.enabled),
+            host_index_command: target.host_index_command,
         },
     )
 }
@@ -411,6 +419,31 @@ fn render(
             (k.to_string(), n)
         })
         .collect();
+    // The resources of a multi-host type's other hosts: without the first host's own.
+    let other_hosts = match (&t.hosts, &role) {
+        (None, _) => None,
+        (
+            Some(h),
+            Role::Worker {
+                host_index_command: Some(cmd),
+                ..
+            },
+        ) => {
+            let mut rest = resources.clone();
+            rest.retain(|k, _| !h.first_host_only.contains(k));
+            Some((*cmd, Value::Object(rest).to_string()))
+        }
+        (Some(_), _) => {
+            return Err(CoreError::invalid(
+                format!("available_node_types.{node_type}"),
+                if is_head {
+                    "a head's instance is one host; a multi-host slice is a worker type"
+                } else {
+                    "its instances are several hosts, and this cloud's boot cannot tell them apart"
+                },
+            ));
+        }
+    };
     let labels: serde_json::Map<String, Value> = t
         .labels
         .iter()
@@ -480,6 +513,17 @@ fn render(
     }
     s.push_str(&format!("{EOF_MARK}\n"));
     s.push_str("printf 'export RAY_CLOUD_INSTANCE_ID=%q\\n' \"$RAY_CLOUD_INSTANCE_ID\" >>\"$BOOT_DIR/env.sh\"\n");
+    if let Some((cmd, rest)) = &other_hosts {
+        // Every host of the instance runs this script; only the first keeps the type's
+        // first-host-only resources (Ray's `TPU-<type>-head` on worker 0).
+        s.push_str(&format!("RAYSCALE_HOST_INDEX=\"$({cmd})\"\n"));
+        s.push_str("case \"$RAYSCALE_HOST_INDEX\" in ''|*[!0-9]*) echo \"rayscale: no host index from the metadata service (got '$RAYSCALE_HOST_INDEX')\" >&2; exit 1 ;; esac\n");
+        s.push_str("echo \"rayscale: host $RAYSCALE_HOST_INDEX of its instance\"\n");
+        s.push_str(&format!(
+            "if [ \"$RAYSCALE_HOST_INDEX\" != 0 ]; then printf 'export RAY_OVERRIDE_RESOURCES=%s\\n' {} >>\"$BOOT_DIR/env.sh\"; fi\n",
+            quote(&quote(rest))
+        ));
+    }
     if is_head {
         s.push_str("printf 'export RAY_HEAD_IP=%q\\n' \"$RAY_HEAD_IP\" >>\"$BOOT_DIR/env.sh\"\n");
     }

@@ -26,6 +26,7 @@ fn target() -> BootTarget<'static> {
         instance_id_command: "echo i-123",
         per_boot: false,
         notices: None,
+        host_index_command: None,
     }
 }
 
@@ -128,19 +129,71 @@ fn the_script_runs() {
          worker_start_ray_commands: ['echo start $RAY_CLOUD_INSTANCE_ID $RAY_HEAD_IP >> $RAYSCALE_TRACE']\n",
     );
     let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
+    let (ok, got, log) = run_traced(&s, &dir);
+    assert!(ok, "{log}");
+    assert_eq!(got, "init\nsetup w\nstart i-123 10.0.0.1\n", "{log}");
+}
+
+/// Runs script `s` with bash, its boot directory `dir` (removed after) and
+/// `RAYSCALE_TRACE` a file there: whether it succeeded, the trace, and the boot log.
+fn run_traced(s: &str, dir: &std::path::Path) -> (bool, String, String) {
     let trace = dir.join("trace");
     let out = std::process::Command::new("bash")
         .arg("-c")
-        .arg(&s)
-        .env("RAYSCALE_BOOT_DIR", &dir)
+        .arg(s)
+        .env("RAYSCALE_BOOT_DIR", dir)
         .env("RAYSCALE_TRACE", &trace)
         .output()
         .unwrap_or_else(|e| panic!("bash: {e}"));
     let log = std::fs::read_to_string(dir.join("boot.log")).unwrap_or_default();
-    assert!(out.status.success(), "{log}");
     let got = std::fs::read_to_string(&trace).unwrap_or_default();
-    assert_eq!(got, "init\nsetup w\nstart i-123 10.0.0.1\n", "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
+    (out.status.success(), got, log)
+}
+
+#[test]
+fn each_host_of_a_multi_host_type_starts_ray_and_only_the_first_keeps_its_own_resources() {
+    let mut c =
+        cfg("worker_start_ray_commands: ['echo \"$RAY_OVERRIDE_RESOURCES\" >> $RAYSCALE_TRACE']\n");
+    let w = c.node_types.iter_mut().find(|t| t.name == "w").expect("w");
+    w.resources = crate::model::resources::ResourceMap::from_f64_pairs([
+        ("TPU", 4.0),
+        ("TPU-v4-16-head", 1.0),
+    ]);
+    w.hosts = Some(crate::config::MultiHost {
+        count: 2,
+        first_host_only: vec!["TPU-v4-16-head".to_string()],
+    });
+    // A cloud that cannot tell hosts apart gets no script for it.
+    let e = render_worker(&c, &target())
+        .expect_err("refused")
+        .to_string();
+    assert!(e.starts_with("available_node_types.w:"), "{e}");
+    let run = |index: &str| {
+        let dir = std::env::temp_dir().join(format!(
+            "rayscale-boot-hosts-{}-{}",
+            std::process::id(),
+            index.len()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cmd = format!("echo {index}");
+        let t = BootTarget {
+            host_index_command: Some(&cmd),
+            ..target()
+        };
+        let s = render_worker(&c, &t).unwrap_or_else(|e| panic!("{e}"));
+        run_traced(&s, &dir)
+    };
+    let (ok, got, log) = run("0");
+    assert!(ok, "{log}");
+    assert_eq!(got, "{\"TPU\":4,\"TPU-v4-16-head\":1}\n", "{log}");
+    let (ok, got, log) = run("1");
+    assert!(ok, "{log}");
+    assert_eq!(got, "{\"TPU\":4}\n", "{log}");
+    // No index (the metadata service answered garbage): the boot stops before Ray.
+    let (ok, got, log) = run("x1x");
+    assert!(!ok && got.is_empty(), "{log}");
+    assert!(log.contains("no host index"), "{log}");
 }
 
 fn wait_for(path: &std::path::Path, needle: &str) -> String {
@@ -284,6 +337,7 @@ fn a_per_boot_script_installs_itself_once() {
         &BootTarget {
             per_boot: true,
             notices: None,
+            host_index_command: None,
             ..target()
         },
     )
@@ -321,6 +375,7 @@ fn a_per_boot_script_installs_itself_once() {
 fn the_notice_watcher_is_there_only_with_preemption_on_and_before_ray() {
     let t = BootTarget {
         notices: Some(NoticeCloud::Aws),
+        host_index_command: None,
         ..target()
     };
     let start = "worker_start_ray_commands: ['ray start --block --address=$RAY_HEAD_IP:6380']\n";
