@@ -9,7 +9,9 @@
 //!   host has been ([`folded`]): a slice whose first host waits while the others work is
 //!   busy, and `max_workers` counts the instance once, as Ray counts a pod;
 //! - stopping it drains every host, the others before the first ([`siblings`]);
-//! - a Ray node of another host is never taken for a raylet restarted on the instance.
+//! - a Ray node of another host is never taken for a raylet restarted on the instance,
+//!   and any host's node dead while the instance runs stops it whole (`sync`: its hosts
+//!   run one program; a broken slice is not kept).
 //!
 //! With no multi-host type in the config, nothing here changes anything (the difftest
 //! against Ray's scheduler stays exact).

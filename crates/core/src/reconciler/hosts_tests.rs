@@ -172,6 +172,31 @@ fn a_dead_first_host_is_not_replaced_by_another_host() {
 }
 
 #[test]
+fn a_dead_other_host_stops_the_slice_whole() {
+    let mut w = world();
+    let cloud = launched(&mut w);
+    w.ray.node_states.push(host(0, &cloud));
+    w.ray.node_states.push(host(1, &cloud));
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::RayRunning);
+    // Worker 0 lives, the other host's raylet dies: the slice cannot run its program.
+    w.ray.node_states[2].status = Some(NodeStatus::Dead);
+    w.now += SEC;
+    let out = w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::Terminating);
+    let terminates: Vec<_> = out
+        .effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Terminate { .. }))
+        .collect();
+    assert_eq!(terminates.len(), 1, "{:?}", out.effects);
+    // Its own node is still worker 0's.
+    assert_eq!(w.instance("i1").node_id.as_deref(), Some(hex(0).as_str()));
+    assert_eq!(w.statuses().len(), 1, "{:?}", w.statuses());
+}
+
+#[test]
 fn one_host_types_keep_rays_restart_rule() {
     // The same world without `hosts`: a second live node on the instance whose record's
     // node died is a raylet restarted there (a new record takes it).

@@ -499,6 +499,21 @@ impl<S: InstanceStorage> Run<'_, S> {
             // and a host used again would be stopped by its last life's dead node; a
             // raylet that dies before it is ever seen alive leaves its record to the
             // ALLOCATED / RAY_INSTALLING timeouts). One event per instance per batch.
+            // Another host of a running multi-host instance dead: the slice is broken (its
+            // hosts run one program) and is stopped whole, as when its first host dies.
+            if ns.status == Some(NodeStatus::Dead)
+                && i.status == InstanceStatus::RayRunning
+                && i.node_id.as_deref().is_some_and(|n| n != hex)
+                && hosts::is_multi_host(config, i)
+                && moved.insert(i.instance_id.as_str())
+            {
+                events.push(Self::ev(
+                    i,
+                    InstanceStatus::RayStopped,
+                    format!("ray node {hex}, another host of the instance, is dead"),
+                ));
+                continue;
+            }
             // A multi-host instance's record takes its first host's node.
             let other_node = match &i.node_id {
                 Some(n) => n != hex,
