@@ -297,23 +297,31 @@ impl NodeConfig {
                 ));
             }
         }
-        // Ray's own defaults.yaml writes `scheduling` as a one-item list; the API wants
-        // the object.
+        // Ray's own defaults.yaml writes `scheduling` as a one-item list, and Ray's
+        // example-gpu-docker.yaml as a list of one-key mappings; the API wants the one
+        // object: the items' keys merged (a key given twice is refused).
         if let Some(Value::Array(items)) = body.get("scheduling") {
-            match items.as_slice() {
-                [one @ Value::Object(_)] => {
-                    let one = one.clone();
-                    body.insert("scheduling".into(), one);
-                }
-                [] => {
-                    body.remove("scheduling");
-                }
-                _ => {
+            let mut merged = Map::new();
+            for (n, item) in items.iter().enumerate() {
+                let Value::Object(m) = item else {
                     return Err(GcpError::config(
-                        format!("{path}.scheduling"),
-                        "must be one mapping (a list is accepted only with one item, as Ray's defaults write it)",
+                        format!("{path}.scheduling[{n}]"),
+                        format!("must be a mapping of Scheduling fields, got {item}"),
                     ));
+                };
+                for (k, v) in m {
+                    if merged.insert(k.clone(), v.clone()).is_some() {
+                        return Err(GcpError::config(
+                            format!("{path}.scheduling[{n}].{k}"),
+                            "given in two items of the list (one Scheduling object is sent)",
+                        ));
+                    }
                 }
+            }
+            if merged.is_empty() {
+                body.remove("scheduling");
+            } else {
+                body.insert("scheduling".into(), Value::Object(merged));
             }
         }
         Ok(NodeConfig {
@@ -396,6 +404,24 @@ mod tests {
         let w = &c.node_types["w"];
         assert_eq!(w.body["scheduling"]["preemptible"], Value::Bool(true));
         assert!(w.is_spot());
+        // A list of mappings (Ray's example-gpu-docker.yaml) is one Scheduling object.
+        let c = GcpConfig::from_cluster(&cluster(&format!(
+            "{BASE}  w: {{resources: {{CPU: 2}}, node_config: {{machineType: n1-standard-2, scheduling: [{{preemptible: true}}, {{onHostMaintenance: TERMINATE}}]}}}}\n"
+        )))
+        .expect("loads");
+        assert_eq!(
+            c.node_types["w"].body["scheduling"],
+            serde_json::json!({"preemptible": true, "onHostMaintenance": "TERMINATE"})
+        );
+        let e = GcpConfig::from_cluster(&cluster(&format!(
+            "{BASE}  w: {{resources: {{CPU: 2}}, node_config: {{machineType: n1-standard-2, scheduling: [{{preemptible: true}}, {{preemptible: false}}]}}}}\n"
+        )))
+        .expect_err("a key twice")
+        .to_string();
+        assert!(
+            e.starts_with("available_node_types.w.node_config.scheduling[1].preemptible:"),
+            "{e}"
+        );
         // Names go into URL paths and a key's file name: Google's characters only.
         for (from, to, key) in [
             (
