@@ -152,15 +152,41 @@ impl ClusterConfig {
         let idle_timeout_minutes = get("idle_timeout_minutes")
             .and_then(Value::as_f64)
             .unwrap_or(DEFAULT_IDLE_TIMEOUT_MINUTES);
-        let head_node_type = get("head_node_type")
-            .and_then(Value::as_str)
-            .map(str::to_string);
         let provider = get("provider").and_then(Value::as_object);
         let provider_type = provider
             .and_then(|p| p.get("type"))
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
+        // Ray fills a missing `head_node_type` from the cloud's defaults.yaml
+        // (`fillout_defaults`): its head type's name.
+        let default_head = match get("head_node_type") {
+            None => ray_default_head_type(&provider_type),
+            Some(_) => None,
+        };
+        let head_node_type = get("head_node_type")
+            .and_then(Value::as_str)
+            .or(default_head)
+            .map(str::to_string);
+        for legacy in ["head_node", "worker_nodes"] {
+            match get(legacy) {
+                None => {}
+                Some(Value::Null) => {}
+                Some(Value::Object(m)) if m.is_empty() => {
+                    tracing::warn!(
+                        "{}: an empty legacy field, dropped (as Ray 2.x drops it)",
+                        join(path, legacy)
+                    );
+                }
+                Some(_) => {
+                    return Err(CoreError::invalid(
+                        join(path, legacy),
+                        "a Ray 1.x field Ray 2.x no longer reads: describe the node types in \
+                         available_node_types and name the head's in head_node_type",
+                    ));
+                }
+            }
+        }
         let disable_launch_config_check =
             match provider.and_then(|p| p.get("disable_launch_config_check")) {
                 None => true,
@@ -195,10 +221,14 @@ impl ClusterConfig {
                     ));
                 }
                 Some(h) if !types.contains_key(h) => {
-                    return Err(CoreError::invalid(
-                        join(path, "head_node_type"),
-                        format!("{h:?} is not one of available_node_types"),
-                    ));
+                    let why = match default_head {
+                        Some(_) => format!(
+                            "not set, so Ray's default for {provider_type}, {h:?}, which is \
+                             not one of available_node_types: name the head's type"
+                        ),
+                        None => format!("{h:?} is not one of available_node_types"),
+                    };
+                    return Err(CoreError::invalid(join(path, "head_node_type"), why));
                 }
                 Some(_) => {}
             }
@@ -460,6 +490,16 @@ pub fn parse_yaml(text: &str, origin: &str) -> Result<Value, CoreError> {
         origin: origin.to_string(),
         message: e.to_string().replace('\n', " "),
     })
+}
+
+/// The head type Ray's defaults.yaml of a cloud names (`head_node_type`), which Ray takes
+/// when a cluster YAML names none; `None` for a provider without one.
+fn ray_default_head_type(provider_type: &str) -> Option<&'static str> {
+    match provider_type {
+        "aws" | "azure" => Some("ray.head.default"),
+        "gcp" => Some("ray_head_default"),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -209,6 +209,10 @@ pub static CLUSTER: Obj = Obj {
         ("worker_start_ray_commands", COMMANDS_REF),
         ("no_restart", Node::Any),
         ("available_node_types", Node::Object(&NODE_TYPES)),
+        // Ray 1.x's legacy fields: Ray 2.60 drops them when empty and refuses them
+        // otherwise (checked in `ClusterConfig::from_value`).
+        ("head_node", Node::Any),
+        ("worker_nodes", Node::Any),
         // rayscale's extension block (not in Ray's schema), checked by the expander settings.
         ("rayscale", Node::Any),
     ],

@@ -172,3 +172,59 @@ fn keys_rayscale_does_not_act_on_are_said_at_start() {
     .expect("loads");
     assert_eq!(aws.keys_not_acted_on(), Vec::<String>::new());
 }
+
+#[test]
+fn a_missing_head_node_type_is_rays_default_for_the_cloud() {
+    let cloud = |provider: &str, head: &str| {
+        BASIC
+            .replace("{type: local_processes}", provider)
+            .replace("head_node_type: head\n", "")
+            .replace("  head: {", &format!("  {head}: {{"))
+    };
+    let aws = ClusterConfig::from_yaml_str(
+        &cloud("{type: aws, region: us-west-2}", "ray.head.default"),
+        "t",
+    )
+    .expect("Ray's AWS default head type");
+    assert_eq!(aws.head_node_type.as_deref(), Some("ray.head.default"));
+    assert_eq!(
+        aws.node_type("ray.head.default")
+            .and_then(|t| t.max_workers),
+        Some(0)
+    );
+    let gcp = ClusterConfig::from_yaml_str(
+        &cloud(
+            "{type: gcp, region: us-west1, availability_zone: us-west1-a, project_id: p}",
+            "ray_head_default",
+        ),
+        "t",
+    )
+    .expect("Ray's GCP default head type");
+    assert_eq!(gcp.head_node_type.as_deref(), Some("ray_head_default"));
+    // The default is not among the types: said, naming what to set.
+    let e = err(&cloud(
+        "{type: azure, location: westus2, resource_group: rg}",
+        "head",
+    ));
+    assert!(
+        e.starts_with("head_node_type: not set, so Ray's default for azure, \"ray.head.default\""),
+        "{e}"
+    );
+    // A provider without Ray defaults keeps Ray's required-key error.
+    assert_eq!(
+        err(&BASIC.replace("head_node_type: head\n", "")),
+        "head_node_type: required when available_node_types is set"
+    );
+}
+
+#[test]
+fn rays_empty_legacy_fields_are_dropped_and_others_refused() {
+    let ok = format!("{BASIC}head_node: {{}}\nworker_nodes: {{}}\n");
+    assert!(ClusterConfig::from_yaml_str(&ok, "t").is_ok());
+    let bad = format!("{BASIC}head_node: {{InstanceType: m5.large}}\n");
+    assert!(
+        err(&bad).starts_with("head_node: a Ray 1.x field Ray 2.x no longer reads"),
+        "{}",
+        err(&bad)
+    );
+}
