@@ -2,7 +2,11 @@
 //! the contract check (`tests/contract/check.py`) judges the requests real configs make:
 //! Ray's own YAMLs for the cloud as the Ray wheel ships them (`ray/autoscaler/<cloud>/*.yaml`,
 //! found through `RAYSCALE_PYTHON`), and rayscale's spot/preemptible and GPU variants
-//! (`tests/fixtures/contract/<cloud>-*.yaml`, written here, not Ray's text).
+//! (`tests/fixtures/contract/<cloud>-*.yaml`, written here, not Ray's text), and, when
+//! `RAYSCALE_RAY_EXAMPLES` names a directory, the YAMLs in its `<cloud>/` (Ray's
+//! published examples, `python/ray/autoscaler/<cloud>/example-*.yaml` of Ray's
+//! repository, which the wheel does not ship and this repository does not copy: a
+//! measurement run on a machine that has them).
 
 use std::path::PathBuf;
 
@@ -25,7 +29,8 @@ pub fn ray_autoscaler_dir() -> PathBuf {
 }
 
 /// `(origin, parsed YAML)` of every cluster YAML for `cloud` ("aws", "gcp", "azure"):
-/// Ray's first, then the variants. Panics when either set is empty.
+/// Ray's first, then the variants, then `RAYSCALE_RAY_EXAMPLES`'s (see the module docs).
+/// Panics when a set is empty.
 pub fn for_cloud(cloud: &str) -> Vec<(String, Value)> {
     let mut out = Vec::new();
     let mut read = |dir: PathBuf, keep: &dyn Fn(&str) -> bool| {
@@ -52,6 +57,9 @@ pub fn for_cloud(cloud: &str) -> Vec<(String, Value)> {
     read(ray_autoscaler_dir().join(cloud), &|_| true);
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/contract");
     read(fixtures, &|n| n.starts_with(&format!("{cloud}-")));
+    if let Some(dir) = std::env::var_os("RAYSCALE_RAY_EXAMPLES") {
+        read(PathBuf::from(dir).join(cloud), &|_| true);
+    }
     out
 }
 
@@ -77,7 +85,14 @@ pub async fn launch_every_node_type(
     v: &Value,
     origin: &str,
 ) -> usize {
-    let types = node_types(v);
+    // The head as the config has it (Ray's default head type when the YAML names none).
+    let types: Vec<(String, bool)> = node_types(v)
+        .into_iter()
+        .map(|(t, _)| {
+            let head = cfg.head_node_type.as_deref() == Some(t.as_str());
+            (t, head)
+        })
+        .collect();
     for (i, (t, is_head)) in types.iter().enumerate() {
         let r = rayscale_core::provider::LaunchRequest {
             request_id: format!("lr-{}-{i}", cfg.cluster_name),

@@ -516,17 +516,39 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
             v["provider"]["project_id"] = serde_json::json!("my-project");
         }
         let project = v["provider"]["project_id"].as_str().unwrap().to_string();
+        // (A YAML without one gets rayscale's own error when it loads, below.)
         let zone = v["provider"]["availability_zone"]
             .as_str()
-            .unwrap()
+            .unwrap_or("us-west1-a")
             .to_string();
         let fake = GceFake::start(&project, &zone, Timing::default()).await;
         let cfg = ClusterConfig::from_value(&v, "").unwrap_or_else(|e| panic!("{origin}: {e}"));
-        let p = provider(&fake, &cfg).await;
+        // As `rayscale run` has it: Ray's TPU resources filled in, the workers' boot
+        // scripts rendered (a head address), the TPU API beside Compute Engine's.
+        let cfg = rayscale_provider_gcp::tpu::fill_resources(&cfg)
+            .unwrap_or_else(|e| panic!("{origin}: {e}"));
+        rayscale_tests::install_crypto_provider();
+        let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling())
+            .await
+            .unwrap();
+        let tpu = rayscale_provider_gcp::rest::Rest::new(&fake.url(), "test")
+            .await
+            .unwrap();
+        let p = GcpProvider::new(client, &cfg, Some("10.0.0.2"), polling())
+            .unwrap_or_else(|e| panic!("{origin}: {e}"))
+            .with_tpu_api(tpu);
         launched +=
             rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &v, &origin).await;
+        // Compute Engine instances and TPU nodes (not the VMs Cloud TPU keeps behind one).
+        let made = || {
+            fake.instances()
+                .keys()
+                .filter(|n| !n.starts_with("t1v-n-"))
+                .count()
+                + fake.tpu(|t| t.nodes().len())
+        };
         assert!(
-            rayscale_tests::wait_until(Duration::from_secs(10), || fake.instances().len()
+            rayscale_tests::wait_until(Duration::from_secs(10), || made()
                 == rayscale_tests::cluster_yamls::node_types(&v).len()),
             "{origin}: {:?}",
             fake.instances()
