@@ -70,6 +70,17 @@ fn launched(w: &mut World) -> String {
     w.cloud[0].cloud_instance_id.clone()
 }
 
+/// [`launched`], with both hosts' Ray nodes up: the record RAY_RUNNING on worker 0's.
+fn running(w: &mut World) -> String {
+    let cloud = launched(w);
+    w.ray.node_states.push(host(0, &cloud));
+    w.ray.node_states.push(host(1, &cloud));
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::RayRunning);
+    cloud
+}
+
 fn drains(out: &Outcome) -> Vec<(String, Vec<String>)> {
     out.effects
         .iter()
@@ -113,12 +124,7 @@ fn the_record_takes_the_first_hosts_node_and_the_instance_counts_once() {
 #[test]
 fn a_slice_is_idle_only_when_every_host_is_and_stops_whole() {
     let mut w = world();
-    let cloud = launched(&mut w);
-    w.ray.node_states.push(host(0, &cloud));
-    w.ray.node_states.push(host(1, &cloud));
-    w.now += SEC;
-    w.tick();
-    assert_eq!(w.instance("i1").status, InstanceStatus::RayRunning);
+    let cloud = running(&mut w);
     // The first host idle past the timeout, the other still working: kept.
     idle(&mut w.ray.node_states[1], 120_000);
     for _ in 0..3 {
@@ -152,34 +158,23 @@ fn a_slice_is_idle_only_when_every_host_is_and_stops_whole() {
 #[test]
 fn a_dead_first_host_is_not_replaced_by_another_host() {
     let mut w = world();
-    let cloud = launched(&mut w);
-    w.ray.node_states.push(host(0, &cloud));
-    w.ray.node_states.push(host(1, &cloud));
-    w.now += SEC;
-    w.tick();
+    let cloud = running(&mut w);
     // The first host's raylet dies, the other lives: the slice is broken and goes
     // whole (no record takes the other host as a raylet restarted on the instance).
     w.ray.node_states[1].status = Some(NodeStatus::Dead);
     w.now += SEC;
     let out = w.tick();
     assert_eq!(w.instance("i1").status, InstanceStatus::Terminating);
-    assert!(
-        out.effects
-            .iter()
-            .any(|e| matches!(e, Effect::Terminate { .. }))
-    );
+    assert!(out.effects.iter().any(
+        |e| matches!(e, Effect::Terminate { cloud_instance_ids, .. } if cloud_instance_ids == &vec![cloud.clone()])
+    ));
     assert_eq!(w.statuses().len(), 1, "{:?}", w.statuses());
 }
 
 #[test]
 fn a_dead_other_host_stops_the_slice_whole() {
     let mut w = world();
-    let cloud = launched(&mut w);
-    w.ray.node_states.push(host(0, &cloud));
-    w.ray.node_states.push(host(1, &cloud));
-    w.now += SEC;
-    w.tick();
-    assert_eq!(w.instance("i1").status, InstanceStatus::RayRunning);
+    let cloud = running(&mut w);
     // Worker 0 lives, the other host's raylet dies: the slice cannot run its program.
     w.ray.node_states[2].status = Some(NodeStatus::Dead);
     w.now += SEC;
@@ -188,7 +183,7 @@ fn a_dead_other_host_stops_the_slice_whole() {
     let terminates: Vec<_> = out
         .effects
         .iter()
-        .filter(|e| matches!(e, Effect::Terminate { .. }))
+        .filter(|e| matches!(e, Effect::Terminate { cloud_instance_ids, .. } if cloud_instance_ids == &vec![cloud.clone()]))
         .collect();
     assert_eq!(terminates.len(), 1, "{:?}", out.effects);
     // Its own node is still worker 0's.
