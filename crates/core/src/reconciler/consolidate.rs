@@ -13,6 +13,9 @@
 //! free room twice. The drain is a voluntary stop, held by the disruption budget
 //! (`max_draining` bounds how many drain at once) and its windows like an idle one.
 //!
+//! A multi-host instance (a TPU slice) is never consolidated: its hosts run one program,
+//! which does not move as retried tasks do.
+//!
 //! What runs on a node is known only as a sum (the GCS reports totals, not tasks), so
 //! the load is placed whole, as one bundle: a node whose tasks would fit only spread over
 //! several others is kept (conservative).
@@ -128,9 +131,11 @@ pub(super) fn choose(
     let mut low: Vec<(f64, i64, &Instance, crate::model::ResourceMap)> = Vec::new();
     let mut kept = BTreeMap::new();
     for i in table.iter().map(|i| &**i) {
+        // A multi-host instance's hosts run one program: its work is not moved.
         if i.is_head
             || i.status != InstanceStatus::RayRunning
             || !c.node_types.contains(&i.node_type)
+            || hosts::is_multi_host(config, i)
         {
             continue;
         }

@@ -22,7 +22,12 @@ const HEAD_RES: &str = "TPU-v4-16-head";
 
 /// A world whose `slice` type has two hosts per instance.
 fn world() -> World {
-    let mut w = World::new(CONFIG);
+    world_of(CONFIG)
+}
+
+/// [`world`] of another config with the same `slice` type.
+fn world_of(config: &str) -> World {
+    let mut w = World::new(config);
     for t in &mut w.config.node_types {
         if t.name == "slice" {
             t.hosts = Some(MultiHost {
@@ -239,4 +244,48 @@ fn folding_keeps_one_node_per_slice_and_leaves_others_alone() {
     assert_eq!(f.node_states[1].status, Some(NodeStatus::Running));
     // No multi-host type: nothing folded.
     assert!(hosts::folded(&World::new(CONFIG).config, &w.ray, &table).is_none());
+}
+
+#[test]
+fn a_slice_opted_into_consolidation_is_never_consolidated() {
+    let config = format!(
+        "{}rayscale: {{consolidation: {{node_types: [slice], utilization_below: 0.6, after_s: 60}}}}\n",
+        CONFIG.replace("max_workers: 1,", "max_workers: 2,")
+    );
+    let mut w = world_of(&config);
+    w.ray.pending_resource_requests = vec![demand(&[(HEAD_RES, 1.0)], 2)];
+    let out = w.tick();
+    w.cloud_fulfils(&out);
+    assert_eq!(w.cloud.len(), 2, "{:?}", out.effects);
+    w.ray.pending_resource_requests.clear();
+    w.now += SEC;
+    w.tick();
+    let clouds: Vec<String> = w
+        .cloud
+        .iter()
+        .map(|c| c.cloud_instance_id.clone())
+        .collect();
+    // Two slices, each host with one of its 4 TPUs in use (a quarter: below the
+    // threshold, and the load would fit on the other slice).
+    for (s, cloud) in clouds.iter().enumerate() {
+        for k in 0..2u8 {
+            let mut h = host(k, cloud);
+            h.node_id = vec![10 + 2 * s as u8 + k; 4];
+            let mut avail = vec![("TPU", 3.0)];
+            if k == 0 {
+                avail.push((HEAD_RES, 1.0));
+            }
+            h.available_resources = crate::testing::res(&avail);
+            w.ray.node_states.push(h);
+        }
+    }
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.count(InstanceStatus::RayRunning), 2);
+    for _ in 0..20 {
+        w.now += 10 * SEC;
+        let out = w.tick();
+        assert!(drains(&out).is_empty(), "{:?}", out.effects);
+    }
+    assert_eq!(w.count(InstanceStatus::RayRunning), 2);
 }

@@ -281,9 +281,12 @@ impl<S: InstanceStorage> Run<'_, S> {
         } else {
             self.avail.clocks = Default::default();
         }
+        // They see a multi-host instance as one node too (no such type: the state read).
+        let units = hosts::folded(config, obs.ray, &table);
+        let units = units.as_ref().unwrap_or(obs.ray);
         self.out.autostop = autostop::apply(
             config.limits.autostop_minutes,
-            obs.ray,
+            units,
             &request,
             outside,
             &table,
@@ -294,7 +297,7 @@ impl<S: InstanceStorage> Run<'_, S> {
         consolidate::choose(
             config.limits.consolidation.as_ref(),
             config,
-            obs.ray,
+            units,
             &unreadable,
             &request,
             &table,
