@@ -168,6 +168,13 @@ impl ClusterConfig {
             .and_then(Value::as_str)
             .or(default_head)
             .map(str::to_string);
+        if get("min_workers").is_some() {
+            tracing::warn!(
+                "{}: a top-level min_workers is dropped, as Ray drops it (give each node \
+                 type its own min_workers in available_node_types)",
+                join(path, "min_workers")
+            );
+        }
         for legacy in ["head_node", "worker_nodes"] {
             match get(legacy) {
                 None => {}

@@ -213,6 +213,9 @@ pub static CLUSTER: Obj = Obj {
         // otherwise (checked in `ClusterConfig::from_value`).
         ("head_node", Node::Any),
         ("worker_nodes", Node::Any),
+        // A top-level `min_workers` (Ray 1.x's): Ray 2.60 drops it before its schema
+        // check (`fillout_defaults`), and so does `ClusterConfig::from_value`, saying so.
+        ("min_workers", Node::Any),
         // rayscale's extension block (not in Ray's schema), checked by the expander settings.
         ("rayscale", Node::Any),
     ],

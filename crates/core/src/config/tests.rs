@@ -221,6 +221,10 @@ fn a_missing_head_node_type_is_rays_default_for_the_cloud() {
 fn rays_empty_legacy_fields_are_dropped_and_others_refused() {
     let ok = format!("{BASIC}head_node: {{}}\nworker_nodes: {{}}\n");
     assert!(ClusterConfig::from_yaml_str(&ok, "t").is_ok());
+    // A top-level min_workers too (Ray pops it before its schema check).
+    let ok = format!("{BASIC}min_workers: 3\n");
+    let c = ClusterConfig::from_yaml_str(&ok, "t").expect("loads");
+    assert_eq!(c.node_types[1].min_workers, 1, "each type's own, unchanged");
     let bad = format!("{BASIC}head_node: {{InstanceType: m5.large}}\n");
     assert!(
         err(&bad).starts_with("head_node: a Ray 1.x field Ray 2.x no longer reads"),
