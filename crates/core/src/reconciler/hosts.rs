@@ -5,11 +5,9 @@
 //! - its record's Ray node is its first host's (the one with the type's first-host-only
 //!   resources, Ray's `TPU-<type>-head`): the record reaches RAY_RUNNING when that host's
 //!   node runs (`sync`);
-//! - the scheduler sees one node for it, the first host's with every host's resources
-//!   (total and available summed), idle only as long as every host has been
-//!   ([`folded`]): a slice whose first host waits while the others work is busy, the room
-//!   its other hosts have is seen, and `max_workers` counts the instance once, as Ray
-//!   counts a pod;
+//! - the scheduler sees one node for it, the first host's, idle only as long as every
+//!   host has been ([`folded`]): a slice whose first host waits while the others work is
+//!   busy, and `max_workers` counts the instance once, as Ray counts a pod;
 //! - stopping it drains every host, the others before the first ([`siblings`]);
 //! - a Ray node of another host is never taken for a raylet restarted on the instance,
 //!   and any host's node dead while the instance runs stops it whole (`sync`: its hosts
@@ -24,7 +22,7 @@ use foldhash::HashMap;
 
 use crate::config::ClusterConfig;
 use crate::instance::Instance;
-use crate::model::{ClusterResourceState, InstanceStatus, NodeState, NodeStatus, ResourceMap};
+use crate::model::{ClusterResourceState, InstanceStatus, NodeState, NodeStatus};
 
 /// The live Ray nodes (hex) of each cloud instance of a multi-host type, by cloud id, in
 /// the GCS reply's order.
@@ -110,10 +108,9 @@ pub(super) fn is_multi_host(config: &ClusterConfig, i: &Instance) -> bool {
 }
 
 /// The GCS state with each multi-host instance's live Ray nodes folded into one: the
-/// record's own node (else the first host's, else the first listed) with the hosts'
-/// resources summed (its own first), idle for as long as every host has been (the
-/// shortest idle time; 0 when one works), and not idle when one host is not. `None` when
-/// no instance has more than one live node (nothing to fold).
+/// record's own node (else the first host's, else the first listed), idle for as long as
+/// every host has been (the shortest idle time; 0 when one works), and not idle when one
+/// host is not. `None` when no instance has more than one live node (nothing to fold).
 pub(super) fn folded(
     config: &ClusterConfig,
     ray: &ClusterResourceState,
@@ -161,12 +158,7 @@ pub(super) fn folded(
             .min()
             .unwrap_or(0);
         let busy = group.iter().any(|n| !ray.node_states[*n].is_idle());
-        let order = || std::iter::once(rep).chain(group.iter().copied().filter(|n| *n != rep));
-        let total = summed(order().map(|n| &ray.node_states[n].total_resources));
-        let available = summed(order().map(|n| &ray.node_states[n].available_resources));
         let r = &mut out.node_states[rep];
-        r.total_resources = total;
-        r.available_resources = available;
         r.idle_duration_ms = if busy { 0 } else { idle_ms };
         if busy && r.status == Some(NodeStatus::Idle) {
             r.status = Some(NodeStatus::Running);
@@ -182,18 +174,4 @@ pub(super) fn folded(
         keep
     });
     Some(out)
-}
-
-/// The sum of `maps`, in the order their names first appear (outside input: saturating).
-fn summed<'m>(maps: impl Iterator<Item = &'m ResourceMap>) -> ResourceMap {
-    let mut out = ResourceMap::default();
-    for m in maps {
-        for (name, v) in &m.0 {
-            match out.0.iter_mut().find(|(n, _)| n == name) {
-                Some(e) => e.1 = e.1.saturating_add(*v),
-                None => out.0.push((name.clone(), *v)),
-            }
-        }
-    }
-    out
 }
