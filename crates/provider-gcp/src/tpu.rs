@@ -116,7 +116,7 @@ fn cores_per_chip(generation: &str) -> u64 {
 /// v5litepod and v6e slices of at most 8 chips, else 4.
 fn chips_per_host(accelerator_type: &str, chips: u64) -> u64 {
     let eight = accelerator_type.starts_with("v5litepod") || accelerator_type.starts_with("v6e");
-    if eight && chips <= 8 { chips } else { 4 }
+    if eight && chips <= 8 { chips.max(1) } else { 4 }
 }
 
 /// `v<digits><letters>-<digits>` or `tpu<digits><letters>-<digits>` (Ray's
@@ -581,6 +581,13 @@ mod tests {
             // Over 8 chips a v5litepod/v6e host sees 4 (Ray's chips per host).
             (json!({"acceleratorType": "v5litepod-16"}), 4),
             (json!({"acceleratorType": "v6e-16"}), 4),
+            // No chips at all (a size of 0): one host, never a division by zero.
+            (json!({"acceleratorType": "v5litepod-0"}), 1),
+            (json!({"acceleratorType": "v4-0"}), 1),
+            (
+                json!({"acceleratorConfig": {"type": "V5LITE_POD", "topology": "0x4"}}),
+                1,
+            ),
             (
                 json!({"acceleratorConfig": {"type": "V4", "topology": "2x2x2"}}),
                 2,

@@ -203,19 +203,30 @@ async fn run_one<G: Gcs + ?Sized>(
             idle,
             deadline_ns,
         } => {
-            // A multi-host instance's other hosts first, the same way: one refused keeps
-            // the instance (its record goes back to RAY_RUNNING), its first host untouched.
-            for node in siblings.iter().chain(std::iter::once(node_id_hex)) {
-                if let Err(reason) =
-                    stop_one(gcs, instance_id, node, reason, *idle, *deadline_ns).await
-                {
-                    return One::Rejected(DrainRejection {
-                        instance_id: instance_id.clone(),
-                        reason,
-                    });
-                }
+            // A multi-host instance's other hosts first, the same way and all at once (one
+            // call's time, however many hosts). One refused: the first host is left
+            // alone and the record goes back to RAY_RUNNING; the hosts that accepted go
+            // on draining, and once one is dead the reconciler stops the broken slice
+            // whole (a refusal is a race: the stop was decided with every host idle).
+            let others = futures_util::future::join_all(
+                siblings
+                    .iter()
+                    .map(|node| stop_one(gcs, instance_id, node, reason, *idle, *deadline_ns)),
+            )
+            .await;
+            if let Some(Err(reason)) = others.into_iter().find(Result::is_err) {
+                return One::Rejected(DrainRejection {
+                    instance_id: instance_id.clone(),
+                    reason,
+                });
             }
-            One::Done
+            match stop_one(gcs, instance_id, node_id_hex, reason, *idle, *deadline_ns).await {
+                Ok(()) => One::Done,
+                Err(reason) => One::Rejected(DrainRejection {
+                    instance_id: instance_id.clone(),
+                    reason,
+                }),
+            }
         }
         Effect::InstallRay {
             instance_id,

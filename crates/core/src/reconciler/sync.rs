@@ -334,6 +334,15 @@ impl<S: InstanceStorage> Run<'_, S> {
         let mut events = Vec::new();
         let mut adopted: HashSet<&str> = HashSet::new();
         let mut adopted_nodes = Vec::new();
+        // The cloud ids of multi-host instances rayscale made: a host's Ray node outliving
+        // its deleted instance in the GCS is never taken for an unmanaged instance.
+        let mut made_multi: HashSet<&str> = HashSet::new();
+        made_multi.extend(
+            table
+                .iter()
+                .filter(|i| hosts::is_multi_host(config, i))
+                .filter_map(|i| i.cloud_instance_id.as_deref()),
+        );
         let hexes = self.hexes.clone();
         for (ns, hex) in obs.ray.node_states.iter().zip(hexes.iter()) {
             if ns.instance_id.is_empty()
@@ -344,6 +353,7 @@ impl<S: InstanceStorage> Run<'_, S> {
                 )
                 || held.contains(ns.instance_id.as_str())
                 || stopping.contains(ns.instance_id.as_str())
+                || made_multi.contains(ns.instance_id.as_str())
                 || ran
                     .get_or_insert_with(|| {
                         // Sized for the table (a filtered `collect` would grow it a dozen
