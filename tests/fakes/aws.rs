@@ -230,6 +230,50 @@ impl MotoEc2 {
         )
     }
 
+    /// [`Self::rayscale_env`], calling `at_line` once, while the CLI still runs, on the
+    /// first line of its log (stderr) that contains `marker`: a test acts at a known
+    /// point of the CLI's work instead of racing it.
+    pub fn rayscale_at(
+        &self,
+        args: &[&str],
+        env: &[(&str, &str)],
+        marker: &str,
+        at_line: impl FnOnce(),
+    ) -> (bool, String) {
+        let mut child = Command::new(crate::workspace_bin("rayscale"))
+            .args(args)
+            .envs(self.cli_env())
+            .envs(env.iter().copied())
+            .env("HOME", &self.home)
+            .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rayscale runs");
+        let mut stdout = child.stdout.take().expect("piped");
+        let reader = std::thread::spawn(move || {
+            let mut out = String::new();
+            let _ = stdout.read_to_string(&mut out);
+            out
+        });
+        let mut log = String::new();
+        let mut at_line = Some(at_line);
+        for line in BufReader::new(child.stderr.take().expect("piped")).lines() {
+            let Ok(line) = line else { break };
+            if line.contains(marker)
+                && let Some(f) = at_line.take()
+            {
+                f();
+            }
+            log.push_str(&line);
+            log.push('\n');
+        }
+        let status = child.wait().expect("rayscale exits");
+        let out = reader.join().expect("the stdout reader");
+        (status.success(), out + &log)
+    }
+
     /// Empties moto (instances, VPCs recreated with new ids) and the switch.
     pub fn reset(&self) {
         self.post("/moto-api/reset", "{}");

@@ -499,57 +499,54 @@ fn file_mounts_that_cannot_be_copied_fail_up_loudly_and_leak_nothing() {
     let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
     assert!(ok && out.contains("head i-"), "{out}");
 
-    // The cloud takes the head away while `up` waits for its SSH (up to 600 s here):
-    // `up` says so at its next try instead of waiting it out.
-    let taker = {
-        let (client, cluster) = (moto.client(), cluster.clone());
-        std::thread::spawn(move || {
+    // The cloud takes the head away while `up` waits for its SSH (up to 600 s here), at
+    // `up`'s first failed SSH try (so after `up` saw it run): `up` says so at its next
+    // try instead of waiting it out.
+    let mut taken = String::new();
+    let (ok, out) = moto.rayscale_at(
+        &["up", &arg],
+        &[("AUTOSCALER_NODE_START_WAIT_S", "600")],
+        "waiting for the head's SSH",
+        || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
-            rt.block_on(async {
-                for _ in 0..600 {
-                    let out = client
-                        .describe_instances()
-                        .filters(
-                            aws_sdk_ec2::types::Filter::builder()
-                                .name("tag:ray-cluster-name")
-                                .values(&cluster)
-                                .build(),
-                        )
-                        .filters(
-                            aws_sdk_ec2::types::Filter::builder()
-                                .name("instance-state-name")
-                                .values("running")
-                                .build(),
-                        )
-                        .send()
-                        .await
-                        .unwrap();
-                    let ids: Vec<String> = out
-                        .reservations()
-                        .iter()
-                        .flat_map(|r| r.instances())
-                        .filter_map(|i| i.instance_id().map(str::to_string))
-                        .collect();
-                    if let Some(id) = ids.first() {
-                        client
-                            .terminate_instances()
-                            .instance_ids(id)
-                            .send()
-                            .await
-                            .unwrap();
-                        return id.clone();
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                String::new()
-            })
-        })
-    };
-    let (ok, out) = moto.rayscale_env(&["up", &arg], &[("AUTOSCALER_NODE_START_WAIT_S", "600")]);
-    let taken = taker.join().unwrap();
+            taken = rt.block_on(async {
+                let client = moto.client();
+                let out = client
+                    .describe_instances()
+                    .filters(
+                        aws_sdk_ec2::types::Filter::builder()
+                            .name("tag:ray-cluster-name")
+                            .values(&cluster)
+                            .build(),
+                    )
+                    .filters(
+                        aws_sdk_ec2::types::Filter::builder()
+                            .name("instance-state-name")
+                            .values("running")
+                            .build(),
+                    )
+                    .send()
+                    .await
+                    .unwrap();
+                let id = out
+                    .reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .find_map(|i| i.instance_id().map(str::to_string))
+                    .expect("the head runs while up waits for its SSH");
+                client
+                    .terminate_instances()
+                    .instance_ids(&id)
+                    .send()
+                    .await
+                    .unwrap();
+                id
+            });
+        },
+    );
     assert!(
         !ok && !taken.is_empty()
             && out.contains(&format!("the head {taken} "))

@@ -103,6 +103,14 @@ pub async fn up(
         )));
     }
     let launched = heads.is_empty();
+    // The head waited for, and whether the cloud has listed it yet: one the cloud lists as
+    // stopping, or no longer lists after it did (EC2 drops terminated instances from a
+    // list of live states), will never run, and `up` says so at once instead of waiting
+    // out the timeout. Not yet listed after its launch says nothing (a cloud's list may
+    // lag its launch call).
+    let mut waiting_on: Option<(String, bool)> = heads
+        .first()
+        .map(|h| (h.cloud_instance_id.clone(), true));
     if launched {
         tracing::info!(
             "launching the head ({head_type}) of cluster {}",
@@ -122,6 +130,11 @@ pub async fn up(
         if let Some(e) = outcome.shortfall {
             return Err(provider_err(e));
         }
+        waiting_on = outcome
+            .instances
+            .iter()
+            .find(|i| i.is_head())
+            .map(|i| (i.cloud_instance_id.clone(), false));
     }
     let waited = tokio::time::Instant::now();
     // Progress: said when the head's state changes (and every minute while it does not).
@@ -129,6 +142,30 @@ pub async fn up(
     loop {
         let all = provider.list().await.map_err(provider_err)?;
         let heads = live_heads(&all);
+        if waiting_on.is_none() {
+            waiting_on = heads.first().map(|h| (h.cloud_instance_id.clone(), true));
+        }
+        if let Some((id, listed)) = waiting_on.as_mut() {
+            let gone = match all.iter().find(|i| i.cloud_instance_id == *id) {
+                Some(i) if i.state == CloudInstanceState::Stopping => {
+                    Some("is stopping or terminated")
+                }
+                Some(_) => {
+                    *listed = true;
+                    None
+                }
+                None if *listed => Some("is no longer in the cloud's list"),
+                None => None,
+            };
+            if let Some(why) = gone {
+                return Err(CoreError::Provider(format!(
+                    "cluster {}: the head {id} {why} before it ran ({} s); \
+                     rayscale up again launches a new one",
+                    config.cluster_name,
+                    waited.elapsed().as_secs()
+                )));
+            }
+        }
         let now = heads
             .first()
             .map(|h| format!("head {} is {:?}", h.cloud_instance_id, h.state))
@@ -402,6 +439,100 @@ mod tests {
         let e = err_text(up(&p, &c, "r", &settings()).await);
         assert!(e.contains("no capacity"), "{e}");
         assert!(p.instances().is_empty());
+    }
+
+    /// A cloud whose list, from its `at`-th call on, shows the pending head changed by
+    /// `how` (stopping, or gone), or (`hide`) leaves it out of its first lists.
+    struct Fickle {
+        inner: FakeProvider,
+        lists: std::sync::atomic::AtomicUsize,
+        at: usize,
+        how: Option<CloudInstanceState>,
+        hide: usize,
+    }
+
+    #[async_trait::async_trait]
+    impl CloudInstanceProvider for Fickle {
+        fn provider_type(&self) -> &str {
+            "fickle"
+        }
+        async fn list(&self) -> Result<Vec<CloudInstance>, crate::provider::ProviderError> {
+            let n = self
+                .lists
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut all = self.inner.list().await?;
+            if n < self.hide {
+                all.retain(|i| !i.is_head());
+            } else if n >= self.at {
+                match self.how {
+                    Some(s) => all.iter_mut().for_each(|i| i.state = s),
+                    None => all.clear(),
+                }
+            }
+            Ok(all)
+        }
+        async fn launch(
+            &self,
+            r: &LaunchRequest,
+        ) -> Result<crate::provider::LaunchOutcome, crate::provider::ProviderError> {
+            self.inner.launch(r).await
+        }
+        async fn launch_head(
+            &self,
+            r: &LaunchRequest,
+        ) -> Result<crate::provider::LaunchOutcome, crate::provider::ProviderError> {
+            self.inner.launch_head(r).await
+        }
+        async fn terminate(
+            &self,
+            ids: &[String],
+            r: &str,
+        ) -> Result<(), crate::provider::ProviderError> {
+            self.inner.terminate(ids, r).await
+        }
+        async fn poll_errors(&self) -> Vec<crate::provider::ProviderError> {
+            Vec::new()
+        }
+    }
+
+    /// A head the cloud lists as stopping, or stops listing after it did, fails `up` at
+    /// once (EC2 ends a pending instance it has no capacity for); one the list has not
+    /// shown yet right after its launch is waited for.
+    #[tokio::test(start_paused = true)]
+    async fn up_says_at_once_when_the_head_it_waits_for_goes() {
+        let c = config();
+        let fickle = |at, how, hide| Fickle {
+            inner: FakeProvider::new().booting_slowly(),
+            lists: Default::default(),
+            at,
+            how,
+            hide,
+        };
+        // Listed pending by the first look after the launch (call 1), stopping at call 3.
+        let p = fickle(3, Some(CloudInstanceState::Stopping), 0);
+        let started = tokio::time::Instant::now();
+        let e = err_text(up(&p, &c, "r", &settings()).await);
+        assert!(
+            e.contains("the head fake-0 is stopping or terminated before it ran")
+                && e.contains("rayscale up again launches a new one"),
+            "{e}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "not waited out");
+        let p = fickle(3, None, 0);
+        let e = err_text(up(&p, &c, "r", &settings()).await);
+        assert!(e.contains("the head fake-0 is no longer in the cloud's list"), "{e}");
+        // The list lags the launch for 3 looks, then shows the head, which boots.
+        let p = fickle(usize::MAX, None, 4);
+        let s = settings();
+        let waiting = up(&p, &c, "r", &s);
+        let booting = async {
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            p.inner.boot_all();
+            with_ips(&p.inner);
+        };
+        let (r, ()) = tokio::join!(waiting, booting);
+        let r = r.unwrap_or_else(|e| panic!("{e}"));
+        assert!(r.launched && r.head.cloud_instance_id == "fake-0");
     }
 
     /// A cloud whose head launches one more worker as it goes (the head's autoscaler
