@@ -275,6 +275,18 @@ def load_scenario(path: str) -> dict:
     return data
 
 
+def ray_default_max_workers(provider: Dict[str, Any]) -> Optional[int]:
+    """The max_workers of Ray's defaults.yaml for this provider (None without one)."""
+    from ray.autoscaler._private.providers import _get_default_config
+
+    if not isinstance(provider, dict) or not isinstance(provider.get("type"), str):
+        return None
+    try:
+        return _get_default_config(provider).get("max_workers")
+    except (NotImplementedError, OSError):
+        return None
+
+
 def build_request(scn: Any) -> Tuple[SchedulingRequest, Dict[str, str]]:
     """Returns the SchedulingRequest and the set of real instance ids
     (id -> node type) of the scenario."""
@@ -302,6 +314,18 @@ def build_request(scn: Any) -> Tuple[SchedulingRequest, Dict[str, str]]:
 
     global_max = config.get("max_workers")
     provider = config.get("provider") or {}
+    if global_max is None:
+        # Ray's prepare_config (run by the v2 autoscaler's AutoscalingConfig) lays the
+        # config over its cloud's defaults.yaml, whose max_workers a config without one
+        # takes; a provider with no defaults file keeps none.
+        global_max = ray_default_max_workers(provider)
+        # ... and then Ray's validate_config holds it to the sum of min_workers.
+        sum_min = sum(t.get("min_workers", 0) for t in types.values() if isinstance(t, dict))
+        if global_max is not None and sum_min > global_max:
+            raise ScenarioError(
+                f"config.max_workers: not set, so Ray's default {global_max}, smaller than "
+                f"the sum of min_workers ({sum_min})"
+            )
     disable_check = provider.get("disable_launch_config_check", True)
     if not isinstance(disable_check, bool):
         raise ScenarioError(

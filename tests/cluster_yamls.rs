@@ -76,23 +76,23 @@ pub fn node_types(v: &Value) -> Vec<(String, bool)> {
         .unwrap_or_default()
 }
 
-/// Launches one node of every type of the YAML `v` (loaded as `cfg`) on `provider` (the
-/// head through `launch_head`); panics naming `origin` and the type on an error or a
-/// shortfall. Returns how many types were launched.
+/// Launches one node of every type of `cfg` (the types of its YAML, or Ray's defaults'
+/// when it has none) on `provider` (the head through `launch_head`); panics naming
+/// `origin` and the type on an error or a shortfall. Returns how many types were launched.
 pub async fn launch_every_node_type(
     provider: &dyn rayscale_core::provider::CloudInstanceProvider,
     cfg: &rayscale_core::config::ClusterConfig,
-    v: &Value,
     origin: &str,
 ) -> usize {
     // The head as the config has it (Ray's default head type when the YAML names none).
-    let types: Vec<(String, bool)> = node_types(v)
+    let types: Vec<(String, bool)> = node_types(&cfg.raw)
         .into_iter()
         .map(|(t, _)| {
             let head = cfg.head_node_type.as_deref() == Some(t.as_str());
             (t, head)
         })
         .collect();
+    assert!(!types.is_empty(), "{origin}: no node type to launch");
     for (i, (t, is_head)) in types.iter().enumerate() {
         let r = rayscale_core::provider::LaunchRequest {
             request_id: format!("lr-{}-{i}", cfg.cluster_name),

@@ -31,8 +31,7 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
         let cfg = ClusterConfig::from_value(&v, "").unwrap_or_else(|e| panic!("{origin}: {e}"));
         let p =
             AwsProvider::new(moto.client(), &cfg, None).unwrap_or_else(|e| panic!("{origin}: {e}"));
-        launched +=
-            rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &v, &origin).await;
+        launched += rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &origin).await;
     }
     assert!(launched >= 6, "{launched} node types launched");
 }
@@ -475,7 +474,7 @@ fn file_mounts_that_cannot_be_copied_fail_up_loudly_and_leak_nothing() {
         !ok && out.contains("file_mounts.~/code: ") && out.contains("missing"),
         "{out}"
     );
-    write("", &code);
+    write("auth: {}\n", &code);
     let (ok, out) = moto.rayscale(&["up", &arg]);
     assert!(
         !ok && out.contains("auth.ssh_user: needed to copy file_mounts"),

@@ -472,7 +472,14 @@ async fn the_head_boots_rayscale_and_workers_join_it() {
 fn as_rays_bootstrap_leaves_it(v: &mut serde_json::Value, subnet: &str) {
     v["provider"]["subnet"] = serde_json::json!(subnet);
     v["provider"]["subscription_id"] = serde_json::json!(SUB);
-    if let Some(types) = v["available_node_types"].as_object_mut() {
+    // Ray's bootstrap runs on the config with its defaults filled in.
+    if let Some(filled) = rayscale_core::config::ray_defaults::fill(v, "") {
+        *v = filled;
+    }
+    if let Some(types) = v
+        .get_mut("available_node_types")
+        .and_then(|t| t.as_object_mut())
+    {
         for t in types.values_mut() {
             t["node_config"]["azure_arm_parameters"]["publicKey"] =
                 serde_json::json!("ssh-rsa AAAA");
@@ -659,11 +666,10 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
         let fake = ArmFake::start(&sub, &rg, &loc, Timing::default()).await;
         let cfg = ClusterConfig::from_value(&v, "").unwrap_or_else(|e| panic!("{origin}: {e}"));
         let p = provider_with(&fake, &cfg, Some("127.0.0.1"), polling());
-        launched +=
-            rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &v, &origin).await;
+        launched += rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &origin).await;
         assert_eq!(
             fake.vms().len(),
-            rayscale_tests::cluster_yamls::node_types(&v).len(),
+            rayscale_tests::cluster_yamls::node_types(&cfg.raw).len(),
             "{origin}: {:?}",
             fake.vms()
         );

@@ -537,8 +537,7 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
         let p = GcpProvider::new(client, &cfg, Some("10.0.0.2"), polling())
             .unwrap_or_else(|e| panic!("{origin}: {e}"))
             .with_tpu_api(tpu);
-        launched +=
-            rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &v, &origin).await;
+        launched += rayscale_tests::cluster_yamls::launch_every_node_type(&p, &cfg, &origin).await;
         // Compute Engine instances and TPU nodes (not the VMs Cloud TPU keeps behind one).
         let made = || {
             fake.instances()
@@ -549,7 +548,7 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
         };
         assert!(
             rayscale_tests::wait_until(Duration::from_secs(10), || made()
-                == rayscale_tests::cluster_yamls::node_types(&v).len()),
+                == rayscale_tests::cluster_yamls::node_types(&cfg.raw).len()),
             "{origin}: {:?}",
             fake.instances()
         );

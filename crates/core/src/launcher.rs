@@ -108,9 +108,8 @@ pub async fn up(
     // list of live states), will never run, and `up` says so at once instead of waiting
     // out the timeout. Not yet listed after its launch says nothing (a cloud's list may
     // lag its launch call).
-    let mut waiting_on: Option<(String, bool)> = heads
-        .first()
-        .map(|h| (h.cloud_instance_id.clone(), true));
+    let mut waiting_on: Option<(String, bool)> =
+        heads.first().map(|h| (h.cloud_instance_id.clone(), true));
     if launched {
         tracing::info!(
             "launching the head ({head_type}) of cluster {}",
@@ -457,9 +456,7 @@ mod tests {
             "fickle"
         }
         async fn list(&self) -> Result<Vec<CloudInstance>, crate::provider::ProviderError> {
-            let n = self
-                .lists
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let n = self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let mut all = self.inner.list().await?;
             if n < self.hide {
                 all.retain(|i| !i.is_head());
@@ -520,7 +517,10 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5), "not waited out");
         let p = fickle(3, None, 0);
         let e = err_text(up(&p, &c, "r", &settings()).await);
-        assert!(e.contains("the head fake-0 is no longer in the cloud's list"), "{e}");
+        assert!(
+            e.contains("the head fake-0 is no longer in the cloud's list"),
+            "{e}"
+        );
         // The list lags the launch for 3 looks, then shows the head, which boots.
         let p = fickle(usize::MAX, None, 4);
         let s = settings();

@@ -13,6 +13,7 @@ pub mod keys;
 pub mod limits;
 pub mod mounts;
 pub mod preemption;
+pub mod ray_defaults;
 pub mod rsync_filter;
 pub mod schema;
 
@@ -75,7 +76,8 @@ pub struct MultiHost {
 pub struct ClusterConfig {
     /// `cluster_name`.
     pub cluster_name: String,
-    /// Global `max_workers` (head excluded); `None` for no cap.
+    /// Global `max_workers` (head excluded); `None` for no cap. Ray's default (2) for a cloud
+    /// YAML that leaves it out ([`ray_defaults`]).
     pub max_workers: Option<u64>,
     /// `upscaling_speed` (default 1.0 as in Ray v1 configs; v2 treats 0 as "one per type").
     pub upscaling_speed: Option<f64>,
@@ -136,7 +138,17 @@ impl ClusterConfig {
     }
 
     /// Validates and extracts a config from a parsed document; `path` prefixes error paths.
+    /// The top-level keys a cloud's YAML leaves out are first filled from Ray's defaults
+    /// for that cloud, as Ray's `prepare_config` fills them ([`ray_defaults`]); the result
+    /// is [`ClusterConfig::raw`].
     pub fn from_value(v: &Value, path: &str) -> Result<Self, CoreError> {
+        match ray_defaults::fill(v, path) {
+            Some(filled) => Self::from_filled(&filled, path),
+            None => Self::from_filled(v, path),
+        }
+    }
+
+    fn from_filled(v: &Value, path: &str) -> Result<Self, CoreError> {
         schema::validate(v, &schema::Node::Object(&schema::CLUSTER), path)?;
         // After the schema check, the shapes below are known to be right.
         let obj = v
@@ -161,7 +173,7 @@ impl ClusterConfig {
         // Ray fills a missing `head_node_type` from the cloud's defaults.yaml
         // (`fillout_defaults`): its head type's name.
         let default_head = match get("head_node_type") {
-            None => ray_default_head_type(&provider_type),
+            None => ray_defaults::head_type(&provider_type),
             Some(_) => None,
         };
         let head_node_type = get("head_node_type")
@@ -497,16 +509,6 @@ pub fn parse_yaml(text: &str, origin: &str) -> Result<Value, CoreError> {
         origin: origin.to_string(),
         message: e.to_string().replace('\n', " "),
     })
-}
-
-/// The head type Ray's defaults.yaml of a cloud names (`head_node_type`), which Ray takes
-/// when a cluster YAML names none; `None` for a provider without one.
-fn ray_default_head_type(provider_type: &str) -> Option<&'static str> {
-    match provider_type {
-        "aws" | "azure" => Some("ray.head.default"),
-        "gcp" => Some("ray_head_default"),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
