@@ -25,7 +25,7 @@ fn config() -> ClusterConfig {
 
 async fn provider(fake: &GceFake) -> Result<GcpProvider, String> {
     let polling = Polling::default();
-    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling)
+    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling, None)
         .await
         .map_err(|e| e.to_string())?;
     GcpProvider::new(client, &config(), None, polling).map_err(|e| e.to_string())

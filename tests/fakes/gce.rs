@@ -218,6 +218,25 @@ impl GceFake {
         self.server.uri()
     }
 
+    /// Each request so far, as `(method path, its Authorization header)`, in order.
+    pub async fn authorizations(&self) -> Vec<(String, Option<String>)> {
+        self.server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .map(|r| {
+                (
+                    format!("{} {}", r.method, r.url.path()),
+                    r.headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string),
+                )
+            })
+            .collect()
+    }
+
     /// The environment `rayscale up`/`down` run with against this fake: Compute, IAM and
     /// Resource Manager all here, and `HOME` = `home` (where `up` keeps the project SSH
     /// key it makes, never the user's own `~/.ssh`).

@@ -43,7 +43,7 @@ fn polling() -> Polling {
 
 async fn provider(fake: &GceFake, cfg: &ClusterConfig) -> GcpProvider {
     rayscale_tests::install_crypto_provider();
-    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling())
+    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling(), None)
         .await
         .unwrap();
     GcpProvider::new(client, cfg, None, polling()).unwrap()
@@ -321,7 +321,7 @@ async fn an_unfinished_operation_is_checked_by_poll_errors() {
         launch_wait: Duration::from_millis(500),
         ..polling()
     };
-    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling)
+    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling, None)
         .await
         .unwrap();
     let p = GcpProvider::new(client, &cfg, None, polling).unwrap();
@@ -345,7 +345,7 @@ async fn the_head_boots_rayscale_and_workers_join_it() {
     let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
     let cfg = config("boot", "");
     rayscale_tests::install_crypto_provider();
-    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling())
+    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling(), None)
         .await
         .unwrap();
     let p = GcpProvider::new(client, &cfg, Some("10.1.2.3"), polling()).unwrap();
@@ -528,10 +528,10 @@ async fn rays_yamls_and_the_spot_and_gpu_variants_launch_every_node_type() {
         let cfg = rayscale_provider_gcp::tpu::fill_resources(&cfg)
             .unwrap_or_else(|e| panic!("{origin}: {e}"));
         rayscale_tests::install_crypto_provider();
-        let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling())
+        let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling(), None)
             .await
             .unwrap();
-        let tpu = rayscale_provider_gcp::rest::Rest::new(&fake.url(), "test")
+        let tpu = rayscale_provider_gcp::rest::Rest::new(&fake.url(), "test", None)
             .await
             .unwrap();
         let p = GcpProvider::new(client, &cfg, Some("10.0.0.2"), polling())

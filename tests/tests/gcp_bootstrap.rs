@@ -159,7 +159,7 @@ async fn up_makes_rays_account_key_and_subnet_and_a_rerun_changes_nothing() {
         maximum: Duration::from_millis(300),
         launch_wait: Duration::from_secs(10),
     };
-    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling)
+    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling, None)
         .await
         .unwrap();
     let p = GcpProvider::new(client, &b.config, Some("10.0.0.2"), polling).unwrap();
@@ -394,6 +394,100 @@ async fn rays_gcp_defaults_yaml_goes_up_unchanged() {
     assert!(ok, "{out}");
     let gone = rayscale_tests::wait_until(Duration::from_secs(20), || fake.instances().is_empty());
     assert!(gone, "{:?}", fake.instances());
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+/// Ray's `provider.gcp_credentials`, both kinds Ray takes: with a service account key
+/// (made here with ssh-keygen, never a key kept in the repository) every call of `up` and
+/// `down` carries a token signed for that account (a JWT whose issuer is its email), and
+/// with an access token every call carries that token; neither reaches the head, whose
+/// metadata holds the rest of the config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rays_gcp_credentials_sign_every_call_and_never_reach_the_head() {
+    use base64::Engine;
+    rayscale_tests::install_crypto_provider();
+    let home = scratch("gcpcreds");
+    let key = home.join("sa");
+    let made = std::process::Command::new("ssh-keygen")
+        .args([
+            "-q", "-t", "rsa", "-b", "2048", "-m", "PKCS8", "-N", "", "-f",
+        ])
+        .arg(&key)
+        .status()
+        .expect("ssh-keygen runs");
+    assert!(made.success());
+    let pem = std::fs::read_to_string(&key).unwrap();
+    assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----"), "PKCS#8");
+    let email = format!("ci-deployer@{PROJECT}.iam.gserviceaccount.com");
+    let sa = serde_json::json!({
+        "type": "service_account", "project_id": PROJECT, "private_key_id": "k1",
+        "private_key": pem, "client_email": email, "client_id": "1",
+        "token_uri": "https://oauth2.googleapis.com/token"
+    })
+    .to_string();
+    let token = "ya29.rayscale-test-token";
+    for (kind, secret) in [
+        ("service_account", sa.as_str()),
+        ("credentials_token", token),
+    ] {
+        let fake = GceFake::start(PROJECT, ZONE, Timing::default()).await;
+        let cluster = format!("creds{}", kind.len());
+        let config = serde_json::json!({
+            "cluster_name": cluster,
+            "provider": {"type": "gcp", "region": "us-west1", "availability_zone": ZONE,
+                          "project_id": PROJECT,
+                          "gcp_credentials": {"type": kind, "credentials": secret}},
+            "auth": {"ssh_user": "ubuntu"},
+            "max_workers": 1,
+            "head_node_type": "head",
+            "available_node_types": {"head": {"resources": {"CPU": 0},
+                "node_config": {"machineType": "n1-standard-2", "disks": [{"boot": true,
+                    "initializeParams": {"sourceImage": "projects/p/global/images/i"}}]}}}
+        });
+        let path = home.join(format!("{kind}.yaml"));
+        std::fs::write(&path, config.to_string()).unwrap();
+        let arg = path.display().to_string();
+        let env = fake.cli_env(&home);
+        let cli = |args: &[&str]| rayscale_tests::e2e::rayscale_with(&env, args);
+        let (ok, out) = tokio::task::block_in_place(|| cli(&["up", &arg]));
+        assert!(ok && out.contains("launched"), "{kind}: {out}");
+        let heads: Vec<Value> = fake
+            .instances()
+            .keys()
+            .map(|n| fake.instance(n).unwrap())
+            .collect();
+        assert_eq!(heads.len(), 1, "{kind}: {heads:?}");
+        let shown = heads[0].to_string();
+        assert!(shown.contains(PROJECT), "the config travels: {shown}");
+        for leak in ["PRIVATE KEY", "gcp_credentials", token] {
+            assert!(!shown.contains(leak), "{kind}: {leak} in the head: {shown}");
+        }
+        let (ok, out) = tokio::task::block_in_place(|| cli(&["down", &arg, "-y"]));
+        assert!(ok, "{kind}: {out}");
+        let calls = fake.authorizations().await;
+        assert!(calls.len() >= 5, "{kind}: {calls:?}");
+        for (call, header) in &calls {
+            let bearer = header
+                .as_deref()
+                .and_then(|h| h.strip_prefix("Bearer "))
+                .unwrap_or_else(|| panic!("{kind}: {call} without a bearer token: {header:?}"));
+            if kind == "credentials_token" {
+                assert_eq!(bearer, token, "{call}");
+                continue;
+            }
+            let claims = bearer
+                .split('.')
+                .nth(1)
+                .and_then(|p| {
+                    base64::engine::general_purpose::URL_SAFE_NO_PAD
+                        .decode(p)
+                        .ok()
+                })
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .unwrap_or_else(|| panic!("{call}: not a JWT: {bearer}"));
+            assert_eq!(claims["iss"], email.as_str(), "{call}: {claims}");
+        }
+    }
     let _ = std::fs::remove_dir_all(&home);
 }
 

@@ -49,10 +49,10 @@ fn polling() -> Polling {
 
 async fn provider_with(fake: &GceFake, cfg: &ClusterConfig, polling: Polling) -> GcpProvider {
     rayscale_tests::install_crypto_provider();
-    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling)
+    let client = rayscale_provider_gcp::client::build(Some(&fake.url()), &polling, None)
         .await
         .unwrap();
-    let tpu = rayscale_provider_gcp::rest::Rest::new(&fake.url(), "test")
+    let tpu = rayscale_provider_gcp::rest::Rest::new(&fake.url(), "test", None)
         .await
         .unwrap();
     GcpProvider::new(client, cfg, Some("10.0.0.2"), polling)

@@ -44,6 +44,10 @@ pub struct GcpConfig {
     /// set by `rayscale up`'s bootstrap (`head_node.serviceAccounts`), else `None` (the
     /// project's default account).
     pub head_service_accounts: Option<Value>,
+    /// `provider.gcp_credentials`: what this process calls Google with instead of
+    /// Application Default Credentials (`None`: ADC). Never shipped to the head (see
+    /// `rayscale_core::provider::boot`): the head calls with its own service account.
+    pub credentials: Option<crate::client::GcpCredentials>,
 }
 
 /// Provider keys Ray's GCP provider reads and rayscale does too.
@@ -54,6 +58,7 @@ const PROVIDER_KEYS: &[&str] = &[
     "project_id",
     "cache_stopped_nodes",
     "use_internal_ips",
+    "gcp_credentials",
 ];
 
 /// Provider keys of Ray's schema that change nothing for rayscale (it starts Ray at boot,
@@ -66,11 +71,7 @@ const IGNORED_PROVIDER_KEYS: &[&str] = &[
 ];
 
 /// Provider keys rayscale refuses, and why.
-const REFUSED_PROVIDER_KEYS: &[(&str, &str)] = &[(
-    "gcp_credentials",
-    "credentials come from Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, \
-     gcloud auth application-default login, or the instance's service account)",
-)];
+const REFUSED_PROVIDER_KEYS: &[(&str, &str)] = &[];
 
 /// The writable fields of Compute Engine's `Instance` resource (REST reference,
 /// `compute/docs/reference/rest/v1/instances`), plus `sourceInstanceTemplate` (a query
@@ -229,6 +230,7 @@ impl GcpConfig {
                     ));
                 }
             },
+            credentials: crate::client::GcpCredentials::from_provider(provider)?,
         })
     }
 }
@@ -496,17 +498,45 @@ mod tests {
             .expect_err("no project")
             .to_string();
         assert!(e.starts_with("provider.project_id: is required"), "{e}");
-        let bad = BASE.replace(
+        // Ray's gcp_credentials: each malformed shape is named, never with the secret.
+        for (given, starts) in [
+            (
+                "{type: service_account, credentials: 'not json s3cret'}",
+                "provider.gcp_credentials.credentials: not a service account key's JSON",
+            ),
+            (
+                "{type: service_account, credentials: '{\"client_email\": \"a@b\"}'}",
+                "provider.gcp_credentials.credentials: the service account key has no private_key",
+            ),
+            (
+                "{type: oauth, credentials: s3cret}",
+                "provider.gcp_credentials.type: \"oauth\": expected service_account or",
+            ),
+            (
+                "{type: credentials_token}",
+                "provider.gcp_credentials.credentials: required",
+            ),
+        ] {
+            let bad = BASE.replace(
+                "project_id: proj",
+                &format!("project_id: proj, gcp_credentials: {given}"),
+            );
+            let e = GcpConfig::from_cluster(&cluster(&bad))
+                .expect_err(given)
+                .to_string();
+            assert!(e.starts_with(starts), "{given}: {e}");
+            assert!(!e.contains("s3cret"), "{e}");
+        }
+        let ok = BASE.replace(
             "project_id: proj",
-            "project_id: proj, gcp_credentials: {type: service_account, credentials: x}",
+            "project_id: proj, gcp_credentials: {type: credentials_token, credentials: ' ya29.t '}",
         );
-        let e = GcpConfig::from_cluster(&cluster(&bad))
-            .expect_err("credentials")
-            .to_string();
-        assert!(
-            e.starts_with("provider.gcp_credentials: credentials come"),
-            "{e}"
+        let c = GcpConfig::from_cluster(&cluster(&ok)).expect("a token");
+        assert_eq!(
+            c.credentials,
+            Some(crate::client::GcpCredentials::Token("ya29.t".into()))
         );
+        assert_eq!(format!("{:?}", c.credentials), "Some(Token(..))");
     }
 
     #[test]

@@ -230,7 +230,14 @@ impl GcpProvider {
         let state = load(config, head_ip)?;
         let endpoint = std::env::var(crate::client::ENDPOINT_ENV).ok();
         let polling = Polling::default();
-        let client = crate::client::build(endpoint.as_deref(), &polling).await?;
+        let credentials = state
+            .cfg
+            .credentials
+            .as_ref()
+            .map(crate::client::GcpCredentials::to_credentials)
+            .transpose()?;
+        let client =
+            crate::client::build(endpoint.as_deref(), &polling, credentials.as_ref()).await?;
         let p = Self::new(client, config, head_ip, polling)?;
         if !state.has_tpus() {
             return Ok(p);
@@ -242,8 +249,12 @@ impl GcpProvider {
                 .clone()
                 .filter(|e| rayscale_core::provider::is_loopback_http(e))
         });
-        let api = crate::rest::Rest::new(tpu.as_deref().unwrap_or(TPU_ENDPOINT), TPU_ENDPOINT_ENV)
-            .await?;
+        let api = crate::rest::Rest::new(
+            tpu.as_deref().unwrap_or(TPU_ENDPOINT),
+            TPU_ENDPOINT_ENV,
+            credentials.as_ref(),
+        )
+        .await?;
         Ok(p.with_tpu_api(api))
     }
 

@@ -30,23 +30,26 @@ pub struct Rest {
 }
 
 impl Rest {
-    /// A client for `base` (`env` names where it came from, for errors): Application
-    /// Default Credentials for `https://`, none for a loopback `http://` URL, refused
-    /// otherwise.
-    pub async fn new(base: &str, env: &str) -> Result<Self, GcpError> {
-        let credentials = if is_loopback_http(base) {
+    /// A client for `base` (`env` names where it came from, for errors) with `given`
+    /// credentials (Ray's `gcp_credentials`) when there are, else Application Default
+    /// Credentials for `https://` and none for a loopback `http://` URL; plain http
+    /// elsewhere is refused.
+    pub async fn new(base: &str, env: &str, given: Option<&Credentials>) -> Result<Self, GcpError> {
+        let credentials = if !is_loopback_http(base) && !base.starts_with("https://") {
+            return Err(GcpError::config(
+                env,
+                format!("{base:?}: plain http is allowed only to a loopback address"),
+            ));
+        } else if let Some(c) = given {
+            Some(c.clone())
+        } else if is_loopback_http(base) {
             None
-        } else if base.starts_with("https://") {
+        } else {
             Some(
                 google_cloud_auth::credentials::Builder::default()
                     .build()
                     .map_err(|e| crate::client::no_credentials(&e.to_string()))?,
             )
-        } else {
-            return Err(GcpError::config(
-                env,
-                format!("{base:?}: plain http is allowed only to a loopback address"),
-            ));
         };
         let http = reqwest::Client::builder()
             .user_agent(concat!("rayscale/", env!("CARGO_PKG_VERSION")))

@@ -235,8 +235,13 @@ pub async fn bootstrap(
     let gcp = crate::GcpConfig::from_cluster(config)?;
     let project = gcp.project_id.clone();
     let region = region_of(gcp.region.as_deref(), &gcp.zone);
-    let compute = Rest::new(&endpoints.compute, ENDPOINT_ENV).await?;
-    let crm = Rest::new(&endpoints.crm, CRM_ENDPOINT_ENV).await?;
+    let credentials = gcp
+        .credentials
+        .as_ref()
+        .map(crate::client::GcpCredentials::to_credentials)
+        .transpose()?;
+    let compute = Rest::new(&endpoints.compute, ENDPOINT_ENV, credentials.as_ref()).await?;
+    let crm = Rest::new(&endpoints.crm, CRM_ENDPOINT_ENV, credentials.as_ref()).await?;
     // The project.
     let p = crm
         .get("projects.get", &format!("v1/projects/{project}"))
@@ -376,7 +381,7 @@ pub async fn bootstrap(
             .is_some();
     let mut service_account = None;
     if !head.is_empty() && !head_names_one {
-        let iam = Rest::new(&endpoints.iam, IAM_ENDPOINT_ENV).await?;
+        let iam = Rest::new(&endpoints.iam, IAM_ENDPOINT_ENV, credentials.as_ref()).await?;
         let mut roles = ROLES.to_vec();
         if gcp.node_types.values().any(|n| n.tpu.is_some()) {
             roles.extend(TPU_ROLES);

@@ -671,20 +671,24 @@ fn one_line(s: &str) -> String {
     s.replace(['\n', '\r'], " ")
 }
 
-/// The cluster YAML as it may travel in a node's boot script: without
-/// `provider.aws_credentials`, the keys given to the machine running `up` (a boot script
-/// is the instance's user data, which its metadata server and the cloud's API show).
+/// The cluster YAML as it may travel in a node's boot script: without the credentials
+/// given to the machine running `up` (`provider.aws_credentials`, Ray's
+/// `provider.gcp_credentials`): a boot script is the instance's user data or metadata,
+/// which its metadata server and the cloud's API show. The head calls its cloud with its
+/// own role or service account.
 fn shipped(raw: &Value) -> std::borrow::Cow<'_, Value> {
-    match raw.pointer("/provider/aws_credentials") {
-        Some(_) => {
-            let mut r = raw.clone();
-            if let Some(p) = r.get_mut("provider").and_then(Value::as_object_mut) {
-                p.remove("aws_credentials");
-            }
-            std::borrow::Cow::Owned(r)
-        }
-        None => std::borrow::Cow::Borrowed(raw),
+    const LOCAL_ONLY: [&str; 2] = ["aws_credentials", "gcp_credentials"];
+    let provider = raw.get("provider").and_then(Value::as_object);
+    if !provider.is_some_and(|p| LOCAL_ONLY.iter().any(|k| p.contains_key(*k))) {
+        return std::borrow::Cow::Borrowed(raw);
     }
+    let mut r = raw.clone();
+    if let Some(p) = r.get_mut("provider").and_then(Value::as_object_mut) {
+        for k in LOCAL_ONLY {
+            p.remove(k);
+        }
+    }
+    std::borrow::Cow::Owned(r)
 }
 
 #[cfg(test)]

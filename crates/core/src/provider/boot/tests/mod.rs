@@ -270,6 +270,32 @@ fn the_head_script_starts_rays_head_without_its_monitor_and_rayscale_beside_it()
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The credentials given to the machine running `up` never travel in the head's boot
+/// script (user data or metadata the cloud shows); the rest of the provider does.
+#[test]
+fn local_credentials_stay_off_the_heads_boot_script() {
+    let t = HeadBootTarget {
+        node_type: "h",
+        instance_id_command: "echo i",
+        private_ip_command: "echo 10.0.0.2",
+        per_boot: true,
+    };
+    for provider in [
+        "{type: gcp, project_id: p-1, availability_zone: z-1, gcp_credentials: {type: credentials_token, credentials: s3cret-token}}",
+        "{type: aws, region: r-1, aws_credentials: {aws_access_key_id: AKIAs3cret, aws_secret_access_key: s3cret}}",
+    ] {
+        let yaml = format!(
+            "cluster_name: demo\nprovider: {provider}\nhead_node_type: h\n\
+             available_node_types:\n  h: {{resources: {{}}, node_config: {{}}}}\n"
+        );
+        let c = ClusterConfig::from_yaml_str(&yaml, "t.yaml").unwrap_or_else(|e| panic!("{e}"));
+        let s = render_head(&c, &t).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!s.contains("s3cret"), "{provider}:\n{s}");
+        assert!(!s.contains("_credentials"), "{provider}:\n{s}");
+        assert!(s.contains("-1"), "the rest of the provider travels:\n{s}");
+    }
+}
+
 #[test]
 fn head_defaults_port_and_role_checks() {
     let c = cfg("");
