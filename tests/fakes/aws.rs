@@ -212,17 +212,21 @@ impl MotoEc2 {
         self.rayscale_env(args, &[])
     }
 
-    /// [`MotoEc2::rayscale`] with more environment.
-    pub fn rayscale_env(&self, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
-        let out = Command::new(crate::workspace_bin("rayscale"))
-            .args(args)
+    /// The workspace's `rayscale` with `args` against this server, with more `env`.
+    fn cli(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut c = Command::new(crate::workspace_bin("rayscale"));
+        c.args(args)
             .envs(self.cli_env())
             .envs(env.iter().copied())
             .env("HOME", &self.home)
             .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
-            .stdin(Stdio::null())
-            .output()
-            .expect("rayscale runs");
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// [`MotoEc2::rayscale`] with more environment.
+    pub fn rayscale_env(&self, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+        let out = self.cli(args, env).output().expect("rayscale runs");
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).to_string()
@@ -240,13 +244,8 @@ impl MotoEc2 {
         marker: &str,
         at_line: impl FnOnce(),
     ) -> (bool, String) {
-        let mut child = Command::new(crate::workspace_bin("rayscale"))
-            .args(args)
-            .envs(self.cli_env())
-            .envs(env.iter().copied())
-            .env("HOME", &self.home)
-            .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
-            .stdin(Stdio::null())
+        let mut child = self
+            .cli(args, env)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
