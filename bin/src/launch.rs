@@ -71,6 +71,14 @@ pub async fn up(
             .unwrap_or(0)
     );
     let r = launcher::up(provider.as_ref(), config, &request_id, &settings()).await?;
+    if r.outdated {
+        println!(
+            "the head {} runs as it was launched, from another node_config than head type {} \
+             has in this YAML (its launch hash differs); a running head keeps its boot (ray up \
+             would relaunch it): rayscale down, then rayscale up, to launch one from this YAML",
+            r.head.cloud_instance_id, r.head.node_type
+        );
+    }
     let ip = r.head.private_ip.as_deref().unwrap_or("?");
     // As `ray up`: the file mounts, before the head's setup (its boot waits for them).
     if let Some(plan) = &copies {

@@ -208,7 +208,9 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     std::fs::write(local.join("code/a.py"), "print('a2')\n").expect("edit");
     let (ok, again) = moto.rayscale(&["up", &config_arg]);
     assert!(
-        ok && again.contains("already running") && again.contains("copied 2 file mounts"),
+        ok && again.contains("already running")
+            && again.contains("copied 2 file mounts")
+            && !again.contains("from another node_config"),
         "{again}"
     );
     assert_eq!(moto.calls("RunInstances"), 1, "one head, launched once");

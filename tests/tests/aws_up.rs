@@ -143,6 +143,27 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
     );
     let (ok, out) = moto.rayscale(&["up", &arg]);
     assert!(ok, "{out}");
+    // Run again on the same YAML, `up` finds the head as launched from it (the hash its
+    // bootstrap tagged is the YAML's); with the head's node_config changed, it says the
+    // head runs as it was launched, and launches nothing.
+    let stale = "from another node_config";
+    let (ok, out) = moto.rayscale(&["up", &arg]);
+    assert!(
+        ok && out.contains("already running") && !out.contains(stale),
+        "{out}"
+    );
+    let edited = path.with_file_name("edited.yaml");
+    std::fs::write(
+        &edited,
+        yaml.replacen("InstanceType: m5.large", "InstanceType: m5.xlarge", 1),
+    )
+    .unwrap();
+    let (ok, out) = moto.rayscale(&["up", &edited.display().to_string()]);
+    assert!(
+        ok && out.contains(stale) && out.contains("rayscale down, then rayscale up"),
+        "{out}"
+    );
+    assert_eq!(moto.calls("RunInstances"), 1, "one head, launched once");
     // As `ray up`, `up` put the head in the cluster's own security group, made for it.
     let groups = moto
         .client()

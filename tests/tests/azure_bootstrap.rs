@@ -444,6 +444,13 @@ async fn rays_azure_defaults_yaml_goes_up_unchanged() {
     ] {
         assert!(out.contains(said), "{said}: {out}");
     }
+    // Run again, `up` finds the head as launched from this YAML (the hash its bootstrap
+    // tagged is the one the YAML has after the same bootstrap): nothing said stale.
+    let (ok, again) = tokio::task::block_in_place(|| cli(&["up", &arg]));
+    assert!(
+        ok && again.contains("already running") && !again.contains("from another node_config"),
+        "{again}"
+    );
     let vms = fake.vms();
     assert_eq!(vms.len(), 1, "{vms:?}");
     let head = fake.vm(vms.keys().next().unwrap()).unwrap();

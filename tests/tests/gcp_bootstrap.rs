@@ -381,6 +381,13 @@ async fn rays_gcp_defaults_yaml_goes_up_unchanged() {
     ] {
         assert!(out.contains(said), "{said}: {out}");
     }
+    // Run again, `up` finds the head as launched from this YAML (the hash its bootstrap
+    // tagged is the one the YAML has after the same bootstrap): nothing said stale.
+    let (ok, again) = tokio::task::block_in_place(|| cli(&["up", &arg]));
+    assert!(
+        ok && again.contains("already running") && !again.contains("from another node_config"),
+        "{again}"
+    );
     let heads: Vec<Value> = fake
         .instances()
         .keys()

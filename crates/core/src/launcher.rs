@@ -48,6 +48,10 @@ pub struct UpReport {
     pub head: CloudInstance,
     /// Whether this call launched it (else it was there).
     pub launched: bool,
+    /// A head that was there carries another launch hash than the YAML's head type has
+    /// now (its `node_config` changed since): it runs as it was launched. Ray's `ray up`
+    /// would relaunch it after asking; `rayscale up` says so and leaves it.
+    pub outdated: bool,
 }
 
 /// What `down` removed.
@@ -120,7 +124,7 @@ pub async fn up(
                 request_id: request_id.to_string(),
                 node_type: head_type.to_string(),
                 count: 1,
-                launch_config_hash: hash,
+                launch_config_hash: hash.clone(),
                 avoid_zones: Vec::new(),
                 all_or_nothing: false,
             })
@@ -184,9 +188,14 @@ pub async fn up(
             .iter()
             .find(|h| h.is_running() && h.private_ip.is_some())
         {
+            let outdated = !launched
+                && h.launch_config_hash
+                    .as_deref()
+                    .is_some_and(|had| had != hash.as_str());
             return Ok(UpReport {
                 head: (*h).clone(),
                 launched,
+                outdated,
             });
         }
         if waited.elapsed() >= settings.head_timeout {
@@ -412,6 +421,7 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(!r.launched, "the head of the first call is found");
+        assert!(!r.outdated, "launched from this config");
         assert_eq!(r.head.cloud_instance_id, "fake-0");
         assert!(r.head.is_head());
         let heads: Vec<FakeCall> = p
@@ -422,6 +432,26 @@ mod tests {
         assert_eq!(heads.len(), 1, "one head launch: {heads:?}");
         if let Some(FakeCall::LaunchHead(r)) = heads.first() {
             assert_eq!((r.node_type.as_str(), r.count), ("h", 1));
+        }
+    }
+
+    /// A head found running with another launch hash than its type has now is said to be
+    /// outdated (its `node_config` changed since it was launched); one without a hash
+    /// tag says nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_found_head_of_another_node_config_is_outdated() {
+        let c = config();
+        for (had, outdated) in [(Some("an-older-hash"), true), (None, false)] {
+            let p = FakeProvider::new();
+            let mut h = CloudInstance::worker("h1", "h", None).as_head();
+            h.launch_config_hash = had.map(str::to_string);
+            h.private_ip = Some("10.0.0.9".into());
+            p.insert(h);
+            let r = up(&p, &c, "r", &settings())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(!r.launched);
+            assert_eq!(r.outdated, outdated, "{had:?}");
         }
     }
 
