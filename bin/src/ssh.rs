@@ -467,7 +467,17 @@ mod tests {
             plan(&config("file_mounts: {}\n"), &home).expect("plan"),
             None
         );
-        let e = plan(&config("file_mounts: {'~/code': '~/code'}\n"), &home).expect_err("no user");
+        // Without `auth`, Ray's default user for the cloud; with an `auth` naming none, an
+        // error before anything is launched.
+        let p = plan(&config("file_mounts: {'~/code': '~/code'}\n"), &home)
+            .expect("plan")
+            .expect("mounts");
+        assert_eq!(p.user, "ubuntu");
+        let e = plan(
+            &config("auth: {}\nfile_mounts: {'~/code': '~/code'}\n"),
+            &home,
+        )
+        .expect_err("no user");
         assert!(e.to_string().starts_with("auth.ssh_user: needed"), "{e}");
         let gcp = ClusterConfig::from_yaml_str(
             "cluster_name: c\nprovider: {type: gcp, region: us-west1, availability_zone: us-west1-a, project_id: p}\n\

@@ -156,7 +156,8 @@ pub struct NodeConfig {
     pub max_price: Option<f64>,
     /// `enableAcceleratedNetworking`.
     pub accelerated_networking: bool,
-    /// `adminUsername` (default `auth.ssh_user`, else `ray`).
+    /// `adminUsername` (default `auth.ssh_user`, `ubuntu` when the YAML leaves `auth` out
+    /// as Ray's defaults have it, else `ray`).
     pub admin_username: String,
     /// `publicKey` (default: the file `auth.ssh_public_key`).
     pub public_key: String,
@@ -603,7 +604,7 @@ mod tests {
         assert!(c.cache_stopped_nodes, "Ray's Azure default");
         assert_eq!(c.zones, Zones::Any);
         let h = &c.node_types["head"];
-        assert_eq!(h.admin_username, "ray");
+        assert_eq!(h.admin_username, "ubuntu", "Ray's default auth");
         assert_eq!(
             h.image,
             Image::Marketplace {

@@ -504,7 +504,8 @@ mod tests {
             .decode(p["osProfile"]["customData"].as_str().expect("customData"))
             .expect("base64");
         assert_eq!(data, b"#!/bin/bash\necho hi\n");
-        assert_eq!(p["osProfile"]["adminUsername"], "ray");
+        // Without `auth`, Ray's default user (`ubuntu`) administers the VM, as in Ray.
+        assert_eq!(p["osProfile"]["adminUsername"], "ubuntu");
         // Internal addresses only: no public address.
         let c = cfg(", use_internal_ips: true", "");
         let b = vm_body(
