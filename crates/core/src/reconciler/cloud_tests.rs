@@ -438,17 +438,7 @@ fn a_raylet_restart_keeps_the_instance() {
         .expect("allocated");
     let old_node = w.instance("i1").node_id.clone().expect("node");
     restart_raylet(&mut w);
-    for _ in 0..3 {
-        w.now += SEC;
-        let out = w.tick();
-        assert!(
-            !out.effects
-                .iter()
-                .any(|e| matches!(e, Effect::Terminate { .. } | Effect::Drain { .. })),
-            "{:?}",
-            out.effects
-        );
-    }
+    w.assert_quiet(3);
     let i1 = w.instance("i1");
     assert_eq!(
         i1.status,

@@ -117,6 +117,21 @@ impl World {
         out
     }
 
+    /// `n` ticks a second apart, none of which drains or terminates anything.
+    pub(super) fn assert_quiet(&mut self, n: usize) {
+        for _ in 0..n {
+            self.now += SEC;
+            let out = self.tick();
+            assert!(
+                !out.effects
+                    .iter()
+                    .any(|e| matches!(e, Effect::Terminate { .. } | Effect::Drain { .. })),
+                "{:?}",
+                out.effects
+            );
+        }
+    }
+
     pub(super) fn statuses(&self) -> Vec<(String, InstanceStatus)> {
         let (_, mut all) = self.im.get_instances().expect("table");
         all.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
