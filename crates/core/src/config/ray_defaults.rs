@@ -109,15 +109,19 @@ pub fn node_types(provider_type: &str) -> Option<Value> {
     Some(v)
 }
 
-/// The defaults' top-level values, by key, for a cloud with a defaults.yaml.
+/// The top-level keys `fill` takes from the defaults.
+const FILLED: [&str; 3] = ["max_workers", "auth", "available_node_types"];
+
+/// The defaults' top-level values, by key (the keys filled, in their order), for a
+/// cloud with a defaults.yaml.
 pub fn top_level(provider_type: &str) -> Vec<(&'static str, Value)> {
     let Some(types) = node_types(provider_type) else {
         return Vec::new();
     };
     vec![
-        ("max_workers", Value::from(RAY_DEFAULT_MAX_WORKERS)),
-        ("auth", json!({"ssh_user": "ubuntu"})),
-        ("available_node_types", types),
+        (FILLED[0], Value::from(RAY_DEFAULT_MAX_WORKERS)),
+        (FILLED[1], json!({"ssh_user": "ubuntu"})),
+        (FILLED[2], types),
     ]
 }
 
@@ -128,6 +132,10 @@ pub fn top_level(provider_type: &str) -> Vec<(&'static str, Value)> {
 pub fn fill(v: &Value, path: &str) -> Option<Value> {
     let obj = v.as_object()?;
     let provider_type = obj.get("provider")?.get("type")?.as_str()?;
+    // Most YAMLs name all three: nothing is built for them (every config load asks).
+    if FILLED.iter().all(|k| obj.contains_key(*k)) {
+        return None;
+    }
     let missing: Vec<(&str, Value)> = top_level(provider_type)
         .into_iter()
         .filter(|(k, _)| !obj.contains_key(*k))
