@@ -43,6 +43,7 @@ pub async fn up(
     config: &ClusterConfig,
     path: &std::path::Path,
     wait: Option<Wait>,
+    yes: bool,
 ) -> Result<String> {
     // What goes to the head over SSH, checked before anything is made.
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
@@ -70,13 +71,25 @@ pub async fn up(
             .map(|d| d.as_millis())
             .unwrap_or(0)
     );
-    let r = launcher::up(provider.as_ref(), config, &request_id, &settings()).await?;
+    let settings = LauncherSettings {
+        relaunch_outdated: yes,
+        ..settings()
+    };
+    let r = launcher::up(provider.as_ref(), config, &request_id, &settings).await?;
     if r.outdated {
         println!(
-            "the head {} runs as it was launched, from another node_config than head type {} \
-             has in this YAML (its launch hash differs); a running head keeps its boot (ray up \
-             would relaunch it): rayscale down, then rayscale up, to launch one from this YAML",
-            r.head.cloud_instance_id, r.head.node_type
+            "the head {} runs as it was launched, from another node_config, auth or head type \
+             than this YAML's (its launch hash or type differs); a running head keeps its boot: \
+             rayscale up -y relaunches it (terminates it and launches a new one, as ray up -y \
+             does), or rayscale down, then rayscale up",
+            r.head.cloud_instance_id
+        );
+    }
+    if let Some(old) = &r.relaunched {
+        println!(
+            "relaunched the head: {old} was outdated (another node_config, auth or head type \
+             than this YAML's) and is terminated, as ray up -y does; {} is the new head",
+            r.head.cloud_instance_id
         );
     }
     let ip = r.head.private_ip.as_deref().unwrap_or("?");

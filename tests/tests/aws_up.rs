@@ -9,7 +9,9 @@
 #![allow(clippy::unwrap_used)]
 
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::provider::{CloudInstanceProvider, LaunchRequest, ProviderErrorKind};
+use rayscale_core::provider::{
+    CloudInstanceProvider, CloudInstanceState, LaunchRequest, ProviderErrorKind,
+};
 use rayscale_provider_aws::AwsProvider;
 use rayscale_tests::fakes::aws::{FakeSshHead, MotoEc2, REGION};
 
@@ -320,6 +322,58 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
         2,
         "the head was never asked to go"
     );
+    // `up -y` on the edited YAML relaunches the outdated head, as `ray up -y` does: the
+    // old one terminated, a new one launched from the edited node_config, and found
+    // current by the next `up`.
+    let old_head = p
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|i| i.is_head())
+        .unwrap();
+    let (ok, out) = moto.rayscale(&["up", &edited.display().to_string(), "-y"]);
+    assert!(
+        ok && out.contains(&format!(
+            "relaunched the head: {} was outdated",
+            old_head.cloud_instance_id
+        )),
+        "{out}"
+    );
+    let heads: Vec<_> = p
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.is_head() && i.state != CloudInstanceState::Stopping)
+        .collect();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert_ne!(heads[0].cloud_instance_id, old_head.cloud_instance_id);
+    let described = moto
+        .client()
+        .describe_instances()
+        .instance_ids(&heads[0].cloud_instance_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        described.reservations()[0].instances()[0]
+            .instance_type()
+            .map(|t| t.as_str().to_string()),
+        Some("m5.xlarge".to_string())
+    );
+    assert_eq!(
+        moto.calls("RunInstances"),
+        3,
+        "the head twice, the worker once"
+    );
+    let (ok, out) = moto.rayscale(&["up", &edited.display().to_string(), "-y"]);
+    assert!(
+        ok && out.contains("already running")
+            && !out.contains(stale)
+            && !out.contains("relaunched"),
+        "{out}"
+    );
     // Then the whole cluster.
     let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
     assert!(ok, "{out}");
@@ -333,7 +387,7 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
 /// `tests/fakes/ray_up/{ssh,rsync}`, which act on a directory standing for the head's
 /// home. Ray's `rsync-up`, `rsync-down` and `submit` want a head tagged `up-to-date`
 /// (Ray's node updater tags it so after setup; rayscale's loop on the head does): refused
-/// before the tag, working after it.
+/// before the tag, working after it. Last, `ray up` over the cluster keeps rayscale's head.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
     let moto = MotoEc2::start();
@@ -358,6 +412,7 @@ async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
         format!(
             "cluster_name: exec{pid}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
              auth: {{ssh_user: ubuntu}}\nhead_node_type: head\nmax_workers: 2\n\
+             setup_commands: []\nhead_setup_commands: []\n\
              available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
              cpu: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
         ),
@@ -458,6 +513,95 @@ async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
     std::fs::write(&script, "print('submitted', 6 * 7)\n").unwrap();
     let (ok, out) = ray(&["submit", &arg, &script.display().to_string()]);
     assert!(ok && out.contains("submitted 42"), "{out}");
+    // `ray up` run over it finds the head up to date (its `ray-launch-config` tag is the
+    // hash Ray computes of the same YAML after its own bootstrap): no relaunch, the same
+    // head runs on (`--no-restart`: the fake head has no Ray to restart).
+    let (ok, out) = ray(&["up", &arg, "-y", "--no-restart", "--no-config-cache"]);
+    assert!(ok, "{out}");
+    assert!(
+        !out.contains("out-of-date") && !out.contains("Relaunching"),
+        "ray up took the head rayscale up launched for an outdated one: {out}"
+    );
+    let heads: Vec<String> = p
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.is_head())
+        .map(|c| c.cloud_instance_id)
+        .collect();
+    assert_eq!(heads, vec![head.cloud_instance_id.clone()]);
+    // And `rayscale up` run again agrees: the head is neither relaunched nor stale.
+    let (ok, again) = moto.rayscale(&["up", &arg]);
+    assert!(ok && !again.contains("runs as it was launched"), "{again}");
+    let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
+    assert!(ok, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The other way round: a head Ray's own `ray up` launched (Ray's bootstrap, Ray's
+/// `ray-launch-config` tag) is current for `rayscale up` on the same YAML: found, not
+/// called outdated, and kept even with `-y` (which relaunches only an outdated head).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rayscale_up_keeps_the_head_rays_ray_up_launched() {
+    let moto = MotoEc2::start();
+    moto.make_rays_iam_role();
+    let pid = std::process::id();
+    let dir = std::env::temp_dir().join(format!("rayscale-aws-rayup-{pid}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let head_home = dir.join("head");
+    std::fs::create_dir_all(&head_home).unwrap();
+    let path = dir.join("cluster.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "cluster_name: rayup{pid}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
+             auth: {{ssh_user: ubuntu}}\nhead_node_type: head\nmax_workers: 2\n\
+             setup_commands: []\nhead_setup_commands: []\nhead_start_ray_commands: []\n\
+             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
+             cpu: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
+        ),
+    )
+    .unwrap();
+    let arg = path.display().to_string();
+    let ssh_log = dir.join("ssh.log");
+    let marker = format!("no-such-head-{pid}");
+    let fake_head = FakeSshHead {
+        home: &head_home,
+        path: "/usr/bin:/bin".into(),
+        marker: &marker,
+        ssh_log: &ssh_log,
+    };
+    // No start commands: the fake head has no Ray to start.
+    let out = moto
+        .ray_cli(moto.home(), &fake_head)
+        .args(["up", &arg, "-y", "--no-restart", "--no-config-cache"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    let cfg = ClusterConfig::from_yaml_str(&std::fs::read_to_string(&path).unwrap(), &arg).unwrap();
+    let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();
+    let heads = |all: Vec<rayscale_core::provider::CloudInstance>| -> Vec<String> {
+        all.into_iter()
+            .filter(|i| i.is_head() && i.state != CloudInstanceState::Stopping)
+            .map(|i| i.cloud_instance_id)
+            .collect()
+    };
+    let rays_head = heads(p.list().await.unwrap());
+    assert_eq!(rays_head.len(), 1, "{rays_head:?}");
+    assert_eq!(moto.calls("RunInstances"), 1);
+    let (ok, out) = moto.rayscale(&["up", &arg, "-y"]);
+    assert!(
+        ok && out.contains("already running")
+            && !out.contains("runs as it was launched")
+            && !out.contains("relaunched"),
+        "{out}"
+    );
+    assert_eq!(heads(p.list().await.unwrap()), rays_head);
+    assert_eq!(moto.calls("RunInstances"), 1, "nothing launched");
+    assert_eq!(moto.calls("TerminateInstances"), 0, "nothing terminated");
     let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
     assert!(ok, "{out}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -407,6 +407,21 @@ async fn a_new_principal_is_waited_for_and_given_resources_are_used_as_they_are(
         e.starts_with("auth.ssh_public_key: is required with auth.ssh_private_key"),
         "{e}"
     );
+    // The other half alone, as Ray's Azure config refuses it too.
+    let e = run(
+        &fake,
+        &yaml("other-half", "", "").replace(
+            "ssh_user: ubuntu",
+            "ssh_user: ubuntu, ssh_public_key: ~/k.pub",
+        ),
+        &home,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.starts_with("auth.ssh_private_key: is required with auth.ssh_public_key"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&home);
 }
 

@@ -504,6 +504,7 @@ async fn down_deletes_a_preempted_tpu_node() {
         poll: Duration::from_millis(200),
         head_timeout: Duration::from_secs(10),
         down_timeout: Duration::from_secs(8),
+        relaunch_outdated: false,
     };
     let r = rayscale_core::launcher::down(&p, &settings)
         .await

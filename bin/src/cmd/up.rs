@@ -45,6 +45,11 @@ pub struct UpArgs {
     /// tunnel or port forward, e.g. `127.0.0.1:6379` after `ssh -L`).
     #[arg(long, value_name = "HOST:PORT", requires = "wait")]
     gcs: Option<String>,
+    /// A cloud cluster, as `ray up -y`: a head found outdated (launched from another
+    /// node_config, auth or head type than this YAML's) is terminated and a new one
+    /// launched. Without it, such a head is left running and `up` says so.
+    #[arg(short = 'y', long)]
+    yes: bool,
 }
 
 /// `rayscale up`.
@@ -58,7 +63,7 @@ pub async fn up(args: UpArgs) -> Result<String> {
             secs,
             gcs: args.gcs.clone(),
         });
-        return crate::launch::up(&config, &args.config, wait).await;
+        return crate::launch::up(&config, &args.config, wait, args.yes).await;
     }
     let ray = find_ray(args.ray.as_ref())?;
     let addr = format!("127.0.0.1:{}", args.port);

@@ -29,6 +29,10 @@ pub struct LauncherSettings {
     pub head_timeout: Duration,
     /// How long `down` waits for instances to go.
     pub down_timeout: Duration,
+    /// `up -y`, as `ray up -y`: a head found outdated (another launch hash or head type
+    /// than the YAML's) is terminated and a new one launched. Off, it is left running and
+    /// [`UpReport::outdated`] says so.
+    pub relaunch_outdated: bool,
 }
 
 impl Default for LauncherSettings {
@@ -37,6 +41,7 @@ impl Default for LauncherSettings {
             poll: Duration::from_secs(5),
             head_timeout: Duration::from_secs(600),
             down_timeout: Duration::from_secs(600),
+            relaunch_outdated: false,
         }
     }
 }
@@ -48,10 +53,25 @@ pub struct UpReport {
     pub head: CloudInstance,
     /// Whether this call launched it (else it was there).
     pub launched: bool,
-    /// A head that was there carries another launch hash than the YAML's head type has
-    /// now (its `node_config` changed since): it runs as it was launched. Ray's `ray up`
-    /// would relaunch it after asking; `rayscale up` says so and leaves it.
+    /// A head that was there carries another launch hash than the YAML's head has now
+    /// (its `node_config` or `auth` changed since), or another head type: it runs as it
+    /// was launched. Ray's `ray up` relaunches it after asking; `rayscale up` says so and
+    /// leaves it, unless [`LauncherSettings::relaunch_outdated`].
     pub outdated: bool,
+    /// The outdated head this call terminated before it launched [`UpReport::head`]
+    /// ([`LauncherSettings::relaunch_outdated`]).
+    pub relaunched: Option<String>,
+}
+
+/// Whether the head `h` was launched from another head than `config` describes now: its
+/// `ray-launch-config` tag is not `hash`, or its `ray-user-node-type` not `head_type`, as
+/// `ray up` compares them (a head without the tag is not called outdated: rayscale cannot
+/// tell, and never relaunches on a guess).
+fn is_outdated(h: &CloudInstance, hash: &str, head_type: &str) -> bool {
+    h.launch_config_hash
+        .as_deref()
+        .is_some_and(|had| had != hash)
+        || (!h.node_type.is_empty() && h.node_type != head_type)
 }
 
 /// What `down` removed.
@@ -88,7 +108,7 @@ pub async fn up(
         .ok_or_else(|| CoreError::invalid("head_node_type", "`rayscale up` needs one"))?;
     let hash = config
         .node_type(head_type)
-        .map(|t| t.launch_config_hash.clone())
+        .and(config.head_launch_hash())
         .ok_or_else(|| {
             CoreError::invalid(
                 "head_node_type",
@@ -106,6 +126,27 @@ pub async fn up(
             ids.join(", ")
         )));
     }
+    // As `ray up -y`: an outdated head goes first, and a new one is launched.
+    let relaunched = match heads.first() {
+        Some(h) if settings.relaunch_outdated && is_outdated(h, &hash, head_type) => {
+            tracing::info!(
+                "the head {} of cluster {} is outdated: terminating it to launch one from \
+                 this config",
+                h.cloud_instance_id,
+                config.cluster_name
+            );
+            provider
+                .terminate_head(&h.cloud_instance_id)
+                .await
+                .map_err(provider_err)?;
+            Some(h.cloud_instance_id.clone())
+        }
+        _ => None,
+    };
+    let heads: Vec<&CloudInstance> = heads
+        .into_iter()
+        .filter(|h| Some(&h.cloud_instance_id) != relaunched.as_ref())
+        .collect();
     let launched = heads.is_empty();
     // The head waited for, and whether the cloud has listed it yet: one the cloud lists as
     // stopping, or no longer lists after it did (EC2 drops terminated instances from a
@@ -144,7 +185,11 @@ pub async fn up(
     let mut said: Option<(String, u64)> = None;
     loop {
         let all = provider.list().await.map_err(provider_err)?;
-        let heads = live_heads(&all);
+        // The head terminated above may still be listed a while: never the one waited on.
+        let heads: Vec<&CloudInstance> = live_heads(&all)
+            .into_iter()
+            .filter(|h| Some(&h.cloud_instance_id) != relaunched.as_ref())
+            .collect();
         if waiting_on.is_none() {
             waiting_on = heads.first().map(|h| (h.cloud_instance_id.clone(), true));
         }
@@ -188,14 +233,12 @@ pub async fn up(
             .iter()
             .find(|h| h.is_running() && h.private_ip.is_some())
         {
-            let outdated = !launched
-                && h.launch_config_hash
-                    .as_deref()
-                    .is_some_and(|had| had != hash.as_str());
+            let outdated = !launched && is_outdated(h, &hash, head_type);
             return Ok(UpReport {
                 head: (*h).clone(),
                 launched,
                 outdated,
+                relaunched,
             });
         }
         if waited.elapsed() >= settings.head_timeout {
@@ -398,6 +441,7 @@ mod tests {
             poll: Duration::from_secs(1),
             head_timeout: Duration::from_secs(30),
             down_timeout: Duration::from_secs(30),
+            relaunch_outdated: false,
         }
     }
 
@@ -452,6 +496,49 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}"));
             assert!(!r.launched);
             assert_eq!(r.outdated, outdated, "{had:?}");
+        }
+    }
+
+    /// `up -y`, as `ray up -y`: an outdated head (another hash, or another head type) is
+    /// terminated and a new one launched and waited for; a current head, or one without
+    /// a hash tag, is kept.
+    #[tokio::test(start_paused = true)]
+    async fn up_yes_relaunches_an_outdated_head_and_keeps_a_current_one() {
+        let c = config();
+        let current = c.head_launch_hash().unwrap_or_default();
+        let relaunch = LauncherSettings {
+            relaunch_outdated: true,
+            ..settings()
+        };
+        for (hash, head_type, relaunched) in [
+            (Some("an-older-hash"), "h", true),
+            (Some(current.as_str()), "old-head-type", true),
+            (Some(current.as_str()), "h", false),
+            (None, "h", false),
+        ] {
+            let p = FakeProvider::new().with_private_ips();
+            let mut h = CloudInstance::worker("h1", head_type, None).as_head();
+            h.launch_config_hash = hash.map(str::to_string);
+            h.private_ip = Some("10.0.0.9".into());
+            p.insert(h);
+            let r = up(&p, &c, "r", &relaunch)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let terminated = p
+                .calls()
+                .iter()
+                .any(|c| matches!(c, FakeCall::TerminateHead(id) if id == "h1"));
+            assert_eq!(terminated, relaunched, "{hash:?} {head_type}");
+            assert_eq!(r.launched, relaunched);
+            assert!(!r.outdated);
+            if relaunched {
+                assert_eq!(r.relaunched.as_deref(), Some("h1"));
+                assert_ne!(r.head.cloud_instance_id, "h1", "the new head is waited for");
+                assert_eq!(r.head.launch_config_hash.as_deref(), Some(current.as_str()));
+            } else {
+                assert_eq!(r.head.cloud_instance_id, "h1");
+                assert!(r.relaunched.is_none());
+            }
         }
     }
 

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::NodeKind;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -34,6 +35,9 @@ pub struct AwsConfig {
     pub node_types: BTreeMap<String, NodeConfig>,
     /// Each node type's launch config hash (the `ray-launch-config` tag).
     pub launch_hashes: BTreeMap<String, String>,
+    /// The head's tag, which also hashes what its launch alone takes
+    /// (`ClusterConfig::head_launch_hash`, as `ray up` hashes it).
+    pub head_launch_hash: Option<String>,
     /// The head's instance profile when its type names none (`ClusterConfig::head_node`'s
     /// `IamInstanceProfile`, from `rayscale up`'s bootstrap): the head's launch alone
     /// takes it.
@@ -153,7 +157,20 @@ impl AwsConfig {
             head_node_type: config.head_node_type.clone(),
             node_types,
             launch_hashes,
+            head_launch_hash: config.head_launch_hash(),
         })
+    }
+
+    /// The `ray-launch-config` tag of a node of `node_type` and `kind`.
+    pub fn launch_hash(&self, node_type: &str, kind: NodeKind) -> &str {
+        match (kind, &self.head_launch_hash) {
+            (NodeKind::Head, Some(h)) => h,
+            _ => self
+                .launch_hashes
+                .get(node_type)
+                .map(String::as_str)
+                .unwrap_or(""),
+        }
     }
 }
 

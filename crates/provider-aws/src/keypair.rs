@@ -13,8 +13,10 @@
 //! Two differences from Ray, both for the user's YAML to win: a type that names its own
 //! `KeyName` keeps it (Ray overwrites it), and with `auth.ssh_private_key` given nothing is
 //! checked (Ray asserts that every type without `UserData` names a `KeyName`; rayscale
-//! never SSHes into nodes, it boots them from user data). The head's config does not get
-//! the local key's path (it would mean nothing there).
+//! never SSHes into nodes, it boots them from user data). As Ray's, the config's
+//! `auth.ssh_private_key` becomes the key's path: Ray hashes the key's text into each
+//! node's `ray-launch-config` tag, so the head's tag is the one `ray up` computes for the
+//! same YAML (and `ray up` run over the cluster does not relaunch the head).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -143,6 +145,10 @@ pub async fn configure_key_pair(
     for t in &types {
         raw["available_node_types"][t.as_str()]["node_config"]["KeyName"] = json!(name);
     }
+    if !raw.get("auth").is_some_and(Value::is_object) {
+        raw["auth"] = json!({});
+    }
+    raw["auth"]["ssh_private_key"] = json!(path.display().to_string());
     let config = config.with_raw(&raw).map_err(|e| {
         AwsError::config(
             "available_node_types",

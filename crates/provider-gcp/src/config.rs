@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::NodeKind;
 use serde_json::{Map, Value};
 
 use crate::GcpError;
@@ -40,6 +41,9 @@ pub struct GcpConfig {
     pub node_types: BTreeMap<String, NodeConfig>,
     /// Each node type's launch config hash (the `ray-launch-config` label).
     pub launch_hashes: BTreeMap<String, String>,
+    /// The head's label, which also hashes what its launch alone takes (its service
+    /// account: `ClusterConfig::head_launch_hash`, as `ray up` hashes it).
+    pub head_launch_hash: Option<String>,
     /// The head's `serviceAccounts` when its type names none: Ray's service account,
     /// set by `rayscale up`'s bootstrap (`head_node.serviceAccounts`), else `None` (the
     /// project's default account).
@@ -121,6 +125,18 @@ pub struct NodeConfig {
 }
 
 impl GcpConfig {
+    /// The `ray-launch-config` label of a node of `node_type` and `kind`.
+    pub fn launch_hash(&self, node_type: &str, kind: NodeKind) -> &str {
+        match (kind, &self.head_launch_hash) {
+            (NodeKind::Head, Some(h)) => h,
+            _ => self
+                .launch_hashes
+                .get(node_type)
+                .map(String::as_str)
+                .unwrap_or(""),
+        }
+    }
+
     /// Reads the GCP view of `config`. Errors name the offending path in one line.
     pub fn from_cluster(config: &ClusterConfig) -> Result<Self, GcpError> {
         let provider = config
@@ -220,6 +236,7 @@ impl GcpConfig {
             head_node_type: config.head_node_type.clone(),
             node_types,
             launch_hashes,
+            head_launch_hash: config.head_launch_hash(),
             head_service_accounts: match config.head_node.get("serviceAccounts") {
                 None | Some(Value::Null) => None,
                 Some(v @ Value::Array(_)) => Some(v.clone()),

@@ -399,7 +399,7 @@ pub fn node_json(cfg: &GcpConfig, spec: &InsertSpec<'_>) -> Result<Value, GcpErr
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    let hash = cfg.launch_hashes.get(t).map(String::as_str).unwrap_or("");
+    let hash = cfg.launch_hash(t, spec.kind);
     for (k, v) in mapping::ray_labels(&cfg.cluster_name, t, spec.kind, spec.request_id, hash) {
         labels.insert(k, Value::String(v));
     }

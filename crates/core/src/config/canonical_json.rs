@@ -1,6 +1,7 @@
-//! Canonical JSON as Python writes it (`json.dumps(v, sort_keys=True,
-//! separators=(",", ":"))` and `repr(float)`): what Ray hashes a launch config from, and
-//! what `rayscale plan` prints, so both match Ray byte for byte.
+//! Canonical JSON as Python writes it (`json.dumps(v, sort_keys=True)`, with or without
+//! `separators=(",", ":")`, and `repr(float)`): what Ray hashes a launch config from
+//! (`hash_launch_conf`, default separators), and what `rayscale plan` prints (compact), so
+//! both match Ray byte for byte.
 
 use std::fmt::Write as _;
 
@@ -67,7 +68,8 @@ fn python_string(s: &str, out: &mut String) {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7f => {
+            // Python's `ensure_ascii` keeps only ' ' to '~' as they are (DEL too is escaped).
+            c if (c as u32) < 0x20 || (c as u32) >= 0x7f => {
                 let mut buf = [0u16; 2];
                 for unit in c.encode_utf16(&mut buf) {
                     let _ = write!(out, "\\u{unit:04x}");
@@ -81,6 +83,16 @@ fn python_string(s: &str, out: &mut String) {
 
 /// Writes `v` as Python's `json.dumps(v, sort_keys=True, separators=(",", ":"))` does.
 pub fn python_json(v: &Value, out: &mut String) {
+    write_json(v, out, ",", ":");
+}
+
+/// Writes `v` as Python's `json.dumps(v, sort_keys=True)` does (separators `", "` and
+/// `": "`).
+pub fn python_json_spaced(v: &Value, out: &mut String) {
+    write_json(v, out, ", ", ": ");
+}
+
+fn write_json(v: &Value, out: &mut String, item: &str, key: &str) {
     match v {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -98,9 +110,9 @@ pub fn python_json(v: &Value, out: &mut String) {
             out.push('[');
             for (i, x) in a.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push_str(item);
                 }
-                python_json(x, out);
+                write_json(x, out, item, key);
             }
             out.push(']');
         }
@@ -110,11 +122,11 @@ pub fn python_json(v: &Value, out: &mut String) {
             out.push('{');
             for (i, k) in keys.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push_str(item);
                 }
                 python_string(k, out);
-                out.push(':');
-                python_json(&m[k.as_str()], out);
+                out.push_str(key);
+                write_json(&m[k.as_str()], out, item, key);
             }
             out.push('}');
         }

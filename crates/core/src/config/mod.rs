@@ -231,6 +231,15 @@ impl ClusterConfig {
                     head_node_type.as_deref() == Some(name.as_str()),
                 )?);
             }
+            let auth = launch_hash_auth(
+                get("auth"),
+                std::env::var_os("HOME")
+                    .map(std::path::PathBuf::from)
+                    .as_deref(),
+            );
+            for t in &mut node_types {
+                t.launch_config_hash = launch_config_hash(&t.node_config, &auth);
+            }
             // Ray's own checks after the schema (`validate_config`).
             match &head_node_type {
                 None => {
@@ -358,6 +367,28 @@ impl ClusterConfig {
         self.node_types.iter().find(|t| t.name == name)
     }
 
+    /// The head's `ray-launch-config` tag, as `ray up` computes it: the head type's
+    /// `node_config` laid over [`ClusterConfig::head_node`] (what the bootstrap gave the
+    /// head alone), hashed with `auth` ([`launch_config_hash`]). Without `head_node` it is
+    /// the head type's own hash; `None` without a head type.
+    pub fn head_launch_hash(&self) -> Option<String> {
+        let t = self.node_type(self.head_node_type.as_deref()?)?;
+        if self.head_node.is_empty() {
+            return Some(t.launch_config_hash.clone());
+        }
+        let mut merged = self.head_node.clone();
+        if let Some(nc) = t.node_config.as_object() {
+            merged.extend(nc.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        let auth = launch_hash_auth(
+            self.raw.get("auth"),
+            std::env::var_os("HOME")
+                .map(std::path::PathBuf::from)
+                .as_deref(),
+        );
+        Some(launch_config_hash(&Value::Object(merged), &auth))
+    }
+
     /// The global idle timeout in seconds.
     pub fn idle_timeout_s(&self) -> f64 {
         self.idle_timeout_minutes * 60.0
@@ -472,7 +503,8 @@ fn node_type_from_value(
         max_workers,
         idle_timeout_s: obj.get("idle_timeout_s").and_then(Value::as_f64),
         priority: as_int("priority").unwrap_or(0),
-        launch_config_hash: launch_config_hash(&node_config),
+        // Set with the config's `auth` once every type is read.
+        launch_config_hash: String::new(),
         node_config,
         hosts: None,
     })
@@ -483,12 +515,74 @@ fn node_type_from_value(
 /// load instead of running the process out of memory).
 pub const MAX_MIN_WORKERS: i64 = 100_000;
 
-/// Hex SHA-1 of the canonical JSON of `node_config` (keys sorted, no spaces, non-ASCII
-/// escaped: the same text as Python's `json.dumps(v, sort_keys=True, separators=(",", ":"))`).
-pub fn launch_config_hash(node_config: &Value) -> String {
-    let mut s = String::new();
-    canonical_json::python_json(node_config, &mut s);
-    sha1_smol::Sha1::from(s.as_bytes()).digest().to_string()
+/// Ray's launch hash of a node type (`hash_launch_conf`): the SHA-256 of Python's
+/// `json.dumps([node_config, auth], sort_keys=True)`, in lower-case base32hex without
+/// padding (52 characters, a valid GCP label value). `auth` is [`launch_hash_auth`]'s: the
+/// SSH keys' text in place of their paths, as Ray hashes it, so the `ray-launch-config`
+/// tag `rayscale up` puts on a head is the one `ray up` expects of the same YAML (and Ray
+/// does not relaunch it), and a worker's is the one Ray's autoscaler gives it.
+pub fn launch_config_hash(node_config: &Value, auth: &Value) -> String {
+    use sha2::Digest as _;
+    let mut s = String::from("[");
+    canonical_json::python_json_spaced(node_config, &mut s);
+    s.push_str(", ");
+    canonical_json::python_json_spaced(auth, &mut s);
+    s.push(']');
+    base32hex_lower(&sha2::Sha256::digest(s.as_bytes()))
+}
+
+/// RFC 4648's base32 with the extended hex alphabet, lower case, no padding (Ray's
+/// `base32hex`).
+fn base32hex_lower(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 32] = b"0123456789abcdefghijklmnopqrstuv";
+    let mut out = String::with_capacity(bytes.len().div_ceil(5) * 8);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for &b in bytes {
+        acc = (acc << 8) | u32::from(b);
+        bits += 8;
+        while bits >= 5 {
+            bits -= 5;
+            out.push(char::from(ALPHABET[((acc >> bits) & 31) as usize]));
+        }
+        acc &= (1 << bits) - 1;
+    }
+    if bits > 0 {
+        out.push(char::from(ALPHABET[((acc << (5 - bits)) & 31) as usize]));
+    }
+    out
+}
+
+/// The `auth` Ray hashes a launch config with: `auth` (an empty mapping when absent) with
+/// `ssh_private_key` and `ssh_public_key` each replaced by its file's text, as Ray's
+/// `hash_launch_conf` reads it (`~` is `home`; text mode, so `\r\n` reads as `\n`). A key
+/// this machine cannot read (the head reading a config whose key stayed on the machine
+/// that ran `up`) keeps its path: Ray would stop there; rayscale's hash stays the same
+/// from one load to the next on that machine, which is all the head compares.
+pub fn launch_hash_auth(auth: Option<&Value>, home: Option<&std::path::Path>) -> Value {
+    let mut auth = match auth {
+        Some(Value::Object(m)) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    for k in ["ssh_private_key", "ssh_public_key"] {
+        let Some(path) = auth.get(k).and_then(Value::as_str) else {
+            continue;
+        };
+        let file = match home {
+            Some(h) => mounts::expand_home(path, h),
+            None => std::path::PathBuf::from(path),
+        };
+        match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let text = text.replace("\r\n", "\n").replace('\r', "\n");
+                auth.insert(k.to_string(), Value::String(text));
+            }
+            Err(e) => tracing::debug!(
+                "auth.{k}: {} is not readable here ({e}); the launch hash takes its path",
+                file.display()
+            ),
+        }
+    }
+    Value::Object(auth)
 }
 
 /// Parses YAML (a superset of JSON) into a JSON value, keeping mapping order.

@@ -95,15 +95,45 @@ fn malformed_yaml_is_one_line() {
 }
 
 #[test]
-fn launch_config_hash_matches_python() {
-    // sha1 of '{"InstanceType":"m5.large","x":[1,2.5]}'
-    let v: serde_json::Value = serde_json::json!({"x": [1, 2.5], "InstanceType": "m5.large"});
+fn launch_config_hash_is_rays_hash_launch_conf() {
+    // Ray 2.60's `hash_launch_conf(node_config, auth)` of the same values, from the wheel:
+    // sort_keys, default separators, ensure_ascii (DEL and non-BMP too), repr(float).
+    let v = serde_json::json!({"x": [1, 2.5], "InstanceType": "m5.large",
+        "n": "\u{e9}\u{7f}\u{1f600}", "f": 1e-7, "big": 1e16});
     assert_eq!(
-        launch_config_hash(&v),
-        sha1_smol::Sha1::from(r#"{"InstanceType":"m5.large","x":[1,2.5]}"#)
-            .digest()
-            .to_string()
+        launch_config_hash(&v, &serde_json::json!({"ssh_user": "ubuntu"})),
+        "08gtut3f9kvk1eptt0sef2i974oj2v37b8gubsspdfiilk7sdqsg"
     );
+    assert_eq!(
+        launch_config_hash(&serde_json::json!({}), &serde_json::json!({})),
+        "rrhmljjn5ofde4a5tppv07hivtqv8s9k3asakpvrfrvbn4rpdvig"
+    );
+}
+
+#[test]
+fn the_launch_hash_takes_the_keys_text_and_keeps_an_unreadable_keys_path() {
+    let dir = std::env::temp_dir().join(format!("rayscale-hash-auth-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join(".ssh")).expect("scratch dir");
+    std::fs::write(dir.join(".ssh/k.pem"), "line one\r\nline two\n").expect("key file");
+    let auth = serde_json::json!({"ssh_user": "u", "ssh_private_key": "~/.ssh/k.pem",
+        "ssh_public_key": "~/.ssh/absent.pub"});
+    let got = launch_hash_auth(Some(&auth), Some(&dir));
+    assert_eq!(
+        got,
+        serde_json::json!({"ssh_user": "u", "ssh_private_key": "line one\nline two\n",
+            "ssh_public_key": "~/.ssh/absent.pub"})
+    );
+    assert_eq!(launch_hash_auth(None, Some(&dir)), serde_json::json!({}));
+    // The hash follows the key's text, not its path.
+    std::fs::copy(dir.join(".ssh/k.pem"), dir.join("other.pem")).expect("key copy");
+    let moved = serde_json::json!({"ssh_user": "u", "ssh_private_key": format!("{}/other.pem", dir.display()),
+        "ssh_public_key": "~/.ssh/absent.pub"});
+    let nc = serde_json::json!({"InstanceType": "m5.large"});
+    assert_eq!(
+        launch_config_hash(&nc, &got),
+        launch_config_hash(&nc, &launch_hash_auth(Some(&moved), Some(&dir)))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -55,6 +55,8 @@ struct State {
     tag_request_ids: bool,
     /// New instances start pending (until [`FakeProvider::boot_all`]).
     boot_pending: bool,
+    /// New instances get a private address (`10.0.<id>`).
+    private_ips: bool,
     page_size: usize,
     /// Pages served by `list` (to check that listing walks them all).
     pages_served: usize,
@@ -122,6 +124,13 @@ impl FakeProvider {
     /// New instances are pending until [`Self::boot_all`].
     pub fn booting_slowly(self) -> Self {
         self.lock().boot_pending = true;
+        self
+    }
+
+    /// New instances are listed with a private address, as a cloud lists one once it
+    /// runs (`rayscale up` waits for it).
+    pub fn with_private_ips(self) -> Self {
+        self.lock().private_ips = true;
         self
     }
 
@@ -340,6 +349,9 @@ impl FakeProvider {
                 c.zone = zone.clone();
                 if st.boot_pending {
                     c.state = CloudInstanceState::Pending;
+                }
+                if st.private_ips {
+                    c.private_ip = Some(format!("10.0.{}.{}", st.next_id / 250, st.next_id % 250));
                 }
                 st.instances.insert(id, c.clone());
                 made.push(c);

@@ -24,8 +24,9 @@
 //!   given and a node type names no `publicKey`: Ray's
 //!   `~/.ssh/ray-autoscaler_azure_<location>_<rg>_<user>` (and `.pub`), found or made with
 //!   `ssh-keygen`, set as `publicKey` (with `adminUsername`) on the types without one.
-//!   `up` copies the file mounts with it. As Ray, `ssh_private_key` without
-//!   `ssh_public_key` is an error (`ssh_public_key` alone is the VMs' key, as before).
+//!   `up` copies the file mounts with it. As Ray, either of `ssh_private_key` and
+//!   `ssh_public_key` without the other is an error (unless every type names its own
+//!   `publicKey`, as the config `ray up` writes onto a head does, for the private half).
 //!
 //! Run again, it finds all of it and changes nothing; `down` leaves it all, as `ray
 //! down` does (the group may hold more than the cluster). What rayscale makes carries
@@ -633,7 +634,16 @@ fn cluster_key(
     let has = |k: &str| auth.get(k).is_some_and(|v| !v.is_null());
     match (has("ssh_private_key"), has("ssh_public_key")) {
         // The user's pair: the config reads the public half.
-        (true, true) | (false, true) => return Ok(None),
+        (true, true) => return Ok(None),
+        // As Ray's Azure config: the two go together (`up` copies the file mounts, and a
+        // head `ray up` set up reaches its workers, with the private half).
+        (false, true) => {
+            return Err(AzureError::config(
+                "auth.ssh_private_key",
+                "is required with auth.ssh_public_key (the key the VMs take is useless without \
+                 it), as Ray's Azure config asks; or give neither and rayscale up makes Ray's key",
+            ));
+        }
         (true, false) if names::every_type_has_key(raw) => return Ok(None),
         (true, false) => {
             return Err(AzureError::config(
