@@ -22,13 +22,14 @@ Inputs deliberately NOT generated (Ray asserts or the spec leaves them open):
     affinity asserts), more than one cluster resource constraint
   * unknown node types on live nodes/instances (an error per the spec)
   * two node states naming the same instance; duplicate node or instance ids
-  * floats or non-ASCII text inside node_config (launch_config_hash is the
-    sha1 of Python's json.dumps; keeping to ints/strings keeps it trivial)
+  * floats or non-ASCII text inside node_config (launch_config_hash is Ray's
+    hash_launch_conf of Python's json.dumps; keeping to ints/strings keeps it trivial)
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import base64
 import hashlib
 import json
@@ -90,10 +91,25 @@ def q(x: float) -> float:
     return int(x * 4) / 4.0
 
 
-def launch_hash(node_config) -> str:
-    return hashlib.sha1(
-        json.dumps(node_config, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()
+# Ray's defaults.yaml of these clouds give a config without `auth` {ssh_user: ubuntu}
+# (Ray's prepare_config, rayscale's config::ray_defaults).
+CLOUDS_WITH_DEFAULT_AUTH = ("aws", "gcp", "azure")
+
+
+def launch_hash(node_config, auth) -> str:
+    """Ray's hash_launch_conf (no key files here): sha256 of
+    json.dumps([node_config, auth], sort_keys=True), lower-case base32hex, no padding."""
+    digest = hashlib.sha256(json.dumps([node_config, auth], sort_keys=True).encode()).digest()
+    return base64.b32hexencode(digest).decode("ascii").lower().rstrip("=")
+
+
+def effective_auth(cfg) -> dict:
+    """The `auth` a config is hashed with: its own, else its cloud's default."""
+    if "auth" in cfg:
+        return cfg["auth"]
+    if cfg.get("provider", {}).get("type") in CLOUDS_WITH_DEFAULT_AUTH:
+        return {"ssh_user": "ubuntu"}
+    return {}
 
 
 def camel(s: str) -> str:
@@ -285,7 +301,7 @@ class Gen:
         self.workers = workers
         self.types = all_types
         self.type_by_name = {t["name"]: t for t in all_types}
-        self.hashes = {t["name"]: launch_hash(t["node_config"]) for t in all_types}
+        self.hashes = {}  # set once the config's `auth` is known
 
         ant = {}
         for t in all_types:
@@ -330,6 +346,8 @@ class Gen:
         if self.chance(0.1):
             cfg["file_mounts"] = {"/tmp/data": "/data"}
         cfg["available_node_types"] = ant
+        auth = effective_auth(cfg)
+        self.hashes = {t["name"]: launch_hash(t["node_config"], auth) for t in all_types}
         return cfg
 
     def node_config(self, name: str) -> dict:

@@ -11,7 +11,7 @@ is Ray's code, run as it is. Ray writes a key it makes under `$HOME/.ssh`.
 
 Usage: ray_azure_up.py --config cluster.yaml
 Output (last line of stdout): {"parameters": {name: value}, "resource_group": {...},
-"provider": {...}, "node_configs": {type: node_config}, "ssh_private_key": path}; Ray's
+"provider": {...}, "node_configs": {type: node_config}, "ssh_private_key": path, "head_launch_hash": ..., "launch_hashes": {type: hash}}; Ray's
 error on stderr with exit status 1.
 """
 
@@ -98,6 +98,17 @@ def main():
         "provider": done["provider"],
         "node_configs": {t: v["node_config"] for t, v in done["available_node_types"].items()},
         "ssh_private_key": done["auth"].get("ssh_private_key"),
+    }
+    # The `ray-launch-config` tags `ray up` gives: the head's over its `head_node`, each
+    # type's own (Ray's `hash_launch_conf`, with the keys' text).
+    from ray.autoscaler._private.util import hash_launch_conf
+
+    head_nc = dict(done.get("head_node", {}))
+    head_nc.update(done["available_node_types"][done["head_node_type"]]["node_config"])
+    out["head_launch_hash"] = hash_launch_conf(head_nc, done["auth"])
+    out["launch_hashes"] = {
+        t: hash_launch_conf(v["node_config"], done["auth"])
+        for t, v in done["available_node_types"].items()
     }
     print(json.dumps(out))
 

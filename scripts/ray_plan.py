@@ -31,9 +31,10 @@ true} (exit status 1) - the generator must never produce such inputs.
 
 Contract details that both sides (this oracle and rayscale) follow:
 
-* launch_config_hash of a node type = hex sha1 of
-  json.dumps(node_config, sort_keys=True, separators=(",", ":")) (Python's
-  json: ASCII-escaped, floats as repr, ints as ints).
+* launch_config_hash of a node type = Ray's hash_launch_conf(node_config, auth)
+  (sha256 of json.dumps([node_config, auth], sort_keys=True), base32hex), auth
+  being the config's own or its cloud's default ({ssh_user: ubuntu} on aws, gcp,
+  azure), as Ray's prepare_config fills it.
 * NodeState maps (total_resources, available_resources) are handed to Ray
   in FILE ORDER. Ray reads them from a upb protobuf map whose iteration
   order is randomised per process; Ray's utilisation scores sum floats in
@@ -62,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
 import logging
 import math
@@ -170,10 +170,24 @@ class ScenarioError(Exception):
 # --------------------------------------------------------------------------
 
 
-def launch_config_hash(node_config: Any) -> str:
-    return hashlib.sha1(
-        json.dumps(node_config, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    ).hexdigest()
+def launch_config_hash(node_config: Any, auth: Any) -> str:
+    """Ray's own hash_launch_conf, from the wheel."""
+    from ray.autoscaler._private.util import hash_launch_conf
+
+    return hash_launch_conf(node_config, auth)
+
+
+def effective_auth(config: Dict[str, Any]) -> Any:
+    """The `auth` Ray hashes with after prepare_config: the config's own, else the
+    cloud's defaults.yaml's (aws, gcp, azure: {ssh_user: ubuntu}), else {}."""
+    if "auth" in config:
+        return config["auth"]
+    provider = config.get("provider")
+    if isinstance(provider, dict) and provider.get("type") in ("aws", "gcp", "azure"):
+        from ray.autoscaler._private.providers import _get_default_config
+
+        return _get_default_config(provider).get("auth", {})
+    return {}
 
 
 # --------------------------------------------------------------------------
@@ -353,7 +367,7 @@ def build_request(scn: Any) -> Tuple[SchedulingRequest, Dict[str, str]]:
                 f"config.available_node_types.{name}.min_workers: {min_w} exceeds the "
                 f"type's max_workers ({max_w - (1 if is_head else 0)})"
             )
-        hashes[name] = launch_config_hash(t.get("node_config", {}))
+        hashes[name] = launch_config_hash(t.get("node_config", {}), effective_auth(config))
         node_type_configs[name] = NodeTypeConfig(
             name=name,
             min_worker_nodes=min_w,

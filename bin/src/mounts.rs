@@ -342,10 +342,17 @@ async fn state(s: &Served) -> Response<ReaderBody> {
             Err(m) => return text(StatusCode::SERVICE_UNAVAILABLE, m),
         }
     }
+    let filter = Filter::from_config(&config.raw);
     let walked = tokio::task::spawn_blocking(move || {
         roots
             .iter()
-            .map(|(remote, local)| format!("{} {}\n", hex_of(remote), tree_digest(local, remote)))
+            .map(|(remote, local)| {
+                format!(
+                    "{} {}\n",
+                    hex_of(remote),
+                    tree_digest(local, remote, &filter)
+                )
+            })
             .collect::<String>()
     })
     .await;
@@ -362,42 +369,40 @@ async fn state(s: &Served) -> Response<ReaderBody> {
     text(StatusCode::OK, lines)
 }
 
-/// A digest of the tree at `local` (mount `remote`): every entry's relative path, size,
-/// modification time and mode, in sorted order, symlinks not followed; a path that
-/// cannot be read counts as such. Excluded files count too (a change there fetches the
-/// same content again, nothing worse).
-fn tree_digest(local: &Path, remote: &str) -> String {
+/// A digest of the tree at `local` (mount `remote`) as a worker gets it: the path,
+/// size, modification time and mode of each entry `filter` keeps (what the head sends,
+/// [`Filter::kept_in`]; a directory by its path and mode alone, since its time moves
+/// when an excluded file comes or goes), symlinks not followed; a path that cannot be
+/// read counts as such. A change to a file the filter leaves out (logs written into an
+/// excluded directory, a `.git` in `rsync_exclude`) changes nothing, so the workers do
+/// not fetch the mount again for it.
+fn tree_digest(local: &Path, remote: &str, filter: &Filter) -> String {
     use std::hash::Hasher as _;
+    use std::os::unix::ffi::OsStrExt as _;
     use std::os::unix::fs::MetadataExt as _;
     // `DefaultHasher::new()` has fixed keys: the same trees give the same digest in any
     // process of this binary (a new binary may change it: the workers fetch once more).
     let mut h = std::hash::DefaultHasher::new();
-    fn walk(h: &mut impl std::hash::Hasher, path: &Path, rel: &str) {
+    fn entry(h: &mut impl std::hash::Hasher, path: &Path, rel: &[u8]) {
+        h.write(rel);
+        h.write_u8(0);
         match std::fs::symlink_metadata(path) {
-            Err(_) => {
-                h.write(rel.as_bytes());
-                h.write(b"\0unreadable\0");
-            }
+            Err(_) => h.write(b"unreadable\0"),
+            Ok(m) if m.is_dir() => h.write_u32(m.mode()),
             Ok(m) => {
-                h.write(rel.as_bytes());
                 h.write_u64(m.len());
                 h.write_i64(m.mtime());
                 h.write_i64(m.mtime_nsec());
                 h.write_u32(m.mode());
-                if m.is_dir() {
-                    let mut names: Vec<_> = std::fs::read_dir(path)
-                        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-                        .unwrap_or_default();
-                    names.sort();
-                    for n in names {
-                        let child = format!("{rel}/{}", n.to_string_lossy());
-                        walk(h, &path.join(&n), &child);
-                    }
-                }
             }
         }
     }
-    walk(&mut h, local, remote);
+    entry(&mut h, local, remote.as_bytes());
+    if std::fs::symlink_metadata(local).is_ok_and(|m| m.is_dir()) {
+        for rel in filter.kept_in(local) {
+            entry(&mut h, &local.join(std::ffi::OsStr::from_bytes(&rel)), &rel);
+        }
+    }
     format!("{:016x}", h.finish())
 }
 
@@ -682,6 +687,30 @@ mod tests {
             "{log}"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The state of a mount moves with what a worker gets, not with what the filter
+    /// leaves out (a log written into an excluded directory fetches nothing again).
+    #[test]
+    fn a_mounts_digest_follows_its_kept_files_only() {
+        let dir = std::env::temp_dir().join(format!("rayscale-digest-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("logs")).unwrap();
+        std::fs::write(dir.join("a.py"), "a1").unwrap();
+        let filter = Filter::from_config(&serde_json::json!({"rsync_exclude": ["logs/", "*.tmp"]}));
+        let digest = || tree_digest(&dir, "~/code", &filter);
+        let first = digest();
+        std::fs::write(dir.join("logs/run.log"), "line\n").unwrap();
+        std::fs::write(dir.join("scratch.tmp"), "x").unwrap();
+        assert_eq!(digest(), first, "excluded files changed nothing");
+        std::fs::write(dir.join("a.py"), "a22").unwrap();
+        let second = digest();
+        assert_ne!(second, first, "a kept file changed");
+        std::fs::write(dir.join("b.py"), "b").unwrap();
+        assert_ne!(digest(), second, "a kept file came");
+        // Without the filter, the excluded files count.
+        assert_ne!(tree_digest(&dir, "~/code", &Filter::default()), digest());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

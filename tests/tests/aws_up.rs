@@ -381,6 +381,33 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A fresh directory `rayscale-aws-<name>-<pid>` with a cluster YAML for Ray's CLI on a
+/// fake head (no setup commands to run; `extra` lines added) and the head's home: the
+/// directory, the YAML's path and the home.
+fn ray_cli_cluster(
+    name: &str,
+    extra: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let pid = std::process::id();
+    let dir = std::env::temp_dir().join(format!("rayscale-aws-{name}-{pid}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let head_home = dir.join("head");
+    std::fs::create_dir_all(&head_home).unwrap();
+    let path = dir.join("cluster.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "cluster_name: {name}{pid}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
+             auth: {{ssh_user: ubuntu}}\nhead_node_type: head\nmax_workers: 2\n\
+             setup_commands: []\nhead_setup_commands: []\n{extra}\
+             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
+             cpu: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
+        ),
+    )
+    .unwrap();
+    (dir, path, head_home)
+}
+
 /// The hand-off to Ray's own commands on a cluster `rayscale up` launched: `ray exec`
 /// finds rayscale's head by Ray's tags and SSHes in with the key pair `up` made (Ray's
 /// bootstrap finds the same key under the same HOME). SSH and rsync are
@@ -393,10 +420,7 @@ async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
     let moto = MotoEc2::start();
     moto.make_rays_iam_role();
     let pid = std::process::id();
-    let dir = std::env::temp_dir().join(format!("rayscale-aws-exec-{pid}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    let head_home = dir.join("head");
-    std::fs::create_dir_all(&head_home).unwrap();
+    let (dir, path, head_home) = ray_cli_cluster("exec", "");
     std::fs::write(head_home.join("marker.txt"), "hello from the head\n").unwrap();
     // Ray's `submit` runs `python` in a login shell after `source ~/.bashrc`: the head
     // has one, this machine may not.
@@ -404,18 +428,6 @@ async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
     std::fs::write(
         head_home.join(".bashrc"),
         format!("export PATH={}:$PATH\n", venv.parent().unwrap().display()),
-    )
-    .unwrap();
-    let path = dir.join("cluster.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "cluster_name: exec{pid}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
-             auth: {{ssh_user: ubuntu}}\nhead_node_type: head\nmax_workers: 2\n\
-             setup_commands: []\nhead_setup_commands: []\n\
-             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
-             cpu: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
-        ),
     )
     .unwrap();
     let arg = path.display().to_string();
@@ -547,22 +559,8 @@ async fn rayscale_up_keeps_the_head_rays_ray_up_launched() {
     let moto = MotoEc2::start();
     moto.make_rays_iam_role();
     let pid = std::process::id();
-    let dir = std::env::temp_dir().join(format!("rayscale-aws-rayup-{pid}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    let head_home = dir.join("head");
-    std::fs::create_dir_all(&head_home).unwrap();
-    let path = dir.join("cluster.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "cluster_name: rayup{pid}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
-             auth: {{ssh_user: ubuntu}}\nhead_node_type: head\nmax_workers: 2\n\
-             setup_commands: []\nhead_setup_commands: []\nhead_start_ray_commands: []\n\
-             available_node_types:\n  head: {{resources: {{CPU: 0}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
-             cpu: {{resources: {{CPU: 2}}, max_workers: 2, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
-        ),
-    )
-    .unwrap();
+    // No start commands: the fake head has no Ray to start.
+    let (dir, path, head_home) = ray_cli_cluster("rayup", "head_start_ray_commands: []\n");
     let arg = path.display().to_string();
     let ssh_log = dir.join("ssh.log");
     let marker = format!("no-such-head-{pid}");
@@ -572,7 +570,6 @@ async fn rayscale_up_keeps_the_head_rays_ray_up_launched() {
         marker: &marker,
         ssh_log: &ssh_log,
     };
-    // No start commands: the fake head has no Ray to start.
     let out = moto
         .ray_cli(moto.home(), &fake_head)
         .args(["up", &arg, "-y", "--no-restart", "--no-config-cache"])

@@ -161,7 +161,8 @@ async fn up_makes_rays_group_network_identity_and_key_and_a_rerun_makes_nothing(
     assert_eq!(private, home.join(".ssh").join(&name));
     let public = std::fs::read_to_string(home.join(".ssh").join(format!("{name}.pub"))).unwrap();
     for t in ["head", "cpu"] {
-        assert_eq!(arm_params(&b, t)["publicKey"], public.trim(), "{t}");
+        // The file's text as it is, as Ray sets it.
+        assert_eq!(arm_params(&b, t)["publicKey"], public, "{t}");
         assert_eq!(arm_params(&b, t)["adminUsername"], "ubuntu", "{t}");
     }
     // The provider takes the config as it is.
@@ -265,6 +266,63 @@ async fn unreadable_answers_make_nothing_and_refusals_name_the_way_out() {
     let _ = std::fs::remove_dir_all(&home);
 }
 
+/// The user's own key pair, as Ray's bootstrap takes it: the public half's text goes
+/// into every type's `publicKey` and `auth.ssh_public_key` leaves the config, so the head
+/// (which has no such file) reads its copy; the launch hashes are Ray's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_key_pair_goes_into_the_types_and_off_the_heads_config_as_rays() {
+    let fake = ArmFake::start(SUB, RG, LOC, quick()).await;
+    let home = scratch("own-pair");
+    let private = home.join("k");
+    std::fs::write(&private, "private half\n").unwrap();
+    std::fs::write(home.join("k.pub"), "ssh-rsa AAAAB3NzaC1yc2E own@laptop\n").unwrap();
+    let text = yaml("own", "", "").replace(
+        "ssh_user: ubuntu",
+        &format!(
+            "ssh_user: ubuntu, ssh_private_key: {}, ssh_public_key: ~/k.pub",
+            private.display()
+        ),
+    );
+    let ours = run(&fake, &text, &home).await.unwrap();
+    assert!(ours.key.is_none(), "no key made");
+    let auth = &ours.config.raw["auth"];
+    assert!(auth.get("ssh_public_key").is_none(), "{auth}");
+    assert_eq!(auth["ssh_private_key"], private.display().to_string());
+    for t in ["head", "cpu"] {
+        let p = arm_params(&ours, t);
+        assert_eq!(
+            p["publicKey"], "ssh-rsa AAAAB3NzaC1yc2E own@laptop\n",
+            "{t}"
+        );
+        assert_eq!(p["adminUsername"], "ubuntu", "{t}");
+    }
+    let ray = rays(&text, &home);
+    assert_eq!(
+        ours.config.head_launch_hash().as_deref(),
+        ray["head_launch_hash"].as_str()
+    );
+    for t in ["head", "cpu"] {
+        assert_eq!(
+            ours.config
+                .node_type(t)
+                .map(|n| n.launch_config_hash.as_str()),
+            ray["launch_hashes"][t].as_str(),
+            "{t}"
+        );
+    }
+    // The head's view: its copy of the config, without the key files.
+    std::fs::remove_file(home.join("k.pub")).unwrap();
+    let head = ClusterConfig::from_value(&ours.config.raw, "").unwrap();
+    rayscale_provider_azure::AzureConfig::from_cluster(&head, None).unwrap();
+    // A public half that is not there: one line naming it.
+    let e = run(&fake, &text, &home).await.unwrap_err();
+    assert!(
+        e.starts_with("auth.ssh_public_key: ") && e.contains("k.pub"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&home);
+}
+
 /// Ray's bootstrap and rayscale's derive the same: Ray's deployment parameters (the
 /// range, the cluster id, the identity's name and group, the role assignment's name),
 /// the ids it writes into `provider`, and the key each finds where the other made it.
@@ -324,13 +382,24 @@ async fn ray_and_rayscale_name_the_same_resources_and_key() {
             private.display().to_string(),
             "{cluster}"
         );
+        // Ray's `ray-launch-config` tags: the same node configs and auth after both
+        // bootstraps (so `ray up` and `rayscale up` each find the other's head current).
+        assert_eq!(
+            ours.config.head_launch_hash().as_deref(),
+            ray["head_launch_hash"].as_str(),
+            "{cluster}"
+        );
         for (t, nc) in ray["node_configs"].as_object().unwrap() {
             let p = arm_params(&ours, t);
             assert_eq!(
-                nc["azure_arm_parameters"]["publicKey"]
-                    .as_str()
-                    .map(str::trim),
-                p["publicKey"].as_str(),
+                ours.config
+                    .node_type(t)
+                    .map(|n| n.launch_config_hash.as_str()),
+                ray["launch_hashes"][t].as_str(),
+                "{cluster}: {t}"
+            );
+            assert_eq!(
+                nc["azure_arm_parameters"]["publicKey"], p["publicKey"],
                 "{cluster}: {t}"
             );
             assert_eq!(

@@ -224,6 +224,7 @@ async fn ray_and_rayscale_each_find_what_the_other_made() {
             "{t}"
         );
     }
+    same_launch_hashes(&ours, &ray);
     let _ = std::fs::remove_dir_all(&home);
 
     // rayscale first, then Ray: Ray takes rayscale's, and sets the same.
@@ -238,7 +239,26 @@ async fn ray_and_rayscale_each_find_what_the_other_made() {
         ours.key.as_ref().map(|(_, p)| p.display().to_string()),
         ray["ssh_private_key"].as_str().map(str::to_string)
     );
+    same_launch_hashes(&ours, &ray);
     let _ = std::fs::remove_dir_all(&home);
+}
+
+/// Ray's `ray-launch-config` labels, from the same node configs and auth after either
+/// bootstrap: the head's (over its service account) and each type's.
+fn same_launch_hashes(ours: &bootstrap::Bootstrap, ray: &Value) {
+    assert_eq!(
+        ours.config.head_launch_hash().as_deref(),
+        ray["head_launch_hash"].as_str()
+    );
+    for t in ["head", "cpu"] {
+        assert_eq!(
+            ours.config
+                .node_type(t)
+                .map(|n| n.launch_config_hash.as_str()),
+            ray["launch_hashes"][t].as_str(),
+            "{t}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -546,7 +566,15 @@ async fn a_tpu_type_gets_rays_tpu_role_and_network() {
         ray["node_configs"]["tpu"]["networkConfig"]["subnetwork"]
     );
     assert_eq!(tpu_net["networkConfig"]["subnetwork"], SUBNET);
-    assert!(tpu_net.get("networkInterfaces").is_none(), "{tpu_net}");
+    // As Ray's bootstrap: every type gets both (each launch drops the other kind's), so
+    // the node configs are Ray's (each run made its own key, so the hashes differ by the
+    // key alone; `ray_and_rayscale_each_find_what_the_other_made` compares them).
+    for t in ["head", "cpu", "tpu"] {
+        assert_eq!(
+            ours.config.raw["available_node_types"][t]["node_config"], ray["node_configs"][t],
+            "{t}"
+        );
+    }
     for t in ["head", "cpu"] {
         assert_eq!(
             interfaces(&ours, t),
@@ -569,5 +597,20 @@ async fn a_tpu_type_gets_rays_tpu_role_and_network() {
     .unwrap();
     assert_eq!(body["networkConfig"]["subnetwork"], SUBNET);
     assert_eq!(body["networkConfig"]["enableExternalIps"], true);
+    assert!(body.get("networkInterfaces").is_none(), "{body}");
+    // And an instance's, without the TPU field.
+    let body = rayscale_provider_gcp::mapping::instance_json(
+        &g,
+        &rayscale_provider_gcp::mapping::InsertSpec {
+            node_type: "cpu",
+            kind: rayscale_core::provider::NodeKind::Worker,
+            name: "c",
+            request_id: None,
+            boot_script: None,
+        },
+    )
+    .unwrap();
+    assert!(body.get("networkConfig").is_none(), "{body}");
+    assert_eq!(body["networkInterfaces"], interfaces(&ours, "cpu"));
     let _ = std::fs::remove_dir_all(&home);
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::provider::NodeKind;
+use rayscale_core::provider::LaunchHashes;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -33,11 +33,8 @@ pub struct AwsConfig {
     pub head_node_type: Option<String>,
     /// Each node type's `node_config`, by type name.
     pub node_types: BTreeMap<String, NodeConfig>,
-    /// Each node type's launch config hash (the `ray-launch-config` tag).
-    pub launch_hashes: BTreeMap<String, String>,
-    /// The head's tag, which also hashes what its launch alone takes
-    /// (`ClusterConfig::head_launch_hash`, as `ray up` hashes it).
-    pub head_launch_hash: Option<String>,
+    /// Each node type's `ray-launch-config` tag, and the head's.
+    pub launch_hashes: LaunchHashes,
     /// The head's instance profile when its type names none (`ClusterConfig::head_node`'s
     /// `IamInstanceProfile`, from `rayscale up`'s bootstrap): the head's launch alone
     /// takes it.
@@ -127,11 +124,9 @@ impl AwsConfig {
             )),
         };
         let mut node_types = BTreeMap::new();
-        let mut launch_hashes = BTreeMap::new();
         for t in &config.node_types {
             let path = format!("available_node_types.{}.node_config", t.name);
             node_types.insert(t.name.clone(), NodeConfig::parse(&t.node_config, &path)?);
-            launch_hashes.insert(t.name.clone(), t.launch_config_hash.clone());
         }
         let head_iam_profile = match config.head_node.get("IamInstanceProfile") {
             None => None,
@@ -156,21 +151,8 @@ impl AwsConfig {
             use_internal_ips: flag("use_internal_ips", false)?,
             head_node_type: config.head_node_type.clone(),
             node_types,
-            launch_hashes,
-            head_launch_hash: config.head_launch_hash(),
+            launch_hashes: LaunchHashes::of(config),
         })
-    }
-
-    /// The `ray-launch-config` tag of a node of `node_type` and `kind`.
-    pub fn launch_hash(&self, node_type: &str, kind: NodeKind) -> &str {
-        match (kind, &self.head_launch_hash) {
-            (NodeKind::Head, Some(h)) => h,
-            _ => self
-                .launch_hashes
-                .get(node_type)
-                .map(String::as_str)
-                .unwrap_or(""),
-        }
     }
 }
 

@@ -88,7 +88,7 @@ pub fn run_instances_input(
             format!("no node type {node_type:?}"),
         )
     })?;
-    let hash = cfg.launch_hash(node_type, kind);
+    let hash = cfg.launch_hashes.get(node_type, kind);
     let count = i32::try_from(count)
         .map_err(|_| AwsError::config(&path, format!("cannot launch {count} instances at once")))?;
     let mut b = RunInstancesInput::builder()

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use rayscale_core::config::ClusterConfig;
+use rayscale_core::provider::LaunchHashes;
 use serde_json::{Map, Value};
 
 use crate::AzureError;
@@ -60,8 +61,8 @@ pub struct AzureConfig {
     pub head_node_type: Option<String>,
     /// Each node type's `node_config`, by type name.
     pub node_types: BTreeMap<String, NodeConfig>,
-    /// Each node type's launch config hash (the `ray-launch-config` tag).
-    pub launch_hashes: BTreeMap<String, String>,
+    /// Each node type's `ray-launch-config` tag, and the head's.
+    pub launch_hashes: LaunchHashes,
 }
 
 /// Provider keys Ray's Azure provider reads and rayscale does too.
@@ -303,14 +304,12 @@ impl AzureConfig {
             .and_then(|a| a.get("ssh_public_key"))
             .and_then(Value::as_str);
         let mut node_types = BTreeMap::new();
-        let mut launch_hashes = BTreeMap::new();
         for t in &config.node_types {
             let path = format!("available_node_types.{}.node_config", t.name);
             node_types.insert(
                 t.name.clone(),
                 NodeConfig::parse(&t.node_config, &path, &ssh_user, key_file)?,
             );
-            launch_hashes.insert(t.name.clone(), t.launch_config_hash.clone());
         }
         Ok(AzureConfig {
             cluster_name: config.cluster_name.clone(),
@@ -326,7 +325,7 @@ impl AzureConfig {
             msi: text("msi", "a user-assigned identity id")?,
             head_node_type: config.head_node_type.clone(),
             node_types,
-            launch_hashes,
+            launch_hashes: LaunchHashes::of(config),
         })
     }
 }

@@ -245,7 +245,7 @@ pub fn vm_json(cfg: &AzureConfig, spec: &CreateSpec<'_>) -> Result<Value, AzureE
         .iter()
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect();
-    let hash = cfg.launch_hashes.get(t).map(String::as_str).unwrap_or("");
+    let hash = cfg.launch_hashes.get(t, spec.kind);
     for (k, v) in ray_tags(&cfg.cluster_name, t, spec.kind, spec.request_id, hash) {
         tag_map.insert(k, Value::String(v));
     }

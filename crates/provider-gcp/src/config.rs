@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::provider::NodeKind;
+use rayscale_core::provider::LaunchHashes;
 use serde_json::{Map, Value};
 
 use crate::GcpError;
@@ -39,11 +39,8 @@ pub struct GcpConfig {
     pub head_node_type: Option<String>,
     /// Each node type's `node_config`, by type name.
     pub node_types: BTreeMap<String, NodeConfig>,
-    /// Each node type's launch config hash (the `ray-launch-config` label).
-    pub launch_hashes: BTreeMap<String, String>,
-    /// The head's label, which also hashes what its launch alone takes (its service
-    /// account: `ClusterConfig::head_launch_hash`, as `ray up` hashes it).
-    pub head_launch_hash: Option<String>,
+    /// Each node type's `ray-launch-config` label, and the head's.
+    pub launch_hashes: LaunchHashes,
     /// The head's `serviceAccounts` when its type names none: Ray's service account,
     /// set by `rayscale up`'s bootstrap (`head_node.serviceAccounts`), else `None` (the
     /// project's default account).
@@ -125,18 +122,6 @@ pub struct NodeConfig {
 }
 
 impl GcpConfig {
-    /// The `ray-launch-config` label of a node of `node_type` and `kind`.
-    pub fn launch_hash(&self, node_type: &str, kind: NodeKind) -> &str {
-        match (kind, &self.head_launch_hash) {
-            (NodeKind::Head, Some(h)) => h,
-            _ => self
-                .launch_hashes
-                .get(node_type)
-                .map(String::as_str)
-                .unwrap_or(""),
-        }
-    }
-
     /// Reads the GCP view of `config`. Errors name the offending path in one line.
     pub fn from_cluster(config: &ClusterConfig) -> Result<Self, GcpError> {
         let provider = config
@@ -213,7 +198,6 @@ impl GcpConfig {
             }
         };
         let mut node_types = BTreeMap::new();
-        let mut launch_hashes = BTreeMap::new();
         for t in &config.node_types {
             let path = format!("available_node_types.{}.node_config", t.name);
             let nc = NodeConfig::parse(&t.node_config, &path)?;
@@ -225,7 +209,6 @@ impl GcpConfig {
                 ));
             }
             node_types.insert(t.name.clone(), nc);
-            launch_hashes.insert(t.name.clone(), t.launch_config_hash.clone());
         }
         Ok(GcpConfig {
             cluster_name: config.cluster_name.clone(),
@@ -235,8 +218,7 @@ impl GcpConfig {
             cache_stopped_nodes,
             head_node_type: config.head_node_type.clone(),
             node_types,
-            launch_hashes,
-            head_launch_hash: config.head_launch_hash(),
+            launch_hashes: LaunchHashes::of(config),
             head_service_accounts: match config.head_node.get("serviceAccounts") {
                 None | Some(Value::Null) => None,
                 Some(v @ Value::Array(_)) => Some(v.clone()),
@@ -274,6 +256,20 @@ impl NodeConfig {
                 source_instance_template: None,
                 tpu: Some(slice),
             });
+        }
+        let mut map = map;
+        if map.remove("networkConfig").is_some() {
+            // A Cloud TPU field, dropped from the instance as Ray's create drops it. Ray's
+            // bootstrap sets it beside `networkInterfaces` on every type (the config `ray
+            // up` writes onto a head has it); alone, it is said.
+            if map.contains_key("networkInterfaces") {
+                tracing::debug!("{path}.networkConfig: a TPU field, dropped from the instance");
+            } else {
+                tracing::warn!(
+                    "{path}.networkConfig: a Cloud TPU field, dropped from the Compute Engine \
+                     instance (as Ray drops it); an instance takes networkInterfaces"
+                );
+            }
         }
         for key in map.keys() {
             if key == "name" {

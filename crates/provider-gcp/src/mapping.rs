@@ -262,7 +262,7 @@ pub fn instance_json(cfg: &GcpConfig, spec: &InsertSpec<'_>) -> Result<Value, Gc
             ));
         }
     };
-    let hash = cfg.launch_hash(t, spec.kind);
+    let hash = cfg.launch_hashes.get(t, spec.kind);
     for (k, v) in ray_labels(&cfg.cluster_name, t, spec.kind, spec.request_id, hash) {
         labels.insert(k, Value::String(v));
     }

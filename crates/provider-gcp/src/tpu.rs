@@ -270,11 +270,15 @@ pub fn check(map: &Map<String, Value>, path: &str) -> Result<(), GcpError> {
     for key in map.keys() {
         if key == "networkInterfaces" {
             // Ray drops it from a TPU's body: a Compute Engine field its bootstrap sets on
-            // every type. Said, not silently dropped.
-            tracing::warn!(
-                "{path}.networkInterfaces: a Compute Engine field, dropped from the TPU node \
-                 (as Ray drops it); a TPU node takes networkConfig"
-            );
+            // every type, beside `networkConfig`. Alone, it is said.
+            if map.contains_key("networkConfig") {
+                tracing::debug!("{path}.networkInterfaces: a Compute Engine field, dropped");
+            } else {
+                tracing::warn!(
+                    "{path}.networkInterfaces: a Compute Engine field, dropped from the TPU \
+                     node (as Ray drops it); a TPU node takes networkConfig"
+                );
+            }
             continue;
         }
         if key == "name" {
@@ -399,7 +403,7 @@ pub fn node_json(cfg: &GcpConfig, spec: &InsertSpec<'_>) -> Result<Value, GcpErr
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    let hash = cfg.launch_hash(t, spec.kind);
+    let hash = cfg.launch_hashes.get(t, spec.kind);
     for (k, v) in mapping::ray_labels(&cfg.cluster_name, t, spec.kind, spec.request_id, hash) {
         labels.insert(k, Value::String(v));
     }

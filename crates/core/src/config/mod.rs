@@ -491,6 +491,23 @@ fn node_type_from_value(
         None => global_max,
     };
 
+    // Python's ints have no bound; a priority past 64 bits would be rounded or clamped
+    // here and tie with its neighbours, so it is refused instead.
+    let priority = match obj.get("priority") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v
+            .as_i64()
+            .or_else(|| v.as_f64().filter(|f| f.abs() < 9.0e15).map(|f| f as i64))
+            .ok_or_else(|| {
+                CoreError::invalid(
+                    join(path, "priority"),
+                    format!(
+                        "{v} is not an integer rayscale orders exactly (a 64-bit one; \
+                         priorities only compare, so smaller numbers in the same order do)"
+                    ),
+                )
+            })?,
+    };
     let node_config = obj
         .get("node_config")
         .cloned()
@@ -502,7 +519,7 @@ fn node_type_from_value(
         min_workers: min_workers as u64,
         max_workers,
         idle_timeout_s: obj.get("idle_timeout_s").and_then(Value::as_f64),
-        priority: as_int("priority").unwrap_or(0),
+        priority,
         // Set with the config's `auth` once every type is read.
         launch_config_hash: String::new(),
         node_config,

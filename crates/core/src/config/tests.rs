@@ -137,6 +137,32 @@ fn the_launch_hash_takes_the_keys_text_and_keeps_an_unreadable_keys_path() {
 }
 
 #[test]
+fn a_priority_past_64_bits_is_refused_and_one_within_is_exact() {
+    let with = |p: &str| BASIC.replace("priority: 1}", &format!("priority: {p}}}"));
+    for huge in ["9223372036854775808", "1.0e19"] {
+        let e = err(&with(huge));
+        assert!(
+            e.starts_with("available_node_types.gpu.priority: ") && e.contains("64-bit"),
+            "{huge}: {e}"
+        );
+    }
+    // Past 64 bits unsigned, the YAML reader refuses it first, naming it too.
+    let e = err(&with("18446744073709551616"));
+    assert!(
+        e.contains("available_node_types.gpu.priority: ") && !e.contains('\n'),
+        "{e}"
+    );
+    for (p, want) in [
+        ("9223372036854775807", i64::MAX),
+        ("-9223372036854775808", i64::MIN),
+        ("9007199254740993", 9_007_199_254_740_993),
+    ] {
+        let c = ClusterConfig::from_yaml_str(&with(p), "t").expect("valid");
+        assert_eq!(c.node_types[2].priority, want, "{p}");
+    }
+}
+
+#[test]
 fn a_huge_or_impossible_min_workers_is_refused_at_load_in_one_line() {
     // A typo that would make the loop keep two billion nodes (and run out of memory).
     let huge = BASIC

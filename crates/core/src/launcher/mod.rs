@@ -87,6 +87,14 @@ fn provider_err(e: crate::provider::ProviderError) -> CoreError {
     CoreError::Provider(e.to_string())
 }
 
+/// `heads` without the one called `gone`.
+fn but<'a>(heads: Vec<&'a CloudInstance>, gone: Option<&str>) -> Vec<&'a CloudInstance> {
+    heads
+        .into_iter()
+        .filter(|h| Some(h.cloud_instance_id.as_str()) != gone)
+        .collect()
+}
+
 fn live_heads(all: &[CloudInstance]) -> Vec<&CloudInstance> {
     all.iter()
         .filter(|i| i.is_head() && i.state != CloudInstanceState::Stopping)
@@ -143,10 +151,7 @@ pub async fn up(
         }
         _ => None,
     };
-    let heads: Vec<&CloudInstance> = heads
-        .into_iter()
-        .filter(|h| Some(&h.cloud_instance_id) != relaunched.as_ref())
-        .collect();
+    let heads = but(heads, relaunched.as_deref());
     let launched = heads.is_empty();
     // The head waited for, and whether the cloud has listed it yet: one the cloud lists as
     // stopping, or no longer lists after it did (EC2 drops terminated instances from a
@@ -186,10 +191,7 @@ pub async fn up(
     loop {
         let all = provider.list().await.map_err(provider_err)?;
         // The head terminated above may still be listed a while: never the one waited on.
-        let heads: Vec<&CloudInstance> = live_heads(&all)
-            .into_iter()
-            .filter(|h| Some(&h.cloud_instance_id) != relaunched.as_ref())
-            .collect();
+        let heads = but(live_heads(&all), relaunched.as_deref());
         if waiting_on.is_none() {
             waiting_on = heads.first().map(|h| (h.cloud_instance_id.clone(), true));
         }

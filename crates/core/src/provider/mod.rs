@@ -63,6 +63,41 @@ impl NodeKind {
     }
 }
 
+/// The `ray-launch-config` tag a provider gives what it launches: each node type's
+/// ([`crate::config::NodeTypeConfig::launch_config_hash`]), and the head's, which also
+/// hashes what the head's launch alone takes ([`ClusterConfig::head_launch_hash`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchHashes {
+    by_type: BTreeMap<String, String>,
+    head: Option<String>,
+}
+
+impl LaunchHashes {
+    /// The tags of `config`'s node types and head.
+    pub fn of(config: &ClusterConfig) -> Self {
+        LaunchHashes {
+            by_type: config
+                .node_types
+                .iter()
+                .map(|t| (t.name.clone(), t.launch_config_hash.clone()))
+                .collect(),
+            head: config.head_launch_hash(),
+        }
+    }
+
+    /// The tag of a node of `node_type` and `kind` (empty for a type the config lacks).
+    pub fn get(&self, node_type: &str, kind: NodeKind) -> &str {
+        match (kind, &self.head) {
+            (NodeKind::Head, Some(h)) => h,
+            _ => self
+                .by_type
+                .get(node_type)
+                .map(String::as_str)
+                .unwrap_or(""),
+        }
+    }
+}
+
 /// The cloud's state of an instance, reduced to what the reconciler needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CloudInstanceState {

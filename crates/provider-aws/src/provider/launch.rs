@@ -159,7 +159,7 @@ impl AwsProvider {
         //    fails would leave part of the gang.
         let mut reuse: Vec<String> = stopped_ours;
         if cfg.cache_stopped_nodes && !req.all_or_nothing && remaining > reuse.len() as u64 {
-            let hash = cfg.launch_hash(t, kind).to_string();
+            let hash = cfg.launch_hashes.get(t, kind).to_string();
             let stopped = self
                 .describe(
                     cfg,
@@ -190,7 +190,7 @@ impl AwsProvider {
                         let mut c = CloudInstance::worker(id.clone(), t, Some(&req.request_id));
                         c.kind = kind;
                         c.state = rayscale_core::provider::CloudInstanceState::Pending;
-                        c.launch_config_hash = Some(cfg.launch_hash(t, kind).to_string());
+                        c.launch_config_hash = Some(cfg.launch_hashes.get(t, kind).to_string());
                         c
                     }));
                 }

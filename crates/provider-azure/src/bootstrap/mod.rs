@@ -632,9 +632,40 @@ fn cluster_key(
 ) -> Result<Option<(String, PathBuf)>, AzureError> {
     let auth = raw.get("auth").cloned().unwrap_or(Value::Null);
     let has = |k: &str| auth.get(k).is_some_and(|v| !v.is_null());
+    let user = match auth.get("ssh_user") {
+        // Ray's Azure defaults' user (its key's name takes it).
+        None | Some(Value::Null) => "ubuntu".to_string(),
+        Some(Value::String(u)) if names::valid_name(u) => u.clone(),
+        Some(other) => {
+            return Err(AzureError::config(
+                "auth.ssh_user",
+                format!("{other}: not a login name for the VMs"),
+            ));
+        }
+    };
     match (has("ssh_private_key"), has("ssh_public_key")) {
-        // The user's pair: the config reads the public half.
-        (true, true) => return Ok(None),
+        // The user's pair, as Ray's bootstrap takes it: the public half's text goes into
+        // the types' `publicKey` (with `adminUsername`), and `auth.ssh_public_key` leaves
+        // the config, whose copy on the head may name only what is there (the head has
+        // no such file: its `rayscale run` would fail to read it).
+        (true, true) => {
+            let f = auth
+                .get("ssh_public_key")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let file = match (f.strip_prefix("~/"), ssh_dir.and_then(Path::parent)) {
+                (Some(rest), Some(home)) => home.join(rest),
+                _ => PathBuf::from(f),
+            };
+            let public = std::fs::read_to_string(&file).map_err(|e| {
+                AzureError::config("auth.ssh_public_key", format!("{}: {e}", file.display()))
+            })?;
+            names::with_key(raw, &user, &public);
+            if let Some(a) = raw.get_mut("auth").and_then(Value::as_object_mut) {
+                a.remove("ssh_public_key");
+            }
+            return Ok(None);
+        }
         // As Ray's Azure config: the two go together (`up` copies the file mounts, and a
         // head `ray up` set up reaches its workers, with the private half).
         (false, true) => {
@@ -655,17 +686,6 @@ fn cluster_key(
         (false, false) if names::every_type_has_key(raw) => return Ok(None),
         (false, false) => {}
     }
-    let user = match auth.get("ssh_user") {
-        // Ray's Azure defaults' user (its key's name takes it).
-        None | Some(Value::Null) => "ubuntu".to_string(),
-        Some(Value::String(u)) if names::valid_name(u) => u.clone(),
-        Some(other) => {
-            return Err(AzureError::config(
-                "auth.ssh_user",
-                format!("{other}: not a login name for the VMs"),
-            ));
-        }
-    };
     let Some(dir) = ssh_dir else {
         return Err(AzureError::config(
             "auth.ssh_private_key",
@@ -689,6 +709,12 @@ fn cluster_key(
         return Ok(None);
     };
     names::with_key(raw, &user, &public);
+    // As Ray's: `auth` names the key (Ray hashes its text into each node's
+    // `ray-launch-config` tag, so `ray up` finds the head current).
+    if !raw.get("auth").is_some_and(Value::is_object) {
+        raw["auth"] = json!({});
+    }
+    raw["auth"]["ssh_private_key"] = json!(private.display().to_string());
     Ok(Some((name, private)))
 }
 

@@ -361,7 +361,9 @@ pub fn with_key(raw: &mut Value, user: &str, public_key: &str) -> Vec<String> {
         if params.get("publicKey").is_some_and(|k| !k.is_null()) {
             continue;
         }
-        params.insert("publicKey".into(), json!(public_key.trim()));
+        // The key file's text as it is, trailing newline too, as Ray sets it (Ray
+        // hashes the node_config into the `ray-launch-config` tag).
+        params.insert("publicKey".into(), json!(public_key));
         // As Ray: the key is for `auth.ssh_user` (a type's own user would not get it).
         params.insert("adminUsername".into(), json!(user));
         changed.push(name.clone());
@@ -477,7 +479,8 @@ mod tests {
             |t: &str| raw["available_node_types"][t]["node_config"]["azure_arm_parameters"].clone();
         assert_eq!(
             p("h"),
-            json!({"vmSize": "x", "publicKey": "ssh-rsa AAA", "adminUsername": "ubuntu"})
+            json!({"vmSize": "x", "publicKey": "ssh-rsa AAA\n", "adminUsername": "ubuntu"}),
+            "the key's text as it is, as Ray sets it"
         );
         assert_eq!(p("w"), json!({"publicKey": "own", "adminUsername": "me"}));
         assert!(every_type_has_key(&raw));

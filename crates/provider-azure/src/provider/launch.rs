@@ -84,7 +84,7 @@ impl AzureProvider {
         let mut made = CloudInstance::worker(spec.name, t, spec.request_id);
         made.kind = spec.kind;
         made.state = CloudInstanceState::Pending;
-        made.launch_config_hash = cfg.launch_hashes.get(t).cloned();
+        made.launch_config_hash = Some(cfg.launch_hashes.get(t, spec.kind).to_string());
         let body = match mapping::vm_body(cfg, &spec) {
             Ok(b) => b,
             Err(e) => return Made::Failed(e),
@@ -338,7 +338,8 @@ impl AzureProvider {
         let stopped_kind = |v: &Vm| {
             v.tags.get(tags::NODE_KIND).map(String::as_str) == Some(kind.tag_value())
                 && v.tags.get(tags::USER_NODE_TYPE).map(String::as_str) == Some(t)
-                && v.tags.get(tags::LAUNCH_CONFIG) == cfg.launch_hashes.get(t)
+                && v.tags.get(tags::LAUNCH_CONFIG).map(String::as_str)
+                    == Some(cfg.launch_hashes.get(t, kind))
         };
         let candidates: Vec<Vm> = if cfg.cache_stopped_nodes {
             all.iter()

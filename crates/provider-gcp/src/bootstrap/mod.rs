@@ -303,13 +303,19 @@ pub async fn bootstrap(
                 )
             })?
             .to_string();
-        for t in &bare {
+        // As Ray's `_configure_subnet`: every type gets both a Compute Engine
+        // `networkInterfaces` and a TPU `networkConfig` where it has none (each launch drops
+        // the one its kind does not take), so the node configs, and the launch hashes Ray
+        // computes from them, are Ray's. Unlike Ray, a type that starts from an instance
+        // template keeps the template's network.
+        for t in &types {
             let nc = &mut raw["available_node_types"][t.as_str()]["node_config"];
-            if is_tpu(nc) {
-                // A TPU node's network, as Ray sets it (its create turns external
-                // addresses on).
+            // A TPU node's network (its create turns external addresses on).
+            if nc.get("networkConfig").is_none() {
                 nc["networkConfig"] = json!({"subnetwork": first});
-            } else {
+            }
+            let template = nc.get("sourceInstanceTemplate").is_some() && !is_tpu(nc);
+            if nc.get("networkInterfaces").is_none() && !template {
                 nc["networkInterfaces"] = json!([{
                     "subnetwork": first,
                     "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]
@@ -344,6 +350,14 @@ pub async fn bootstrap(
             ));
         };
         key = project_key(&compute, &project, &region, user, dir).await?;
+        if let Some((_, path)) = &key {
+            // As Ray's: `auth` names the key, which Ray hashes into each node's
+            // `ray-launch-config` label (so `ray up` finds the head current).
+            if !raw.get("auth").is_some_and(Value::is_object) {
+                raw["auth"] = json!({});
+            }
+            raw["auth"]["ssh_private_key"] = json!(path.display().to_string());
+        }
         if key.is_none() {
             // OS Login: instances take no ssh-keys metadata; only a copy needs SSH.
             let copies = rayscale_core::config::mounts::head_copies(&config.raw)

@@ -452,7 +452,7 @@ impl GcpProvider {
         //    for an all-or-nothing gang: restarts are one by one, so the gang is made
         //    new, in one call).
         if cfg.cache_stopped_nodes && !req.all_or_nothing && remaining > reuse.len() as u64 {
-            let hash = cfg.launch_hash(t, kind).to_string();
+            let hash = cfg.launch_hashes.get(t, kind).to_string();
             let stopped = self
                 .list_raw(
                     cfg,
@@ -579,7 +579,7 @@ pub(super) fn pending_instance(
     let mut c = CloudInstance::worker(name, node_type, Some(request_id));
     c.kind = kind;
     c.state = CloudInstanceState::Pending;
-    c.launch_config_hash = Some(cfg.launch_hash(node_type, kind).to_string());
+    c.launch_config_hash = Some(cfg.launch_hashes.get(node_type, kind).to_string());
     c
 }
 
