@@ -231,12 +231,7 @@ impl ClusterConfig {
                     head_node_type.as_deref() == Some(name.as_str()),
                 )?);
             }
-            let auth = launch_hash_auth(
-                get("auth"),
-                std::env::var_os("HOME")
-                    .map(std::path::PathBuf::from)
-                    .as_deref(),
-            );
+            let auth = launch_auth_here(get("auth"));
             for t in &mut node_types {
                 t.launch_config_hash = launch_config_hash(&t.node_config, &auth);
             }
@@ -380,12 +375,7 @@ impl ClusterConfig {
         if let Some(nc) = t.node_config.as_object() {
             merged.extend(nc.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
-        let auth = launch_hash_auth(
-            self.raw.get("auth"),
-            std::env::var_os("HOME")
-                .map(std::path::PathBuf::from)
-                .as_deref(),
-        );
+        let auth = launch_auth_here(self.raw.get("auth"));
         Some(launch_config_hash(&Value::Object(merged), &auth))
     }
 
@@ -567,6 +557,13 @@ fn base32hex_lower(bytes: &[u8]) -> String {
         out.push(char::from(ALPHABET[((acc << (5 - bits)) & 31) as usize]));
     }
     out
+}
+
+/// [`launch_hash_auth`] with `~` as this process's HOME: what a config load and
+/// [`ClusterConfig::head_launch_hash`] hash with.
+fn launch_auth_here(auth: Option<&Value>) -> Value {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    launch_hash_auth(auth, home.as_deref())
 }
 
 /// The `auth` Ray hashes a launch config with: `auth` (an empty mapping when absent) with
