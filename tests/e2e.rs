@@ -90,6 +90,7 @@ pub trait Cloud {
 pub fn rayscale_with(env: &[(String, String)], args: &[&str]) -> (bool, String) {
     let out = Command::new(crate::workspace_bin("rayscale"))
         .args(args)
+        .env("PATH", crate::loopback_ssh_path())
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env("RAYSCALE_LAUNCHER_POLL_S", "0.5")
         .stdin(Stdio::null())

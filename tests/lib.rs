@@ -24,6 +24,19 @@ pub mod sshd;
 
 use std::path::{Path, PathBuf};
 
+/// This process's `PATH` with `tests/fakes/loopback_ssh` first: the `rayscale` a test runs
+/// reaches loopback only over SSH (its `up` may SSH to a head; an emulator's instance
+/// addresses are refused at once, not tried).
+pub fn loopback_ssh_path() -> String {
+    format!(
+        "{}:{}",
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fakes/loopback_ssh")
+            .display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 /// A binary of this workspace built with the same profile as the running test
 /// (`target/<profile>/<name>`). `scripts/test.sh` builds them first; a missing binary
 /// fails the test loudly.

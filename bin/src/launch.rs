@@ -8,11 +8,14 @@ use rayscale_core::config::ClusterConfig;
 use rayscale_core::config::install::InstallSettings;
 use rayscale_core::driver::NAMESPACE;
 use rayscale_core::driver::lease::lease_prefix;
+use rayscale_core::launcher::HeadConfig;
 use rayscale_core::launcher::{self, LauncherSettings};
-use rayscale_core::provider::boot::{boot_status_key, head_port};
+use rayscale_core::provider::boot::{self, boot_status_key, head_port};
+use rayscale_core::provider::tags;
 use rayscale_core::provider::{CloudInstance, CloudInstanceState};
 
 use crate::gcs::one_shot_client;
+use crate::ssh::Push;
 
 /// How often the launcher looks at the cloud (`RAYSCALE_LAUNCHER_POLL_S`, for tests
 /// on an emulator; 5 s by default).
@@ -93,8 +96,52 @@ pub async fn up(
         );
     }
     let ip = r.head.private_ip.as_deref().unwrap_or("?");
+    // As `ray up` rewrites a running head's config: this YAML's, when the head's tag says
+    // it runs another (a head this run launched booted with it).
+    let text = boot::head_config_text(config)?;
+    let digest = boot::head_config_digest(&text);
+    let id = r.head.cloud_instance_id.clone();
+    let state = HeadConfig::of(&r.head, &digest);
+    let push = if r.launched {
+        None
+    } else if r.outdated {
+        if state != HeadConfig::Same {
+            println!("the head {id} keeps its config too (rayscale up -y relaunches it)");
+        }
+        None
+    } else {
+        match state {
+            HeadConfig::Same => None,
+            HeadConfig::Unknown => {
+                println!(
+                    "the head {id} carries no {} tag (ray up, or an older rayscale, launched                      it): its cluster config is left as it is (ray up --no-restart rewrites                      it, as for a head of Ray's)",
+                    tags::RAYSCALE_CONFIG
+                );
+                None
+            }
+            HeadConfig::Differs => Some(Push {
+                text: &text,
+                instance_id: &id,
+            }),
+        }
+    };
+    let session = match &push {
+        None => copies,
+        Some(_) => {
+            let Some(mut plan) =
+                crate::ssh::reach(config, home.as_deref().unwrap_or(std::path::Path::new("/")))?
+            else {
+                bail!(
+                    "the head {id} runs another cluster config than this YAML's (its {} tag                      differs) and up cannot push this one without SSH: give auth.ssh_user (and                      auth.ssh_private_key) so that up reaches the head as ray up does, or                      rayscale down, then rayscale up",
+                    tags::RAYSCALE_CONFIG
+                );
+            };
+            plan.key = plan.key.or_else(|| boot.ssh_key.clone());
+            Some(plan)
+        }
+    };
     // As `ray up`: the file mounts, before the head's setup (its boot waits for them).
-    if let Some(plan) = &copies {
+    if let Some(plan) = &session {
         if !internal_ips(config) && r.head.public_ip.is_none() {
             println!(
                 "the head {} lists no public address: copying the file mounts over its private \
@@ -110,7 +157,6 @@ pub async fn up(
                 r.head.cloud_instance_id
             );
         };
-        let id = r.head.cloud_instance_id.clone();
         // Gone only when the cloud's list says so; a list that fails says nothing.
         let head_gone = async || -> Option<String> {
             let listed = provider.list().await.ok()?;
@@ -122,18 +168,39 @@ pub async fn up(
                 Some(_) => None,
             }
         };
-        let n = crate::ssh::copy_to_head(plan, &host, crate::ssh::ssh_wait(), head_gone)
-            .await
-            .with_context(|| {
-                format!(
-                    "copying the file mounts to the head {} ({host})",
-                    r.head.cloud_instance_id
-                )
-            })?;
-        println!(
-            "copied {n} file mounts to the head ({host}) as {}",
-            plan.user
-        );
+        let n = crate::ssh::copy_to_head(
+            plan,
+            &host,
+            crate::ssh::ssh_wait(),
+            head_gone,
+            push.as_ref(),
+        )
+        .await
+        .with_context(|| {
+            if plan.copies.is_empty() {
+                format!("pushing this YAML's cluster config to the head {id} ({host})")
+            } else {
+                format!("copying the file mounts to the head {id} ({host})")
+            }
+        })?;
+        if !plan.copies.is_empty() {
+            println!(
+                "copied {n} file mounts to the head ({host}) as {}",
+                plan.user
+            );
+        }
+        if push.is_some() {
+            // Failing, the next `up` pushes the same config again: nothing is lost.
+            if let Err(e) = provider
+                .tag_head(&id, &[(tags::RAYSCALE_CONFIG, digest.clone())])
+                .await
+            {
+                tracing::warn!("tagging the head {id} with its new config's digest: {e}");
+            }
+            println!(
+                "pushed this YAML's cluster config to the head ({host}), as ray up does: its                  rayscale reads it at its next pass (~/rayscale.log on the head says so, or                  why it keeps the last one); setup commands do not run again"
+            );
+        }
     }
     let waited = match wait {
         Some(Wait { secs, gcs }) => {

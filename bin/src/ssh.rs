@@ -13,6 +13,10 @@
 //!
 //! What to copy is read and checked ([`plan`]) before the head is launched, so a missing
 //! local path or `auth.ssh_user` launches nothing.
+//!
+//! Over the same channel `up` pushes a changed cluster config to a running head
+//! ([`Push`]), as `ray up` rewrites the head's `~/ray_bootstrap_config.yaml`; the head's
+//! rayscale reads that file again on every pass.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use rayscale_core::config::ClusterConfig;
 use rayscale_core::config::mounts::{copied_mark, expand_home, head_copies, head_location};
-use rayscale_core::provider::boot::head_mounts_prefix;
+use rayscale_core::provider::boot::{PUSHED_MARK, head_mounts_prefix};
 use serde_json::Value;
 
 /// How often the head's SSH is tried (Ray's `READY_CHECK_INTERVAL`).
@@ -70,12 +74,24 @@ fn azure_types_name_their_keys(raw: &Value) -> bool {
 /// local path exists (`~` is `home`, a relative path is from the working directory, as
 /// for `ray up`), and `auth.ssh_user` is given. Errors name the key.
 pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
+    build(config, home, false)
+}
+
+/// How `up` reaches the head of `config` over SSH to push its config ([`Push`]), with
+/// the file mounts' copies (none without `file_mounts`), checked as [`plan`] checks
+/// them: `None` when the YAML gives no `auth.ssh_user` (and has no `file_mounts`).
+pub fn reach(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
+    build(config, home, true)
+}
+
+/// [`plan`] (`always` false: `None` without file mounts) or [`reach`].
+fn build(config: &ClusterConfig, home: &Path, always: bool) -> Result<Option<Plan>> {
     // The clouds whose head `up` launches and boots (elsewhere `up` says what it does).
     if !["aws", "gcp", "azure"].contains(&config.provider_type.as_str()) {
         return Ok(None);
     }
     let mounts = head_copies(&config.raw)?;
-    if mounts.is_empty() {
+    if mounts.is_empty() && !always {
         return Ok(None);
     }
     let auth = config.raw.get("auth");
@@ -87,6 +103,9 @@ pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
         }
     };
     let Some(user) = text("ssh_user")? else {
+        if mounts.is_empty() {
+            return Ok(None);
+        }
         bail!(
             "auth.ssh_user: needed to copy file_mounts to the head over SSH (as ray up does); \
              give the image's login user (ubuntu on Ray's AMIs)"
@@ -104,7 +123,7 @@ pub fn plan(config: &ClusterConfig, home: &Path) -> Result<Option<Plan>> {
                 || azure_types_name_their_keys(&config.raw) =>
         {
             bail!(
-                "auth.ssh_private_key: needed on Azure to copy file_mounts to the head over SSH \
+                "auth.ssh_private_key: needed on Azure to reach the head over SSH (file_mounts, a changed config) \
              (the private half of auth.ssh_public_key, or of the types' publicKey, as Ray's \
              Azure config asks)"
             )
@@ -185,7 +204,7 @@ impl Plan {
 
     /// `rsync --rsh "ssh ..." -avz <filters> <local> user@host:<remote>`, as Ray's
     /// `run_rsync_up`.
-    fn rsync(&self, host: &str, copy: &Copy) -> Result<Vec<String>> {
+    fn rsync(&self, host: &str, copy: &Copy, filtered: bool) -> Result<Vec<String>> {
         let mut rsh = vec!["ssh".to_string()];
         rsh.extend(self.ssh_options(120));
         let mut argv = vec![
@@ -194,7 +213,9 @@ impl Plan {
             rsh_line(&rsh)?,
             "-avz".to_string(),
         ];
-        argv.extend(self.filters.iter().cloned());
+        if filtered {
+            argv.extend(self.filters.iter().cloned());
+        }
         argv.push(copy.local.clone());
         argv.push(format!("{}@{host}:{}", self.user, copy.remote));
         Ok(argv)
@@ -288,6 +309,61 @@ async fn run(argv: &[String], limit: Option<Duration>) -> Result<()> {
     bail!("{program} failed ({}): {last}", out.status)
 }
 
+/// Pushes `p` to the head at `host`: first the mark naming the instance (so that a boot
+/// reaching its config step from now on keeps what is pushed, never the other way
+/// round), then the file, replaced whole (rsync writes a temporary file and renames
+/// it), mode 0600 as the boot writes it, without the mounts' filters.
+async fn push_config(plan: &Plan, host: &str, p: &Push<'_>) -> Result<()> {
+    let mark = format!(
+        "mkdir -p {} && printf '%s' {} >{}",
+        remote_path(parent_of(&format!("~/{PUSHED_MARK}")).unwrap_or("~")),
+        quote(p.instance_id),
+        remote_path(&format!("~/{PUSHED_MARK}"))
+    );
+    run(&plan.ssh(host, &mark, 120), Some(Duration::from_secs(300)))
+        .await
+        .context("marking the head's config as pushed")?;
+    let dir = std::env::temp_dir().join(format!(
+        "rayscale-push-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    let result = async {
+        use std::io::Write as _;
+        use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("making {}", dir.display()))?;
+        let file = dir.join("ray_bootstrap_config.yaml");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)
+            .with_context(|| format!("writing {}", file.display()))?;
+        f.write_all(p.text.as_bytes())
+            .and_then(|()| f.write_all(b"\n"))
+            .with_context(|| format!("writing {}", file.display()))?;
+        let copy = Copy {
+            local: file.display().to_string(),
+            remote: "~/ray_bootstrap_config.yaml".to_string(),
+        };
+        run(
+            &plan.rsync(host, &copy, false)?,
+            Some(Duration::from_secs(300)),
+        )
+        .await
+        .context("pushing the cluster config to the head's ~/ray_bootstrap_config.yaml")
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
 /// How long the head's SSH is waited for: Ray's `AUTOSCALER_NODE_START_WAIT_S` (900 s).
 pub fn ssh_wait() -> Duration {
     std::env::var("AUTOSCALER_NODE_START_WAIT_S")
@@ -296,15 +372,27 @@ pub fn ssh_wait() -> Duration {
         .map_or(Duration::from_secs(900), Duration::from_secs)
 }
 
-/// Waits for the head's SSH at `host`, copies the mounts there and leaves the mark its
-/// boot waits for. Returns how many were copied. Between tries `head_gone` is asked
-/// whether the cloud shows the head gone (`Some(what)`, only on the cloud's word): then
-/// it stops waiting.
+/// A cluster config for a running head (`up` over a head whose config differs).
+pub struct Push<'a> {
+    /// The text its boot would write ([`rayscale_core::provider::boot::head_config_text`]).
+    pub text: &'a str,
+    /// The head's cloud instance id (written beside it: the head's boot keeps the pushed
+    /// config of its own instance, [`PUSHED_MARK`]).
+    pub instance_id: &'a str,
+}
+
+/// Waits for the head's SSH at `host`, copies the mounts there, pushes `push` to the
+/// head's `~/ray_bootstrap_config.yaml` (its rayscale reads it again on its next pass),
+/// and leaves the mark its boot waits for (with no mounts too: a head launched with
+/// some that a later YAML dropped goes on). Returns how many mounts were copied. Between
+/// tries `head_gone` is asked whether the cloud shows the head gone (`Some(what)`, only
+/// on the cloud's word): then it stops waiting.
 pub async fn copy_to_head(
     plan: &Plan,
     host: &str,
     wait: Duration,
     head_gone: impl AsyncFn() -> Option<String>,
+    push: Option<&Push<'_>>,
 ) -> Result<usize> {
     let started = Instant::now();
     loop {
@@ -312,10 +400,14 @@ pub async fn copy_to_head(
         match run(&plan.ssh(host, "uptime", 10), Some(Duration::from_secs(30))).await {
             Ok(()) => break,
             Err(e) if started.elapsed() >= wait => {
+                let waits = if plan.copies.is_empty() {
+                    "the head keeps its config (this one was not pushed)"
+                } else {
+                    "the head waits for its file mounts"
+                };
                 bail!(
                     "the head's SSH at {}@{host} did not answer within {} s (last: {e:#}); \
-                     the head waits for its file mounts: run rayscale up again once it \
-                     answers, or rayscale down",
+                     {waits}: run rayscale up again once it answers, or rayscale down",
                     plan.user,
                     wait.as_secs()
                 )
@@ -341,7 +433,7 @@ pub async fn copy_to_head(
             .with_context(|| format!("making {dir} on the head"))?;
         }
         // No bound: a large mount takes what it takes (keep-alives end a dead link).
-        run(&plan.rsync(host, c)?, None)
+        run(&plan.rsync(host, c, true)?, None)
             .await
             .with_context(|| format!("copying {} to {} on the head", c.local, c.remote))?;
         tracing::info!(
@@ -349,6 +441,9 @@ pub async fn copy_to_head(
             c.remote,
             c.local
         );
+    }
+    if let Some(p) = push {
+        push_config(plan, host, p).await?;
     }
     let mark = match parent_of(&plan.mark) {
         Some(dir) => format!(
@@ -388,6 +483,46 @@ mod tests {
         d
     }
 
+    /// Without `file_mounts` `up` copies nothing, but reaches a head with
+    /// `auth.ssh_user` to push a changed config (leaving the mark the head may wait for,
+    /// and the config without the mounts' filters).
+    #[test]
+    fn a_head_is_reached_to_push_its_config_with_or_without_mounts() {
+        let home = scratch("reach");
+        let with_user = config(
+            "auth: {ssh_user: ubuntu, ssh_private_key: ~/k.pem}
+rsync_exclude: ['*.yaml']
+",
+        );
+        assert_eq!(plan(&with_user, &home).expect("plan"), None);
+        let p = reach(&with_user, &home).expect("reach").expect("a user");
+        assert!(p.copies.is_empty());
+        assert_eq!(p.mark, copied_mark(None));
+        let copy = Copy {
+            local: "/tmp/x/ray_bootstrap_config.yaml".into(),
+            remote: "~/ray_bootstrap_config.yaml".into(),
+        };
+        let argv = p.rsync("10.0.0.5", &copy, false).expect("argv");
+        assert!(!argv.iter().any(|a| a.contains("*.yaml")), "{argv:?}");
+        assert!(
+            p.rsync("10.0.0.5", &copy, true)
+                .expect("argv")
+                .iter()
+                .any(|a| a == "*.yaml")
+        );
+        // Ray's defaults give `auth.ssh_user: ubuntu` to a YAML without `auth`; an
+        // `auth` without a user reaches nothing.
+        assert!(reach(&config(""), &home).expect("reach").is_some());
+        assert_eq!(reach(&config("auth: {}\n"), &home).expect("reach"), None);
+        let missing = config(
+            "auth: {ssh_user: ubuntu, ssh_private_key: ~/nope.pem}
+",
+        );
+        let e = reach(&missing, &home).expect_err("no key file").to_string();
+        assert!(e.contains("nope.pem: no such file"), "{e}");
+        let _ = std::fs::remove_dir_all(&home);
+    }
+
     #[test]
     fn the_plan_is_rays_copy_with_rays_options() {
         let home = scratch("rays");
@@ -411,7 +546,7 @@ mod tests {
                 },
             ]
         );
-        let argv = p.rsync("10.0.0.5", &p.copies[1]).expect("argv");
+        let argv = p.rsync("10.0.0.5", &p.copies[1], true).expect("argv");
         assert_eq!(argv[0], "rsync");
         assert_eq!(argv[1], "--rsh");
         assert!(

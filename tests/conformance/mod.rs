@@ -290,7 +290,8 @@ async fn the_head_is_never_a_worker(s: &Subject, r: &mut Report) {
 }
 
 /// `mark_head_up_to_date` sets the head's `ray-node-status` to `up-to-date` and leaves its
-/// other tags; asked for a worker, it is refused and the worker's tags stay.
+/// other tags; asked for a worker, it is refused and the worker's tags stay. `tag_head`
+/// (what `rayscale up` sets once it pushed a config) likewise, with its own tag.
 async fn the_head_is_tagged_up_to_date(s: &Subject, r: &mut Report) {
     const NAME: &str = "the_head_is_tagged_up_to_date";
     let labels = |l: &[CloudInstance], id: &str| {
@@ -341,6 +342,40 @@ async fn the_head_is_tagged_up_to_date(s: &Subject, r: &mut Report) {
     now.remove(tags::NODE_STATUS);
     assert_eq!(was, now, "the head's other tags changed");
     assert_eq!(labels(&before, &worker), labels(&after, &worker));
+    // A base32hex digest, as `rayscale up` sets it (a valid label on every cloud).
+    let digest = "0123456789abcdefghijklmnopqrstuv0123456789abcdefghij".to_string();
+    let change = [(tags::RAYSCALE_CONFIG, digest.clone())];
+    let e = s
+        .provider
+        .tag_head(&worker, &change)
+        .await
+        .expect_err("tagging a worker as the head must be refused");
+    assert_eq!(e.kind, ProviderErrorKind::NotFound, "{e}");
+    if let Err(e) = s.provider.tag_head(head, &change).await {
+        panic!("tagging head {head} with its config's digest failed: {e}");
+    }
+    let t0 = Instant::now();
+    let tagged = loop {
+        let l = list(s).await;
+        if labels(&l, head).get(tags::RAYSCALE_CONFIG) == Some(&digest) {
+            break l;
+        }
+        assert!(
+            t0.elapsed() < s.settle + Duration::from_secs(20),
+            "head {head} not listed with its config's digest: {:?}",
+            labels(&l, head)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut last = labels(&tagged, head);
+    last.remove(tags::RAYSCALE_CONFIG);
+    let mut up = labels(&after, head);
+    up.remove(tags::RAYSCALE_CONFIG);
+    assert_eq!(
+        last, up,
+        "the head's other tags changed (its status included)"
+    );
+    assert_eq!(labels(&tagged, &worker), labels(&after, &worker));
     r.pass(NAME);
 }
 

@@ -216,6 +216,7 @@ impl MotoEc2 {
     fn cli(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut c = Command::new(crate::workspace_bin("rayscale"));
         c.args(args)
+            .env("PATH", crate::loopback_ssh_path())
             .envs(self.cli_env())
             .envs(env.iter().copied())
             .env("HOME", &self.home)

@@ -284,6 +284,61 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
         sim.live()
     );
 
+    // The YAML edited (the worker type keeps one worker up) and `up` run again: as
+    // `ray up` rewrites the head's config, `up` pushes it over SSH; the head's rayscale
+    // reads it at its next pass and launches the worker, with no workload asking.
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replace(
+            "worker: {resources: {}, max_workers: 4,",
+            "worker: {resources: {}, min_workers: 1, max_workers: 4,",
+        ),
+    )
+    .expect("edit");
+    let runs = moto.calls("RunInstances");
+    let (ok, out) = moto.rayscale(&["up", &config_arg]);
+    assert!(
+        ok && out.contains("already running")
+            && out.contains("pushed this YAML's cluster config to the head"),
+        "{out}"
+    );
+    assert!(
+        std::fs::read_to_string(head_home.join("ray_bootstrap_config.yaml"))
+            .unwrap_or_default()
+            .contains("\"min_workers\": 1"),
+        "the head's config is the pushed one"
+    );
+    let kept = wait_until(Duration::from_secs(120), || {
+        alive_workers_at(&gcs).iter().any(|id| !booted.contains(id))
+    });
+    assert!(
+        kept && moto.calls("RunInstances") > runs,
+        "no worker for min_workers after the push: GCS workers {:?}\n{}",
+        alive_workers_at(&gcs),
+        diag()
+    );
+    // Back to the first YAML: pushed again (the head's tag said the other), and the
+    // worker goes once idle, so that `down` below races no relaunch.
+    std::fs::write(&config, &text).expect("edit back");
+    let (ok, out) = moto.rayscale(&["up", &config_arg]);
+    assert!(
+        ok && out.contains("pushed this YAML's cluster config to the head"),
+        "{out}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(120), only_head),
+        "instances still running after min_workers went: {:?}\n{}",
+        instances(&moto, &cluster, &["pending", "running"]),
+        diag()
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || sim.live() == [head_id.clone()]),
+        "processes still running for {:?}",
+        sim.live()
+    );
+    let booted = sim.ever_booted();
+
     // `down`: the head goes, and with it Ray's head and rayscale.
     let (ok, out) = moto.rayscale(&["down", &config_arg]);
     assert!(ok && out.contains(&format!("head {head_id}")), "{out}");

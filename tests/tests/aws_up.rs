@@ -154,6 +154,25 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
         ok && out.contains("already running") && !out.contains(stale),
         "{out}"
     );
+    // Another max_workers: the head's config differs (its rayscale-config tag says so),
+    // and `up` pushes it over SSH as `ray up` would (with Ray's default
+    // `auth.ssh_user`); an SSH that does not answer (here the tests' loopback guard
+    // refuses moto's address) is said, non-zero, and nothing changes.
+    let bigger = path.with_file_name("bigger.yaml");
+    std::fs::write(
+        &bigger,
+        yaml.replacen("max_workers: 10\n", "max_workers: 11\n", 1),
+    )
+    .unwrap();
+    let (ok, out) = moto.rayscale_env(
+        &["up", &bigger.display().to_string()],
+        &[("AUTOSCALER_NODE_START_WAIT_S", "0")],
+    );
+    assert!(
+        !ok && out.contains("loopback ssh guard: refused")
+            && out.contains("the head keeps its config (this one was not pushed)"),
+        "{out}"
+    );
     let edited = path.with_file_name("edited.yaml");
     std::fs::write(
         &edited,
@@ -545,7 +564,10 @@ async fn rays_exec_rsync_and_submit_reach_the_head_rayscale_up_launched() {
     assert_eq!(heads, vec![head.cloud_instance_id.clone()]);
     // And `rayscale up` run again agrees: the head is neither relaunched nor stale.
     let (ok, again) = moto.rayscale(&["up", &arg]);
-    assert!(ok && !again.contains("runs as it was launched"), "{again}");
+    assert!(
+        ok && !again.contains("runs as it was launched") && !again.contains("pushed"),
+        "{again}"
+    );
     let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
     assert!(ok, "{out}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -593,7 +615,8 @@ async fn rayscale_up_keeps_the_head_rays_ray_up_launched() {
     assert!(
         ok && out.contains("already running")
             && !out.contains("runs as it was launched")
-            && !out.contains("relaunched"),
+            && !out.contains("relaunched")
+            && out.contains("carries no rayscale-config tag"),
         "{out}"
     );
     assert_eq!(heads(p.list().await.unwrap()), rays_head);
@@ -725,3 +748,122 @@ fn file_mounts_that_cannot_be_copied_fail_up_loudly_and_leak_nothing() {
 
 #[path = "aws_up/provider_keys.rs"]
 mod provider_keys;
+
+/// As `ray up` rewrites a running head's `~/ray_bootstrap_config.yaml`, `rayscale up`
+/// pushes a changed YAML to the head it finds (over SSH: `tests/fakes/ray_up/{ssh,rsync}`
+/// on a directory standing for the head's home) and tags the head with the new config's
+/// digest; run again on the same YAML, it reaches for nothing. A YAML without the
+/// `file_mounts` the head was launched with releases a head still waiting for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_pushes_a_changed_config_to_the_running_head_and_releases_its_mounts() {
+    let moto = MotoEc2::start();
+    let pid = std::process::id();
+    let local = std::env::temp_dir().join(format!("rayscale-aws-push-local-{pid}"));
+    std::fs::create_dir_all(local.join("code")).unwrap();
+    std::fs::write(local.join("code/a.py"), "print('a')\n").unwrap();
+    let mounts = format!(
+        "file_mounts: {{'~/code': '{}'}}\n",
+        local.join("code").display()
+    );
+    let (dir, path, head_home) = ray_cli_cluster("push", &mounts);
+    let arg = path.display().to_string();
+    let ssh_log = dir.join("ssh.log");
+    let fakes = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fakes/ray_up");
+    let fake_path = format!(
+        "{}:{}",
+        fakes.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let (home, log) = (
+        head_home.display().to_string(),
+        ssh_log.display().to_string(),
+    );
+    let env = [
+        ("PATH", fake_path.as_str()),
+        ("FAKE_HEAD_HOME", home.as_str()),
+        ("FAKE_HEAD_PATH", "/usr/bin:/bin"),
+        ("FAKE_HEAD_MARKER", "no-such-head"),
+        ("FAKE_SSH_LOG", log.as_str()),
+    ];
+    let up = |yaml: &std::path::Path| moto.rayscale_env(&["up", &yaml.display().to_string()], &env);
+    let cfg = ClusterConfig::from_yaml_str(&std::fs::read_to_string(&path).unwrap(), &arg).unwrap();
+    let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();
+    let head = || async {
+        p.list()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|c| c.is_head())
+            .expect("a head")
+    };
+    let digest = |h: &rayscale_core::provider::CloudInstance| {
+        h.labels
+            .get(rayscale_core::provider::tags::RAYSCALE_CONFIG)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let calls = || {
+        std::fs::read_to_string(&ssh_log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+
+    // Launched: the head carries the digest of the config its boot writes; the mounts
+    // were copied, and the mark its boot waits for left.
+    let (ok, out) = up(&path);
+    assert!(ok && out.contains("copied 1 file mounts"), "{out}");
+    let launched = head().await;
+    let first = digest(&launched);
+    assert_eq!(first.len(), 52, "{:?}", launched.labels);
+    let mark = head_home.join(".rayscale/file-mounts.copied");
+    assert!(mark.exists() && head_home.join("code/a.py").exists());
+    assert!(
+        !head_home.join("ray_bootstrap_config.yaml").exists(),
+        "nothing pushed"
+    );
+    // As if that copy had failed: the head waits for its mounts.
+    std::fs::remove_file(&mark).unwrap();
+
+    // Edited (another max_workers, the mounts dropped): pushed to the head, as `ray up`
+    // rewrites it, and the head released.
+    let edited = dir.join("edited.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &edited,
+        text.replace(&mounts, "")
+            .replace("max_workers: 2\n", "max_workers: 3\n"),
+    )
+    .unwrap();
+    let (ok, out) = up(&edited);
+    assert!(
+        ok && out.contains("already running")
+            && out.contains("pushed this YAML's cluster config to the head")
+            && !out.contains("copied"),
+        "{out}"
+    );
+    let pushed = std::fs::read_to_string(head_home.join("ray_bootstrap_config.yaml")).unwrap();
+    let back = ClusterConfig::from_yaml_str(&pushed, "pushed").unwrap();
+    assert_eq!(back.max_workers, Some(3), "{pushed}");
+    assert!(back.raw.get("file_mounts").is_none(), "{pushed}");
+    assert_eq!(
+        std::fs::read_to_string(head_home.join(".rayscale/config.pushed")).unwrap(),
+        launched.cloud_instance_id
+    );
+    assert!(mark.exists(), "the head waiting for its mounts goes on");
+    let second = digest(&head().await);
+    assert!(second.len() == 52 && second != first, "{first} {second}");
+
+    // Again on the same YAML: the head runs it; no SSH at all.
+    let before = calls();
+    let (ok, out) = up(&edited);
+    assert!(ok && !out.contains("pushed"), "{out}");
+    assert_eq!(calls(), before, "up reached for the head");
+    assert_eq!(digest(&head().await), second);
+    assert_eq!(moto.calls("RunInstances"), 1, "one head, launched once");
+    assert_eq!(moto.calls("TerminateInstances"), 0);
+    let (ok, out) = moto.rayscale(&["down", &arg, "-y"]);
+    assert!(ok, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&local);
+}

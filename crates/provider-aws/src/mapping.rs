@@ -316,12 +316,18 @@ fn tag_specifications(
 ) -> Result<Vec<ec2::TagSpecification>, AwsError> {
     let mut instance: Vec<(String, String)> =
         ray_tags(&cfg.cluster_name, node_type, kind, request_id, hash);
+    instance.extend(
+        cfg.launch_hashes
+            .extra_tags(kind)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v)),
+    );
     let mut others = Vec::new();
     for (i, spec) in nc.tag_specifications.iter().flatten().enumerate() {
         if spec.resource_type == "instance" {
             for kv in &spec.tags {
                 match instance.iter_mut().find(|(k, _)| *k == kv.key) {
-                    Some(_) if kv.key.starts_with("ray-") => {}
+                    Some(_) if kv.key.starts_with("ray-") || kv.key == tags::RAYSCALE_CONFIG => {}
                     Some(slot) => slot.1 = kv.value.clone(),
                     None => instance.push((kv.key.clone(), kv.value.clone())),
                 }

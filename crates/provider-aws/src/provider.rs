@@ -430,6 +430,18 @@ impl CloudInstanceProvider for AwsProvider {
     }
 
     async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        self.tag_head(
+            cloud_instance_id,
+            &[(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE.to_string())],
+        )
+        .await
+    }
+
+    async fn tag_head(
+        &self,
+        cloud_instance_id: &str,
+        changes: &[(&str, String)],
+    ) -> Result<(), ProviderError> {
         let state = self.state();
         let found = self
             .describe(
@@ -450,7 +462,7 @@ impl CloudInstanceProvider for AwsProvider {
         self.client
             .create_tags()
             .resources(cloud_instance_id)
-            .tags(tag(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE))
+            .set_tags(Some(changes.iter().map(|(k, v)| tag(k, v)).collect()))
             .send()
             .await
             .map(|_| ())

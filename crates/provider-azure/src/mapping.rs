@@ -249,6 +249,9 @@ pub fn vm_json(cfg: &AzureConfig, spec: &CreateSpec<'_>) -> Result<Value, AzureE
     for (k, v) in ray_tags(&cfg.cluster_name, t, spec.kind, spec.request_id, hash) {
         tag_map.insert(k, Value::String(v));
     }
+    for (k, v) in cfg.launch_hashes.extra_tags(spec.kind) {
+        tag_map.insert(k.to_string(), Value::String(v));
+    }
     let mut body = json!({
         "location": cfg.location,
         "tags": tag_map,

@@ -450,6 +450,18 @@ impl CloudInstanceProvider for AzureProvider {
     }
 
     async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        self.tag_head(
+            cloud_instance_id,
+            &[(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE.to_string())],
+        )
+        .await
+    }
+
+    async fn tag_head(
+        &self,
+        cloud_instance_id: &str,
+        changes: &[(&str, String)],
+    ) -> Result<(), ProviderError> {
         let state = self.state();
         let cfg = &state.cfg;
         let vms = self
@@ -469,9 +481,8 @@ impl CloudInstanceProvider for AzureProvider {
             return Err(cloud::refuse_mark(cloud_instance_id));
         }
         let deadline = Instant::now() + self.polling.launch_wait;
-        let changes = [(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE.to_string())];
         let done = self
-            .patch_tags(cfg, &vm, &changes, ProviderOp::Other, "", deadline)
+            .patch_tags(cfg, &vm, changes, ProviderOp::Other, "", deadline)
             .await
             .map_err(|e| e.into_provider(ProviderOp::Other))?;
         if !done {

@@ -266,6 +266,9 @@ pub fn instance_json(cfg: &GcpConfig, spec: &InsertSpec<'_>) -> Result<Value, Gc
     for (k, v) in ray_labels(&cfg.cluster_name, t, spec.kind, spec.request_id, hash) {
         labels.insert(k, Value::String(v));
     }
+    for (k, v) in cfg.launch_hashes.extra_tags(spec.kind) {
+        labels.insert(k.to_string(), Value::String(v));
+    }
     body.insert("labels".into(), Value::Object(labels));
     body.insert("name".into(), Value::String(spec.name.to_string()));
     let script = startup_script(nc.user_startup_script(), spec.boot_script);

@@ -599,6 +599,18 @@ impl CloudInstanceProvider for GcpProvider {
     }
 
     async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
+        self.tag_head(
+            cloud_instance_id,
+            &[(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE.to_string())],
+        )
+        .await
+    }
+
+    async fn tag_head(
+        &self,
+        cloud_instance_id: &str,
+        changes: &[(&str, String)],
+    ) -> Result<(), ProviderError> {
         let state = self.state();
         let cfg = &state.cfg;
         let heads = self
@@ -617,14 +629,7 @@ impl CloudInstanceProvider for GcpProvider {
         };
         let deadline = Instant::now() + self.polling.launch_wait;
         let done = self
-            .set_labels(
-                cfg,
-                cloud_instance_id,
-                &inst,
-                &[(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE.to_string())],
-                "",
-                deadline,
-            )
+            .set_labels(cfg, cloud_instance_id, &inst, changes, "", deadline)
             .await
             .map_err(|e| e.into_provider(ProviderOp::Other))?;
         if !done {

@@ -540,7 +540,7 @@ pub fn launch_config_hash(node_config: &Value, auth: &Value) -> String {
 
 /// RFC 4648's base32 with the extended hex alphabet, lower case, no padding (Ray's
 /// `base32hex`).
-fn base32hex_lower(bytes: &[u8]) -> String {
+pub(crate) fn base32hex_lower(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 32] = b"0123456789abcdefghijklmnopqrstuv";
     let mut out = String::with_capacity(bytes.len().div_ceil(5) * 8);
     let (mut acc, mut bits) = (0u32, 0u32);

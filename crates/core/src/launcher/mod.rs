@@ -63,6 +63,31 @@ pub struct UpReport {
     pub relaunched: Option<String>,
 }
 
+/// What `up` knows, from the head's [`tags::RAYSCALE_CONFIG`](crate::provider::tags::RAYSCALE_CONFIG),
+/// of the config the head's rayscale runs with, against the YAML's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadConfig {
+    /// The head runs this YAML's config.
+    Same,
+    /// The head was launched with, or last given, another config: `up` pushes this one.
+    Differs,
+    /// The head carries no such tag (`ray up` or an older rayscale launched it): its
+    /// config is not known, and `up` leaves it.
+    Unknown,
+}
+
+impl HeadConfig {
+    /// The state of head `h` against the YAML's config digest `digest`
+    /// ([`boot::head_config_digest`](crate::provider::boot::head_config_digest)).
+    pub fn of(h: &CloudInstance, digest: &str) -> Self {
+        match h.labels.get(crate::provider::tags::RAYSCALE_CONFIG) {
+            None => HeadConfig::Unknown,
+            Some(d) if d == digest => HeadConfig::Same,
+            Some(_) => HeadConfig::Differs,
+        }
+    }
+}
+
 /// Whether the head `h` was launched from another head than `config` describes now: its
 /// `ray-launch-config` tag is not `hash`, or its `ray-user-node-type` not `head_type`, as
 /// `ray up` compares them (a head without the tag is not called outdated: rayscale cannot

@@ -150,7 +150,7 @@ pub fn refuse_mark(id: &str) -> ProviderError {
     ProviderError::new(
         ProviderOp::Other,
         ProviderErrorKind::NotFound,
-        format!("refusing to tag {id} up-to-date: it is not the cluster's running head"),
+        format!("refusing to tag {id}: it is not the cluster's running head"),
     )
 }
 

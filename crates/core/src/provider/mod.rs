@@ -65,11 +65,13 @@ impl NodeKind {
 
 /// The `ray-launch-config` tag a provider gives what it launches: each node type's
 /// ([`crate::config::NodeTypeConfig::launch_config_hash`]), and the head's, which also
-/// hashes what the head's launch alone takes ([`ClusterConfig::head_launch_hash`]).
+/// hashes what the head's launch alone takes ([`ClusterConfig::head_launch_hash`]); and
+/// the head's [`tags::RAYSCALE_CONFIG`] (the digest of the config its boot writes).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LaunchHashes {
     by_type: BTreeMap<String, String>,
     head: Option<String>,
+    head_config: Option<String>,
 }
 
 impl LaunchHashes {
@@ -82,6 +84,20 @@ impl LaunchHashes {
                 .map(|t| (t.name.clone(), t.launch_config_hash.clone()))
                 .collect(),
             head: config.head_launch_hash(),
+            // A config whose head boot cannot be written launches no head (its launch
+            // fails rendering the boot script, saying why).
+            head_config: boot::head_config_text(config)
+                .ok()
+                .map(|t| boot::head_config_digest(&t)),
+        }
+    }
+
+    /// The tags a node of `kind` gets besides Ray's: a head its
+    /// [`tags::RAYSCALE_CONFIG`].
+    pub fn extra_tags(&self, kind: NodeKind) -> Vec<(&'static str, String)> {
+        match (kind, &self.head_config) {
+            (NodeKind::Head, Some(d)) => vec![(tags::RAYSCALE_CONFIG, d.clone())],
+            _ => Vec::new(),
         }
     }
 
@@ -287,6 +303,25 @@ pub trait CloudInstanceProvider: Send + Sync {
             format!(
                 "provider {} does not tag {cloud_instance_id}: its heads are set up by Ray's \
                  updater or carry no Ray status",
+                self.provider_type()
+            ),
+        ))
+    }
+    /// Sets `tags` on the cluster's running head, other tags staying (`rayscale up`
+    /// sets [`tags::RAYSCALE_CONFIG`] once it pushed a changed config to the head), with
+    /// the checks and the wait of
+    /// [`mark_head_up_to_date`](Self::mark_head_up_to_date), which is this call with
+    /// Ray's status tag. By default refused.
+    async fn tag_head(
+        &self,
+        cloud_instance_id: &str,
+        tags: &[(&str, String)],
+    ) -> Result<(), ProviderError> {
+        let _ = tags;
+        Err(ProviderError::call(
+            ProviderErrorKind::InvalidConfig,
+            format!(
+                "provider {} does not tag {cloud_instance_id}",
                 self.provider_type()
             ),
         ))

@@ -16,6 +16,10 @@ pub const NODE_STATUS: &str = "ray-node-status";
 pub const LAUNCH_CONFIG: &str = "ray-launch-config";
 /// The launch request id.
 pub const LAUNCH_REQUEST: &str = "ray-launch-request";
+/// rayscale's own, on a head `rayscale up` launched: the digest of the cluster config its
+/// rayscale runs with ([`boot::head_config_digest`](super::boot::head_config_digest)),
+/// set at launch and again when `rayscale up` pushes a changed config to it.
+pub const RAYSCALE_CONFIG: &str = "rayscale-config";
 
 /// Value of [`NODE_STATUS`] of a node nobody has set up yet (Ray's `STATUS_UNINITIALIZED`).
 pub const STATUS_UNINITIALIZED: &str = "uninitialized";

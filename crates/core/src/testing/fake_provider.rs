@@ -554,4 +554,22 @@ impl CloudInstanceProvider for FakeProvider {
             _ => Err(cloud::refuse_mark(cloud_instance_id)),
         }
     }
+
+    /// Sets the head's labels (anything but the running head is refused).
+    async fn tag_head(
+        &self,
+        cloud_instance_id: &str,
+        changes: &[(&str, String)],
+    ) -> Result<(), ProviderError> {
+        let mut st = self.lock();
+        match st.instances.get_mut(cloud_instance_id) {
+            Some(i) if i.is_head() && i.is_running() => {
+                for (k, v) in changes {
+                    i.labels.insert((*k).to_string(), v.clone());
+                }
+                Ok(())
+            }
+            _ => Err(cloud::refuse_mark(cloud_instance_id)),
+        }
+    }
 }

@@ -150,6 +150,12 @@ const EOF_MARK: &str = "RAYSCALE_BOOT_EOF";
 /// The marker ending the head's cluster YAML, inside a step file (checked likewise).
 const CONFIG_MARK: &str = "RAYSCALE_CONFIG_EOF";
 
+/// Where, under the SSH user's home on the head, `rayscale up` writes the id of the
+/// instance it pushed the cluster config to ([`head_config_text`]): the head's boot
+/// then keeps that config rather than write its own again (at a reboot, or when the
+/// push came before the boot's config step).
+pub const PUSHED_MARK: &str = ".rayscale/config.pushed";
+
 /// The boot script of a worker of `target.node_type`, a bash script.
 pub fn render_worker(config: &ClusterConfig, target: &BootTarget<'_>) -> Result<String, CoreError> {
     if config.head_node_type.as_deref() == Some(target.node_type) {
@@ -246,6 +252,53 @@ pub fn head_port(config: &ClusterConfig) -> Result<u16, CoreError> {
     }
 }
 
+/// The cluster YAML the head's boot writes to `~/ray_bootstrap_config.yaml` for its
+/// rayscale (what [`render_head`] embeds, and what `rayscale up` pushes to a running head
+/// whose config differs): the YAML as loaded, without what stays on the machine running
+/// `up`, with the wheel's digest pinned.
+pub fn head_config_text(config: &ClusterConfig) -> Result<String, CoreError> {
+    let shipped = shipped(&config.raw);
+    secrets::refuse(&shipped, "")?;
+    let sha = config.install.pinned_sha256(INSTALL_PATH)?;
+    bootstrap_text(&shipped, &config.install, sha.as_deref())
+}
+
+/// The head's [`tags::RAYSCALE_CONFIG`](super::tags::RAYSCALE_CONFIG) value for a head
+/// config text ([`head_config_text`]): its SHA-256 in lower-case base32hex (52
+/// characters, a valid GCE label value).
+pub fn head_config_digest(text: &str) -> String {
+    use sha2::Digest as _;
+    crate::config::base32hex_lower(&sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// [`head_config_text`] of the `shipped` YAML, the wheel's `sha256` written in when the
+/// YAML gives a wheel without one (so that the head's rayscale need not read it).
+fn bootstrap_text(
+    shipped: &Value,
+    install: &InstallSettings,
+    wheel_sha256: Option<&str>,
+) -> Result<String, CoreError> {
+    let pinned;
+    let out = match (install, wheel_sha256) {
+        (InstallSettings::Wheel { sha256: None, .. }, Some(sha)) => {
+            let mut r = shipped.clone();
+            if let Some(i) = r
+                .get_mut("rayscale")
+                .and_then(|r| r.get_mut("install"))
+                .and_then(Value::as_object_mut)
+            {
+                i.insert("sha256".into(), Value::String(sha.to_string()));
+            }
+            pinned = r;
+            &pinned
+        }
+        _ => shipped,
+    };
+    // JSON is YAML.
+    serde_json::to_string_pretty(out)
+        .map_err(|e| CoreError::invalid("cluster config", format!("cannot be written out: {e}")))
+}
+
 fn render(
     config: &ClusterConfig,
     node_type: &str,
@@ -319,25 +372,7 @@ fn render(
     } else {
         None
     };
-    let pinned_raw;
-    let raw_out = match (&config.install, &wheel_sha256) {
-        (InstallSettings::Wheel { sha256: None, .. }, Some(sha)) => {
-            let mut r = shipped.as_ref().clone();
-            if let Some(i) = r
-                .get_mut("rayscale")
-                .and_then(|r| r.get_mut("install"))
-                .and_then(Value::as_object_mut)
-            {
-                i.insert("sha256".into(), Value::String(sha.clone()));
-            }
-            pinned_raw = r;
-            &pinned_raw
-        }
-        _ => shipped.as_ref(),
-    };
-    // The cluster YAML as the head's rayscale reads it (JSON is YAML).
-    let bootstrap = serde_json::to_string_pretty(raw_out)
-        .map_err(|e| CoreError::invalid("cluster config", format!("cannot be written out: {e}")))?;
+    let bootstrap = bootstrap_text(&shipped, &config.install, wheel_sha256.as_deref())?;
     let user = raw
         .get("auth")
         .and_then(|a| a.get("ssh_user"))
@@ -583,11 +618,17 @@ fn render(
         step(&mut s, "setup", &setup, docker.is_some());
     }
     if is_head {
-        // Where Ray's head keeps the cluster YAML; rayscale reads it there.
+        // Where Ray's head keeps the cluster YAML; rayscale reads it there. A config
+        // `rayscale up` pushed to this instance since (`PUSHED_MARK` names the instance)
+        // is newer than this one, and stays across reboots.
         let write = vec![
             "umask 077".to_string(),
             format!(
-                "cat >~/ray_bootstrap_config.yaml <<'{CONFIG_MARK}'\n{bootstrap}\n{CONFIG_MARK}"
+                "if [ \"$(cat ~/{PUSHED_MARK} 2>/dev/null)\" = \"$RAY_CLOUD_INSTANCE_ID\" ] && [ -s ~/ray_bootstrap_config.yaml ]; then\n\
+                 echo \"rayscale: keeping the cluster config rayscale up pushed to this head\"\n\
+                 else\n\
+                 cat >~/ray_bootstrap_config.yaml <<'{CONFIG_MARK}'\n{bootstrap}\n{CONFIG_MARK}\n\
+                 fi"
             ),
             "chmod 600 ~/ray_bootstrap_config.yaml".to_string(),
         ];

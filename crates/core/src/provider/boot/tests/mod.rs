@@ -575,3 +575,73 @@ fn a_worker_types_own_setup_commands_replace_the_clusters_as_rays_do() {
     let head = head_script(&own).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(step_commands(&head, "setup"), ["echo common", "echo head"]);
 }
+
+/// The head's boot writes [`head_config_text`] to `~/ray_bootstrap_config.yaml`, unless
+/// `rayscale up` pushed one to this very instance since ([`PUSHED_MARK`] names it): that
+/// one is newer and stays, at a reboot as when the push came before the boot's config
+/// step. A mark naming another instance (an image made from a head) changes nothing.
+#[test]
+fn a_config_up_pushed_to_this_head_outlives_its_boot() {
+    let dir = std::env::temp_dir().join(format!("rayscale-pushed-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join(".rayscale")).unwrap_or_else(|e| panic!("{e}"));
+    let c = cfg("head_start_ray_commands: ['ray start --head --port=7000']\n");
+    let s = render_head(
+        &c,
+        &HeadBootTarget {
+            node_type: "h",
+            instance_id_command: "echo i-head",
+            private_ip_command: "echo 10.9.8.7",
+            per_boot: false,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{e}"));
+    for stub in ["ray", "rayscale"] {
+        std::fs::write(bin.join(stub), "#!/bin/sh\nexit 0\n").unwrap_or_else(|e| panic!("{e}"));
+        let _ = std::process::Command::new("chmod")
+            .arg("755")
+            .arg(bin.join(stub))
+            .status();
+    }
+    let boot = || {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&s)
+            .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
+            .env("RAYSCALE_BIN", bin.join("rayscale"))
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("HOME", &dir)
+            .output()
+            .unwrap_or_else(|e| panic!("bash: {e}"));
+        let log = std::fs::read_to_string(dir.join("boot/boot.log")).unwrap_or_default();
+        assert!(out.status.success(), "{log}");
+        log
+    };
+    let config = dir.join("ray_bootstrap_config.yaml");
+    let read = || std::fs::read_to_string(&config).unwrap_or_default();
+    let own = format!(
+        "{}\n",
+        head_config_text(&c).unwrap_or_else(|e| panic!("{e}"))
+    );
+    boot();
+    assert_eq!(read(), own, "a first boot writes its own");
+    let pushed = "{\"cluster_name\": \"pushed\"}\n";
+    std::fs::write(&config, pushed).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.join(PUSHED_MARK), "i-head").unwrap_or_else(|e| panic!("{e}"));
+    let log = boot();
+    assert_eq!(read(), pushed, "a reboot keeps what up pushed to it");
+    assert!(
+        log.contains("keeping the cluster config rayscale up pushed"),
+        "{log}"
+    );
+    std::fs::write(dir.join(PUSHED_MARK), "i-other").unwrap_or_else(|e| panic!("{e}"));
+    boot();
+    assert_eq!(read(), own, "a push to another instance is not this head's");
+    assert_eq!(
+        head_config_digest(&head_config_text(&c).unwrap_or_else(|e| panic!("{e}"))).len(),
+        52
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
