@@ -233,3 +233,40 @@ fn an_operators_drain_without_a_notice_is_replaced_but_marks_no_zone() {
             .contains("not asked by the autoscaler")
     );
 }
+
+/// A node that joined, took work and got its notice between two looks (a launch call
+/// held the loop meanwhile) is first seen draining, never running: still a preemption,
+/// replaced at once away from its zone.
+#[test]
+fn a_node_drained_before_rayscale_saw_it_run_is_replaced_too() {
+    let cloud = FakeProvider::new();
+    let mut w = World::new(SPOT);
+    cloud.set_zones("spot", &[("z1", Some(1)), ("z2", Some(1))]);
+    w.ray.pending_resource_requests = cpu_demand(2);
+    let out = w.tick();
+    assert_eq!(launches(&out)[0].node_type, "spot");
+    w.apply_to(&cloud, &out);
+    w.now += SEC;
+    w.tick();
+    assert_eq!(w.instance("i1").status, InstanceStatus::Allocated);
+    w.ray_joins();
+    w.ray.pending_resource_requests.clear();
+    w.ray.node_states[1].available_resources = res(&[("CPU", 0.0)]);
+    notice(&mut w, 1, 120);
+    w.now += SEC;
+    let out = w.tick();
+    let i1 = w.instance("i1");
+    assert_eq!(i1.status, InstanceStatus::RayStopping);
+    let details = &i1.status_history.last().expect("history").details;
+    assert!(
+        details.contains("preempted (AWS spot interruption"),
+        "{details}"
+    );
+    let l = launches(&out);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!(
+        (l[0].node_type.as_str(), l[0].avoid_zones.clone()),
+        ("spot", vec!["z1".to_string()])
+    );
+    assert!(out.drained_outside.first().is_some_and(|d| d.new));
+}

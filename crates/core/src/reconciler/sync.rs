@@ -524,10 +524,19 @@ impl<S: InstanceStorage> Run<'_, S> {
                 ));
                 continue;
             }
-            // A multi-host instance's record takes its first host's node.
+            // A multi-host instance's record takes its first host's node. A node draining
+            // on a notice for this very instance is this instance's too (it joined, took
+            // work and got its notice between two looks, a launch call holding the loop):
+            // the notice, keyed by the instance's cloud id, is the evidence an earlier
+            // life's node lacks.
+            let noticed = ns.status == Some(NodeStatus::Draining)
+                && obs
+                    .notices
+                    .iter()
+                    .any(|n| n.cloud_instance_id == ns.instance_id);
             let other_node = match &i.node_id {
                 Some(n) => n != hex,
-                None => !is_live(ns) || !hosts::may_claim(config, i, ns),
+                None => !(is_live(ns) || noticed) || !hosts::may_claim(config, i, ns),
             };
             if i.status != target
                 && passive_ok
@@ -537,7 +546,7 @@ impl<S: InstanceStorage> Run<'_, S> {
             {
                 // Draining without rayscale having asked: the notice says why.
                 let why = if target == InstanceStatus::RayStopping
-                    && i.status == InstanceStatus::RayRunning
+                    && super::preempt::entered_drain_from_outside(i.status)
                 {
                     match obs
                         .notices
