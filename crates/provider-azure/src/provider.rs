@@ -449,14 +449,6 @@ impl CloudInstanceProvider for AzureProvider {
         true
     }
 
-    async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
-        self.tag_head(
-            cloud_instance_id,
-            &[(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE.to_string())],
-        )
-        .await
-    }
-
     async fn tag_head(
         &self,
         cloud_instance_id: &str,

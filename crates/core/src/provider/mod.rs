@@ -296,22 +296,19 @@ pub trait CloudInstanceProvider: Send + Sync {
     /// GCS answers (a head that booted itself, from `rayscale up`), when
     /// [`tags_heads`](Self::tags_heads). Other tags stay. Succeeds only once the cloud has
     /// the tag; an operation still running is an error (the loop tries again). By default
-    /// refused.
+    /// [`tag_head`](Self::tag_head) with that tag.
     async fn mark_head_up_to_date(&self, cloud_instance_id: &str) -> Result<(), ProviderError> {
-        Err(ProviderError::call(
-            ProviderErrorKind::InvalidConfig,
-            format!(
-                "provider {} does not tag {cloud_instance_id}: its heads are set up by Ray's \
-                 updater or carry no Ray status",
-                self.provider_type()
-            ),
-        ))
+        self.tag_head(
+            cloud_instance_id,
+            &[(tags::NODE_STATUS, tags::STATUS_UP_TO_DATE.to_string())],
+        )
+        .await
     }
     /// Sets `tags` on the cluster's running head, other tags staying (`rayscale up`
     /// sets [`tags::RAYSCALE_CONFIG`] once it pushed a changed config to the head), with
     /// the checks and the wait of
-    /// [`mark_head_up_to_date`](Self::mark_head_up_to_date), which is this call with
-    /// Ray's status tag. By default refused.
+    /// [`mark_head_up_to_date`](Self::mark_head_up_to_date), which is by default this
+    /// call with Ray's status tag. By default refused.
     async fn tag_head(
         &self,
         cloud_instance_id: &str,
@@ -321,7 +318,8 @@ pub trait CloudInstanceProvider: Send + Sync {
         Err(ProviderError::call(
             ProviderErrorKind::InvalidConfig,
             format!(
-                "provider {} does not tag {cloud_instance_id}",
+                "provider {} does not tag {cloud_instance_id}: its heads are set up by Ray's \
+                 updater or carry no Ray status",
                 self.provider_type()
             ),
         ))
