@@ -31,6 +31,9 @@ fn settings() -> LauncherSettings {
     s
 }
 
+/// The head's [`tags::RAYSCALE_CONFIG`] while `up` pushes it a config: no digest is it.
+const PUSHING: &str = "pushing";
+
 /// `up --wait`: how long, and where the head's GCS is asked (default: its private
 /// address).
 pub struct Wait {
@@ -114,7 +117,9 @@ pub async fn up(
             HeadConfig::Same => None,
             HeadConfig::Unknown => {
                 println!(
-                    "the head {id} carries no {} tag (ray up, or an older rayscale, launched                      it): its cluster config is left as it is (ray up --no-restart rewrites                      it, as for a head of Ray's)",
+                    "the head {id} carries no {} tag (ray up, or an older rayscale, launched \
+                     it): its cluster config is left as it is (ray up --no-restart rewrites \
+                     it, as for a head of Ray's)",
                     tags::RAYSCALE_CONFIG
                 );
                 None
@@ -132,7 +137,10 @@ pub async fn up(
                 crate::ssh::reach(config, home.as_deref().unwrap_or(std::path::Path::new("/")))?
             else {
                 bail!(
-                    "the head {id} runs another cluster config than this YAML's (its {} tag                      differs) and up cannot push this one without SSH: give auth.ssh_user (and                      auth.ssh_private_key) so that up reaches the head as ray up does, or                      rayscale down, then rayscale up",
+                    "the head {id} runs another cluster config than this YAML's (its {} tag \
+                     differs) and up cannot push this one without SSH: give auth.ssh_user (and \
+                     auth.ssh_private_key) so that up reaches the head as ray up does, or \
+                     rayscale down, then rayscale up",
                     tags::RAYSCALE_CONFIG
                 );
             };
@@ -140,21 +148,25 @@ pub async fn up(
             Some(plan)
         }
     };
-    // As `ray up`: the file mounts, before the head's setup (its boot waits for them).
+    // As `ray up`: the file mounts, before the head's setup (its boot waits for them), and
+    // the config.
     if let Some(plan) = &session {
+        let what = match (plan.copies.is_empty(), push.is_some()) {
+            (true, _) => "push the cluster config",
+            (false, false) => "copy the file mounts",
+            (false, true) => "copy the file mounts and push the cluster config",
+        };
         if !internal_ips(config) && r.head.public_ip.is_none() {
             println!(
-                "the head {} lists no public address: copying the file mounts over its private \
-                 one (set provider.use_internal_ips to mean it, or auth.ssh_proxy_command for a \
-                 bastion)",
-                r.head.cloud_instance_id
+                "the head {id} lists no public address: reaching it over its private one to \
+                 {what} (set provider.use_internal_ips to mean it, or auth.ssh_proxy_command for \
+                 a bastion)"
             );
         }
         let Some(host) = address(config, &r.head) else {
             bail!(
-                "the head {} has no address to copy the file mounts to over SSH; it waits \
-                 for them: rayscale up again once it has one, or rayscale down",
-                r.head.cloud_instance_id
+                "the head {id} has no address to {what} over SSH: rayscale up again once it \
+                 has one, or rayscale down"
             );
         };
         // Gone only when the cloud's list says so; a list that fails says nothing.
@@ -168,6 +180,15 @@ pub async fn up(
                 Some(_) => None,
             }
         };
+        if push.is_some() {
+            // First a tag no config has: a push that stops half way (or a tag that fails
+            // after it) leaves the head "changed" for the next `up`, which pushes again,
+            // even when its YAML is the head's old one.
+            provider
+                .tag_head(&id, &[(tags::RAYSCALE_CONFIG, PUSHING.to_string())])
+                .await
+                .with_context(|| format!("tagging the head {id} before pushing its config"))?;
+        }
         let n = crate::ssh::copy_to_head(
             plan,
             &host,
@@ -176,13 +197,7 @@ pub async fn up(
             push.as_ref(),
         )
         .await
-        .with_context(|| {
-            if plan.copies.is_empty() {
-                format!("pushing this YAML's cluster config to the head {id} ({host})")
-            } else {
-                format!("copying the file mounts to the head {id} ({host})")
-            }
-        })?;
+        .with_context(|| format!("trying to {what} on the head {id} ({host})"))?;
         if !plan.copies.is_empty() {
             println!(
                 "copied {n} file mounts to the head ({host}) as {}",
@@ -190,15 +205,19 @@ pub async fn up(
             );
         }
         if push.is_some() {
-            // Failing, the next `up` pushes the same config again: nothing is lost.
-            if let Err(e) = provider
+            provider
                 .tag_head(&id, &[(tags::RAYSCALE_CONFIG, digest.clone())])
                 .await
-            {
-                tracing::warn!("tagging the head {id} with its new config's digest: {e}");
-            }
+                .with_context(|| {
+                    format!(
+                        "the config is pushed, but tagging the head {id} with its digest failed \
+                         (the next rayscale up pushes it again)"
+                    )
+                })?;
             println!(
-                "pushed this YAML's cluster config to the head ({host}), as ray up does: its                  rayscale reads it at its next pass (~/rayscale.log on the head says so, or                  why it keeps the last one); setup commands do not run again"
+                "pushed this YAML's cluster config to the head ({host}), as ray up does: its \
+                 rayscale reads it at its next pass (~/rayscale.log on the head says so, or \
+                 why it keeps the last one); setup commands do not run again"
             );
         }
     }

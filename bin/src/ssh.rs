@@ -400,10 +400,13 @@ pub async fn copy_to_head(
         match run(&plan.ssh(host, "uptime", 10), Some(Duration::from_secs(30))).await {
             Ok(()) => break,
             Err(e) if started.elapsed() >= wait => {
-                let waits = if plan.copies.is_empty() {
-                    "the head keeps its config (this one was not pushed)"
-                } else {
-                    "the head waits for its file mounts"
+                let waits = match (plan.copies.is_empty(), push.is_some()) {
+                    (true, _) => "the head keeps its config (this one was not pushed)",
+                    (false, false) => "the head waits for its file mounts",
+                    (false, true) => {
+                        "the head waits for its file mounts and keeps its config (this one \
+                         was not pushed)"
+                    }
                 };
                 bail!(
                     "the head's SSH at {}@{host} did not answer within {} s (last: {e:#}); \
@@ -455,7 +458,7 @@ pub async fn copy_to_head(
     };
     run(&plan.ssh(host, &mark, 120), Some(Duration::from_secs(300)))
         .await
-        .context("marking the file mounts copied on the head")?;
+        .context("leaving the mark the head's boot waits for (its file mounts copied)")?;
     Ok(plan.copies.len())
 }
 

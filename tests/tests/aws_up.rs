@@ -447,7 +447,7 @@ fn file_mounts_that_cannot_be_copied_fail_up_loudly_and_leak_nothing() {
     );
     let (ok, out) = moto.rayscale_env(&["up", &arg], &[("AUTOSCALER_NODE_START_WAIT_S", "0")]);
     assert!(
-        !ok && out.contains("copying the file mounts to the head i-")
+        !ok && out.contains("trying to copy the file mounts on the head i-")
             && out.contains("did not answer within 0 s")
             && out.contains("rayscale up again"),
         "{out}"

@@ -17,8 +17,8 @@ use crate::model::{ResourceMap, ResourceRequestByCount};
 pub const DEADLINE_GRACE_S: i64 = 10;
 
 /// When `i` started draining without rayscale having asked: its last status is
-/// RAY_STOPPING, entered straight from RAY_RUNNING, or from ALLOCATED or RAY_INSTALLING
-/// when the node joined and was drained between two looks (a launch call that held the
+/// RAY_STOPPING, entered straight from RAY_RUNNING, or from ALLOCATED when the node joined
+/// and was drained (on a notice) between two looks (a launch call that held the
 /// loop while the node booted, took work and got its notice); rayscale's own drains pass
 /// through RAY_STOP_REQUESTED.
 pub(crate) fn drained_outside_since(i: &Instance) -> Option<i64> {
@@ -33,10 +33,7 @@ pub(crate) fn drained_outside_since(i: &Instance) -> Option<i64> {
 
 /// Whether RAY_STOPPING entered from `prev` is a drain rayscale did not ask for.
 pub(crate) fn entered_drain_from_outside(prev: InstanceStatus) -> bool {
-    matches!(
-        prev,
-        InstanceStatus::RayRunning | InstanceStatus::Allocated | InstanceStatus::RayInstalling
-    )
+    matches!(prev, InstanceStatus::RayRunning | InstanceStatus::Allocated)
 }
 
 /// What is in use on a node: its total less what is available, per resource (the

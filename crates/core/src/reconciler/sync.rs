@@ -528,12 +528,16 @@ impl<S: InstanceStorage> Run<'_, S> {
             // on a notice for this very instance is this instance's too (it joined, took
             // work and got its notice between two looks, a launch call holding the loop):
             // the notice, keyed by the instance's cloud id, is the evidence an earlier
-            // life's node lacks.
+            // life's node lacks (a notice whose deadline came before this record was made
+            // is an earlier life's, as of a stopped instance started again).
+            let made = i
+                .status_history
+                .first()
+                .map_or(i64::MIN, |h| h.timestamp_ns);
             let noticed = ns.status == Some(NodeStatus::Draining)
-                && obs
-                    .notices
-                    .iter()
-                    .any(|n| n.cloud_instance_id == ns.instance_id);
+                && obs.notices.iter().any(|n| {
+                    n.cloud_instance_id == ns.instance_id && n.deadline_ns.is_none_or(|d| d >= made)
+                });
             let other_node = match &i.node_id {
                 Some(n) => n != hex,
                 None => !(is_live(ns) || noticed) || !hosts::may_claim(config, i, ns),

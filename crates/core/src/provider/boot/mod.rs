@@ -264,11 +264,31 @@ pub fn head_config_text(config: &ClusterConfig) -> Result<String, CoreError> {
 }
 
 /// The head's [`tags::RAYSCALE_CONFIG`](super::tags::RAYSCALE_CONFIG) value for a head
-/// config text ([`head_config_text`]): its SHA-256 in lower-case base32hex (52
-/// characters, a valid GCE label value).
+/// config text ([`head_config_text`]): the SHA-256, in lower-case base32hex (52
+/// characters, a valid GCE label value), of that config without what only the machine
+/// running `up` reads (`auth.ssh_private_key`, a path there, which `up`'s bootstrap
+/// writes under that machine's HOME; `rayscale.install.sha256`, pinned there from a
+/// local wheel, which a head that booted never reads again): two users, or a rebuilt
+/// wheel, do not make a head's config "changed".
 pub fn head_config_digest(text: &str) -> String {
     use sha2::Digest as _;
-    crate::config::base32hex_lower(&sha2::Sha256::digest(text.as_bytes()))
+    let hashed = match serde_json::from_str::<Value>(text) {
+        Ok(mut v) => {
+            if let Some(a) = v.get_mut("auth").and_then(Value::as_object_mut) {
+                a.remove("ssh_private_key");
+            }
+            if let Some(i) = v
+                .get_mut("rayscale")
+                .and_then(|r| r.get_mut("install"))
+                .and_then(Value::as_object_mut)
+            {
+                i.remove("sha256");
+            }
+            serde_json::to_string(&v).unwrap_or_else(|_| text.to_string())
+        }
+        Err(_) => text.to_string(),
+    };
+    crate::config::base32hex_lower(&sha2::Sha256::digest(hashed.as_bytes()))
 }
 
 /// [`head_config_text`] of the `shipped` YAML, the wheel's `sha256` written in when the

@@ -639,9 +639,24 @@ fn a_config_up_pushed_to_this_head_outlives_its_boot() {
     std::fs::write(dir.join(PUSHED_MARK), "i-other").unwrap_or_else(|e| panic!("{e}"));
     boot();
     assert_eq!(read(), own, "a push to another instance is not this head's");
+    // The digest leaves out what only the machine running `up` reads.
+    let d = |auth: &str| {
+        let yaml = format!(
+            "cluster_name: demo\nprovider: {{type: aws, region: us-west-2}}\nhead_node_type: h\n\
+             auth: {auth}\navailable_node_types:\n  h: {{resources: {{}}, node_config: {{}}}}\n"
+        );
+        let c = ClusterConfig::from_yaml_str(&yaml, "t.yaml").unwrap_or_else(|e| panic!("{e}"));
+        head_config_digest(&head_config_text(&c).unwrap_or_else(|e| panic!("{e}")))
+    };
+    let base = d("{ssh_user: u, ssh_private_key: /home/a/.ssh/k.pem}");
+    assert_eq!(base.len(), 52);
     assert_eq!(
-        head_config_digest(&head_config_text(&c).unwrap_or_else(|e| panic!("{e}"))).len(),
-        52
+        base,
+        d("{ssh_user: u, ssh_private_key: /home/b/.ssh/k.pem}")
+    );
+    assert_ne!(
+        base,
+        d("{ssh_user: v, ssh_private_key: /home/a/.ssh/k.pem}")
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
