@@ -272,6 +272,19 @@ fn parent_of(remote: &str) -> Option<&str> {
         .filter(|p| !p.is_empty())
 }
 
+/// The head's shell command that makes the directory of `path` and then runs `write`
+/// followed by `path` (`touch `, `printf ... >`).
+fn write_on_head(path: &str, write: &str) -> String {
+    match parent_of(path) {
+        Some(dir) => format!(
+            "mkdir -p {} && {write}{}",
+            remote_path(dir),
+            remote_path(path)
+        ),
+        None => format!("{write}{}", remote_path(path)),
+    }
+}
+
 /// Runs `argv`, for at most `limit` when given (then it is killed); an error is its
 /// failure with the last three lines it wrote to stderr, on one line (rsync's last line
 /// alone is its exit code, after the cause).
@@ -314,11 +327,9 @@ async fn run(argv: &[String], limit: Option<Duration>) -> Result<()> {
 /// round), then the file, replaced whole (rsync writes a temporary file and renames
 /// it), mode 0600 as the boot writes it, without the mounts' filters.
 async fn push_config(plan: &Plan, host: &str, p: &Push<'_>) -> Result<()> {
-    let mark = format!(
-        "mkdir -p {} && printf '%s' {} >{}",
-        remote_path(parent_of(&format!("~/{PUSHED_MARK}")).unwrap_or("~")),
-        quote(p.instance_id),
-        remote_path(&format!("~/{PUSHED_MARK}"))
+    let mark = write_on_head(
+        &format!("~/{PUSHED_MARK}"),
+        &format!("printf '%s' {} >", quote(p.instance_id)),
     );
     run(&plan.ssh(host, &mark, 120), Some(Duration::from_secs(300)))
         .await
@@ -448,14 +459,7 @@ pub async fn copy_to_head(
     if let Some(p) = push {
         push_config(plan, host, p).await?;
     }
-    let mark = match parent_of(&plan.mark) {
-        Some(dir) => format!(
-            "mkdir -p {} && touch {}",
-            remote_path(dir),
-            remote_path(&plan.mark)
-        ),
-        None => format!("touch {}", remote_path(&plan.mark)),
-    };
+    let mark = write_on_head(&plan.mark, "touch ");
     run(&plan.ssh(host, &mark, 120), Some(Duration::from_secs(300)))
         .await
         .context("leaving the mark the head's boot waits for (its file mounts copied)")?;

@@ -272,17 +272,21 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
     );
     // Idle: the head's rayscale terminates the workers in EC2; their processes stop.
     let only_head = || instances(&moto, &cluster, &["pending", "running"]) == [head_id.clone()];
-    assert!(
-        wait_until(Duration::from_secs(120), only_head),
-        "instances still running: {:?}\n{}",
-        instances(&moto, &cluster, &["pending", "running"]),
-        diag()
-    );
-    assert!(
-        wait_until(Duration::from_secs(30), || sim.live() == [head_id.clone()]),
-        "processes still running for {:?}",
-        sim.live()
-    );
+    // Only the head left, in EC2 and in the simulator.
+    let head_alone = |when: &str| {
+        assert!(
+            wait_until(Duration::from_secs(120), only_head),
+            "instances still running {when}: {:?}\n{}",
+            instances(&moto, &cluster, &["pending", "running"]),
+            diag()
+        );
+        assert!(
+            wait_until(Duration::from_secs(30), || sim.live() == [head_id.clone()]),
+            "processes still running {when} for {:?}",
+            sim.live()
+        );
+    };
+    head_alone("once idle");
 
     // The YAML edited (the worker type keeps one worker up) and `up` run again: as
     // `ray up` rewrites the head's config, `up` pushes it over SSH; the head's rayscale
@@ -326,17 +330,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
         ok && out.contains("pushed this YAML's cluster config to the head"),
         "{out}"
     );
-    assert!(
-        wait_until(Duration::from_secs(120), only_head),
-        "instances still running after min_workers went: {:?}\n{}",
-        instances(&moto, &cluster, &["pending", "running"]),
-        diag()
-    );
-    assert!(
-        wait_until(Duration::from_secs(30), || sim.live() == [head_id.clone()]),
-        "processes still running for {:?}",
-        sim.live()
-    );
+    head_alone("after min_workers went");
     let booted = sim.ever_booted();
 
     // `down`: the head goes, and with it Ray's head and rayscale.

@@ -32,17 +32,28 @@ fn launches(out: &Outcome) -> Vec<LaunchRequest> {
         .collect()
 }
 
-/// One busy spot node (both CPUs in use) in zone z1, no pending demand.
-fn busy_spot(config: &str, cloud: &FakeProvider) -> World {
+/// One spot node launched for 2 CPUs of demand (the zones z1 and z2 open).
+fn spot_launched(config: &str, cloud: &FakeProvider) -> World {
     let mut w = World::new(config);
     cloud.set_zones("spot", &[("z1", Some(1)), ("z2", Some(1))]);
     w.ray.pending_resource_requests = cpu_demand(2);
     let out = w.tick();
     assert_eq!(launches(&out)[0].node_type, "spot");
     w.apply_to(cloud, &out);
+    w
+}
+
+/// Its node joined with both CPUs in use, and the demand gone.
+fn joins_busy(w: &mut World) {
     w.ray_joins();
     w.ray.pending_resource_requests.clear();
     w.ray.node_states[1].available_resources = res(&[("CPU", 0.0)]);
+}
+
+/// One busy spot node (both CPUs in use) in zone z1, no pending demand.
+fn busy_spot(config: &str, cloud: &FakeProvider) -> World {
+    let mut w = spot_launched(config, cloud);
+    joins_busy(&mut w);
     w.now += SEC;
     w.tick();
     assert_eq!(w.instance("i1").status, InstanceStatus::RayRunning);
@@ -240,18 +251,11 @@ fn an_operators_drain_without_a_notice_is_replaced_but_marks_no_zone() {
 #[test]
 fn a_node_drained_before_rayscale_saw_it_run_is_replaced_too() {
     let cloud = FakeProvider::new();
-    let mut w = World::new(SPOT);
-    cloud.set_zones("spot", &[("z1", Some(1)), ("z2", Some(1))]);
-    w.ray.pending_resource_requests = cpu_demand(2);
-    let out = w.tick();
-    assert_eq!(launches(&out)[0].node_type, "spot");
-    w.apply_to(&cloud, &out);
+    let mut w = spot_launched(SPOT, &cloud);
     w.now += SEC;
     w.tick();
     assert_eq!(w.instance("i1").status, InstanceStatus::Allocated);
-    w.ray_joins();
-    w.ray.pending_resource_requests.clear();
-    w.ray.node_states[1].available_resources = res(&[("CPU", 0.0)]);
+    joins_busy(&mut w);
     notice(&mut w, 1, 120);
     w.now += SEC;
     let out = w.tick();
