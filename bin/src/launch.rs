@@ -444,7 +444,7 @@ fn internal_ips(config: &ClusterConfig) -> bool {
         .unwrap_or(false)
 }
 
-/// `rayscale down` for a cloud cluster: workers, then the head, then late workers.
+/// `rayscale down` for a cloud cluster: the head, then every worker.
 pub async fn down(config: &ClusterConfig) -> Result<String> {
     let provider = crate::providers::build_for_launcher(config).await?;
     let r = launcher::down(provider.as_ref(), &settings()).await?;

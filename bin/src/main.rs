@@ -49,7 +49,7 @@ enum Command {
         after_help = "Examples:\n  rayscale up examples/local-cluster.yaml --port 6379\n  rayscale up aws-cluster.yaml --wait"
     )]
     Up(up::UpArgs),
-    /// Terminate a cluster's workers, then its head (or only workers: --workers-only).
+    /// Terminate a cluster: a cloud head first (its autoscaler goes with it), then every worker (or only workers: --workers-only).
     #[command(
         after_help = "Examples:\n  rayscale down examples/local-cluster.yaml --port 6379\n  rayscale down aws-cluster.yaml --workers-only --keep-min-workers"
     )]

@@ -4,7 +4,8 @@
 //! scripts) as local processes: the head's starts a real Ray 2.60 head without Ray's
 //! monitor and `rayscale run` beside it, which launches workers for the demand; theirs
 //! join the head with their EC2 instance ids. The tasks finish, the idle workers are
-//! terminated in EC2, and `rayscale down` terminates the head.
+//! terminated in EC2; an edited YAML is pushed to the head, and `rayscale down` terminates
+//! the head, then the worker its `min_workers` keeps.
 //!
 //! And the other way in: Ray's own `ray up` (its AWS bootstrap against moto, its node
 //! updater over a fake `ssh` that runs the head's commands on this machine,
@@ -307,12 +308,12 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
             && out.contains("pushed this YAML's cluster config to the head"),
         "{out}"
     );
-    assert!(
+    let head_has_min = || {
         std::fs::read_to_string(head_home.join("ray_bootstrap_config.yaml"))
             .unwrap_or_default()
-            .contains("\"min_workers\": 1"),
-        "the head's config is the pushed one"
-    );
+            .contains("\"min_workers\": 1")
+    };
+    assert!(head_has_min(), "the head's config is the pushed one");
     let kept = wait_until(Duration::from_secs(120), || {
         alive_workers_at(&gcs).iter().any(|id| !booted.contains(id))
     });
@@ -322,25 +323,44 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
         alive_workers_at(&gcs),
         diag()
     );
-    // Back to the first YAML: pushed again (the head's tag said the other), and the
-    // worker goes once idle, so that `down` below races no relaunch.
-    std::fs::write(&config, &text).expect("edit back");
-    let (ok, out) = moto.rayscale(&["up", &config_arg]);
-    assert!(
-        ok && out.contains("pushed this YAML's cluster config to the head"),
-        "{out}"
-    );
-    head_alone("after min_workers went");
+    // Back to the first YAML: pushed again (the head's tag says the edited one), and the
+    // head's file is the first one again. Then the edit once more, so that `down` below
+    // meets a head whose autoscaler keeps a worker up.
+    let edited = std::fs::read_to_string(&config).expect("config");
+    for (yaml, min) in [(&text, false), (&edited, true)] {
+        std::fs::write(&config, yaml).expect("edit");
+        let (ok, out) = moto.rayscale(&["up", &config_arg]);
+        assert!(
+            ok && out.contains("pushed this YAML's cluster config to the head"),
+            "{out}"
+        );
+        assert_eq!(head_has_min(), min, "the head's config is the pushed one");
+    }
     let booted = sim.ever_booted();
+    let runs = moto.calls("RunInstances");
 
-    // `down`: the head goes, and with it Ray's head and rayscale.
+    // `down` with the worker up and `min_workers: 1` on the head: the head goes first,
+    // and with it Ray's head and rayscale, then the worker (and whatever the head's
+    // autoscaler launched as it went: nothing leaks).
     let (ok, out) = moto.rayscale(&["down", &config_arg]);
     assert!(ok && out.contains(&format!("head {head_id}")), "{out}");
-    assert!(instances(&moto, &cluster, &["pending", "running"]).is_empty());
-    assert_eq!(
-        instances(&moto, &cluster, &["terminated"]).len(),
-        booted.len(),
-        "every booted instance was terminated in EC2"
+    assert!(
+        instances(
+            &moto,
+            &cluster,
+            &["pending", "running", "stopping", "stopped", "shutting-down"]
+        )
+        .is_empty()
+    );
+    let terminated = instances(&moto, &cluster, &["terminated"]);
+    assert!(
+        booted.iter().all(|id| terminated.contains(id)),
+        "every booted instance was terminated in EC2: booted {booted:?}, terminated \
+         {terminated:?}"
+    );
+    eprintln!(
+        "launches during down: {}",
+        moto.calls("RunInstances").saturating_sub(runs)
     );
     assert!(
         wait_until(Duration::from_secs(30), || sim.live().is_empty()),
@@ -351,6 +371,7 @@ fn rayscale_up_runs_a_ray_aws_cluster_on_moto_and_down_removes_it() {
         rayscale_tests::processes_with_env(&format!("RAYSCALE_SIM_INSTANCE={head_id}")).is_empty(),
         "the head's processes are gone"
     );
+    let booted = sim.ever_booted();
     drop(sim);
     for id in &booted {
         let _ = std::fs::remove_dir_all(format!("/tmp/rsw-{id}"));

@@ -360,23 +360,17 @@ async fn sweep_workers(
     }
 }
 
-/// Terminates the workers, then the head, then what the head launched meanwhile; returns
-/// when the cloud lists none of the cluster's instances.
+/// Terminates the head first, so its autoscaler goes with it (as `ray down` stops Ray on
+/// the head before it touches a worker; terminating the head is the same stop without
+/// SSH), then every worker, including any the head launched while it went; returns when
+/// the cloud lists none of the cluster's instances. Workers first would race a head
+/// that keeps `min_workers`: it launches again what `down` terminates.
 pub async fn down(
     provider: &dyn CloudInstanceProvider,
     settings: &LauncherSettings,
 ) -> Result<DownReport, CoreError> {
     let started = tokio::time::Instant::now();
     let mut report = DownReport::default();
-    sweep_workers(
-        provider,
-        &mut report.workers,
-        settings,
-        started,
-        false,
-        None,
-    )
-    .await?;
     let all = provider.list().await.map_err(provider_err)?;
     for h in live_heads(&all) {
         tracing::info!("terminating the head {}", h.cloud_instance_id);

@@ -269,8 +269,20 @@ impl CloudInstanceProvider for LateWorker {
     }
 }
 
+/// The order of `down`'s terminations, as `head:<id>` and `<id>+<id>`.
+fn terminations(p: &FakeProvider) -> Vec<String> {
+    p.calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            FakeCall::Terminate(ids) => Some(ids.join("+")),
+            FakeCall::TerminateHead(id) => Some(format!("head:{id}")),
+            _ => None,
+        })
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
-async fn down_removes_workers_then_the_head_then_late_workers() {
+async fn down_removes_the_head_then_the_workers_and_what_it_launched_as_it_went() {
     let late = LateWorker(FakeProvider::new());
     let p = &late.0;
     p.insert(CloudInstance::worker("head", "h", None).as_head());
@@ -280,25 +292,76 @@ async fn down_removes_workers_then_the_head_then_late_workers() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(r.heads, ["head"]);
-    assert_eq!(r.workers, ["w1", "w2", "late"]);
+    assert_eq!(r.workers, ["late", "w1", "w2"]);
     assert!(p.instances().is_empty());
-    let order: Vec<String> = p
-        .calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            FakeCall::Terminate(ids) => Some(ids.join("+")),
-            FakeCall::TerminateHead(id) => Some(format!("head:{id}")),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        order,
-        ["w1+w2", "head:head", "late"],
-        "workers first, then the head, then what it launched"
+        terminations(p),
+        ["head:head", "late+w1+w2"],
+        "the head first (its autoscaler goes with it), then every worker"
     );
     // Nothing there: nothing asked.
     let r = down(p, &settings()).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(r, DownReport::default());
+}
+
+/// A cloud whose running head keeps two workers of type `w` (the head's autoscaler with
+/// `min_workers: 2`): each look at the cloud finds one launched for each that went.
+struct KeepsMinWorkers(FakeProvider);
+
+#[async_trait::async_trait]
+impl CloudInstanceProvider for KeepsMinWorkers {
+    fn provider_type(&self) -> &str {
+        "keeps-min"
+    }
+    async fn list(&self) -> Result<Vec<CloudInstance>, crate::provider::ProviderError> {
+        let all = self.0.list().await?;
+        let head_runs = all
+            .iter()
+            .any(|i| i.is_head() && i.state == CloudInstanceState::Running);
+        let workers = all.iter().filter(|i| !i.is_head()).count();
+        if head_runs {
+            for n in workers..2 {
+                let id = format!("again-{}-{n}", self.0.calls().len());
+                self.0.insert(CloudInstance::worker(&id, "w", Some("r")));
+            }
+        }
+        self.0.list().await
+    }
+    async fn launch(
+        &self,
+        r: &LaunchRequest,
+    ) -> Result<crate::provider::LaunchOutcome, crate::provider::ProviderError> {
+        self.0.launch(r).await
+    }
+    async fn terminate(
+        &self,
+        ids: &[String],
+        r: &str,
+    ) -> Result<(), crate::provider::ProviderError> {
+        self.0.terminate(ids, r).await
+    }
+    async fn poll_errors(&self) -> Vec<crate::provider::ProviderError> {
+        Vec::new()
+    }
+    async fn terminate_head(&self, id: &str) -> Result<(), crate::provider::ProviderError> {
+        self.0.terminate_head(id).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn down_launches_nothing_again_on_a_head_that_keeps_min_workers() {
+    let keeps = KeepsMinWorkers(FakeProvider::new());
+    let p = &keeps.0;
+    p.insert(CloudInstance::worker("head", "h", None).as_head());
+    p.insert(CloudInstance::worker("w1", "w", Some("r1")));
+    p.insert(CloudInstance::worker("w2", "w", Some("r1")));
+    let r = down(&keeps, &settings())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Workers first would meet a new pair at each look until down_timeout.
+    assert_eq!(r.workers, ["w1", "w2"], "{:?}", terminations(p));
+    assert_eq!(terminations(p), ["head:head", "w1+w2"]);
+    assert!(p.instances().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
