@@ -11,10 +11,11 @@
 //!    cluster's), as Ray's `merge_setup_commands` joins them;
 //! 3. `worker_start_ray_commands`;
 //!
-//! each step's commands as `auth.ssh_user` (when that user exists; else as the user the
-//! script runs as; `RAYSCALE_SSH_USER` in the script's environment overrides it, empty
-//! for the user the script runs as: the tests' boot simulator sets it so), under `set -e`, with `RAY_HEAD_IP`, `RAY_CLOUD_INSTANCE_ID`,
-//! `RAY_NODE_TYPE_NAME`, and the type's resources and labels as `RAY_OVERRIDE_RESOURCES`
+//! each step's commands as `auth.ssh_user` (when that user exists, which a head waits
+//! up to 60 s for, `RAYSCALE_USER_WAIT_S`; else as the user the script runs as;
+//! `RAYSCALE_SSH_USER` in the script's environment overrides it, empty for the user the
+//! script runs as: the tests' boot simulator sets it so), under `set -e`, with
+//! `RAY_HEAD_IP`, `RAY_CLOUD_INSTANCE_ID`, `RAY_NODE_TYPE_NAME`, and the type's resources and labels as `RAY_OVERRIDE_RESOURCES`
 //! / `RAY_OVERRIDE_LABELS` (Ray's `ray_installer.py` and `updater.py`). With a `docker:`
 //! block, steps 2 and 3 run inside the container, started as Ray's `DockerCommandRunner`
 //! starts it (`docker run -d ... --net=host <image> bash`, with the role's image and run
@@ -617,6 +618,23 @@ fn render(
         "  fi\n",
         "}\n",
     ));
+    if is_head {
+        // A cloud's agent may make the SSH user after the boot starts (GCE's guest agent,
+        // from the `ssh-keys` metadata): the head waits a while for it, since `up`
+        // pushes a changed config to that user's home, and says so when it never came.
+        s.push_str(concat!(
+            "if [ -n \"$SSH_USER\" ] && [ \"$(id -un)\" != \"$SSH_USER\" ] && ! id \"$SSH_USER\" >/dev/null 2>&1; then\n",
+            "  USER_WAIT=\"${RAYSCALE_USER_WAIT_S:-60}\"\n",
+            "  case \"$USER_WAIT\" in ''|*[!0-9]*) USER_WAIT=60 ;; esac\n",
+            "  echo \"rayscale: waiting up to $USER_WAIT s for the SSH user $SSH_USER (auth.ssh_user) to exist\"\n",
+            "  WAITED=0\n",
+            "  while [ \"$WAITED\" -lt \"$USER_WAIT\" ] && ! id \"$SSH_USER\" >/dev/null 2>&1; do sleep 1; WAITED=$((WAITED + 1)); done\n",
+            "  if ! id \"$SSH_USER\" >/dev/null 2>&1; then\n",
+            "    echo \"rayscale: the SSH user $SSH_USER (auth.ssh_user) does not exist: the head's steps run as $(id -un), its config is $HOME/ray_bootstrap_config.yaml, and a config rayscale up pushes to $SSH_USER's home is not read\"\n",
+            "  fi\n",
+            "fi\n",
+        ));
+    }
     if is_head && !fetch.is_empty() {
         // As root, reading the SSH user's home on each pass: a cloud's agent may make the
         // user only once `up`'s key reaches it.

@@ -51,6 +51,7 @@ fn the_container_gets_the_roles_image_shm_and_the_nvidia_runtime_as_ray_detects_
         ));
         let s = render_worker(&c, &target()).unwrap_or_else(|e| panic!("{e}"));
         let out = std::process::Command::new("bash")
+            .env("RAYSCALE_USER_WAIT_S", "0")
             .arg("-c")
             .arg(&s)
             .env("RAYSCALE_BOOT_DIR", dir.join("boot"))

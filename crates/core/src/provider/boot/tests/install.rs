@@ -69,6 +69,7 @@ fn run_head_without_rayscale(c: &ClusterConfig, name: &str, stubs: Stubs) -> Hea
     .unwrap_or_else(|e| panic!("{e}"));
     let trace = dir.join("trace");
     let out = std::process::Command::new("bash")
+        .env("RAYSCALE_USER_WAIT_S", "0")
         .arg("-c")
         .arg(&s)
         .env("RAYSCALE_BOOT_DIR", dir.join("boot"))

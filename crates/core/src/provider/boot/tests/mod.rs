@@ -139,6 +139,7 @@ fn the_script_runs() {
 fn run_traced(s: &str, dir: &std::path::Path) -> (bool, String, String) {
     let trace = dir.join("trace");
     let out = std::process::Command::new("bash")
+        .env("RAYSCALE_USER_WAIT_S", "0")
         .arg("-c")
         .arg(s)
         .env("RAYSCALE_BOOT_DIR", dir)
@@ -238,6 +239,7 @@ fn the_head_script_starts_rays_head_without_its_monitor_and_rayscale_beside_it()
         .arg(&stub)
         .status();
     let out = std::process::Command::new("bash")
+        .env("RAYSCALE_USER_WAIT_S", "0")
         .arg("-c")
         .arg(&s)
         .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
@@ -374,6 +376,7 @@ fn a_per_boot_script_installs_itself_once() {
     let trace = dir.join("trace");
     let run = |script: &std::path::Path| {
         std::process::Command::new("bash")
+            .env("RAYSCALE_USER_WAIT_S", "0")
             .arg(script)
             .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
             .env("RAYSCALE_PER_BOOT_DIR", &per_boot)
@@ -426,6 +429,7 @@ fn the_notice_watcher_is_there_only_with_preemption_on_and_before_ray() {
     assert!(on.contains("latest/meta-data/spot/instance-action"));
     assert!(on.contains("--reason DRAIN_NODE_REASON_PREEMPTION"));
     let syntax = std::process::Command::new("bash")
+        .env("RAYSCALE_USER_WAIT_S", "0")
         .arg("-n")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
@@ -607,6 +611,7 @@ fn a_config_up_pushed_to_this_head_outlives_its_boot() {
     }
     let boot = || {
         let out = std::process::Command::new("bash")
+            .env("RAYSCALE_USER_WAIT_S", "0")
             .arg("-c")
             .arg(&s)
             .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
@@ -658,5 +663,106 @@ fn a_config_up_pushed_to_this_head_outlives_its_boot() {
         base,
         d("{ssh_user: v, ssh_private_key: /home/a/.ssh/k.pem}")
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_head_waits_for_its_ssh_user_and_says_when_it_never_comes() {
+    let dir = std::env::temp_dir().join(format!("rayscale-user-wait-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{e}"));
+    let c = cfg("head_start_ray_commands: ['ray start --head --port=7000']\n");
+    let s = render_head(
+        &c,
+        &HeadBootTarget {
+            node_type: "h",
+            instance_id_command: "echo i-head",
+            private_ip_command: "echo 10.9.8.7",
+            per_boot: false,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let count = dir.join("id-calls");
+    let stubs = [
+        ("ray", "exit 0".to_string()),
+        ("rayscale", "exit 0".to_string()),
+        ("chown", "exit 0".to_string()),
+        // The user appears at the third look (a guest agent making it).
+        (
+            "id",
+            format!(
+                "case \"$1\" in -un) echo tester; exit 0 ;; -u) echo 1000; exit 0 ;; esac\n\
+                 n=$(cat {c} 2>/dev/null || echo 0); n=$((n + 1)); echo $n >{c}\n\
+                 [ \"$n\" -gt 2 ]",
+                c = count.display()
+            ),
+        ),
+        // Records who the step ran as, then runs it here (without a login shell).
+        (
+            "sudo",
+            format!(
+                "echo \"$1 $2\" >>{}\nshift 3; [ \"$1\" = bash ] && shift; [ \"$1\" = -l ] && shift\nexec bash \"$@\"",
+                dir.join("sudo.log").display()
+            ),
+        ),
+    ];
+    let boot = |stubbed: &[&str], wait: &str| {
+        let _ = std::fs::remove_dir_all(dir.join("boot"));
+        for f in std::fs::read_dir(&bin).into_iter().flatten().flatten() {
+            let _ = std::fs::remove_file(f.path());
+        }
+        for (name, body) in stubs.iter().filter(|(n, _)| stubbed.contains(n)) {
+            std::fs::write(bin.join(name), format!("#!/bin/sh\n{body}\n"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let _ = std::process::Command::new("chmod")
+                .arg("755")
+                .arg(bin.join(name))
+                .status();
+        }
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&s)
+            .env("RAYSCALE_USER_WAIT_S", wait)
+            .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
+            .env("RAYSCALE_BIN", bin.join("rayscale"))
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("HOME", &dir)
+            .output()
+            .unwrap_or_else(|e| panic!("bash: {e}"));
+        let log = std::fs::read_to_string(dir.join("boot/boot.log")).unwrap_or_default();
+        assert!(out.status.success(), "{log}");
+        log
+    };
+    let log = boot(&["ray", "rayscale", "chown", "id", "sudo"], "30");
+    assert!(
+        log.contains("waiting up to 30 s for the SSH user rayscale-no-such-user")
+            && !log.contains("does not exist"),
+        "{log}"
+    );
+    let sudo = std::fs::read_to_string(dir.join("sudo.log")).unwrap_or_default();
+    assert!(
+        sudo.lines().count() >= 3 && sudo.lines().all(|l| l == "-u rayscale-no-such-user"),
+        "every step ran as the SSH user once it came: {sudo}"
+    );
+    // Never made: the head says where its config is, and goes on as itself.
+    let log = boot(&["ray", "rayscale"], "1");
+    assert!(
+        log.contains(&format!(
+            "the SSH user rayscale-no-such-user (auth.ssh_user) does not exist: the head's \
+             steps run as {}, its config is {}/ray_bootstrap_config.yaml",
+            String::from_utf8_lossy(
+                &std::process::Command::new("id")
+                    .arg("-un")
+                    .output()
+                    .unwrap_or_else(|e| panic!("id: {e}"))
+                    .stdout
+            )
+            .trim(),
+            dir.display()
+        )),
+        "{log}"
+    );
+    assert!(dir.join("ray_bootstrap_config.yaml").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

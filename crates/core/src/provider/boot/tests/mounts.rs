@@ -98,6 +98,7 @@ fn source() -> Option<MountsSource> {
 
 fn run(script: &str, dir: &std::path::Path) -> (bool, String) {
     let out = std::process::Command::new("bash")
+        .env("RAYSCALE_USER_WAIT_S", "0")
         .arg("-c")
         .arg(script)
         .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
@@ -283,6 +284,7 @@ fn the_head_waits_for_up_to_copy_its_file_mounts_before_its_setup() {
     std::fs::write(&step, format!("set -e\n{}\n", wait.join("\n")))
         .unwrap_or_else(|e| panic!("{e}"));
     let mut child = std::process::Command::new("bash")
+        .env("RAYSCALE_USER_WAIT_S", "0")
         .arg(&step)
         .env("HOME", &home)
         .stdout(std::process::Stdio::piped())
