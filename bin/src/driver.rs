@@ -196,6 +196,7 @@ pub async fn run_loop(
     ops: &crate::ops::OpsArgs,
     temp_dir: Option<&Path>,
     head_stop: Option<Arc<dyn HeadStop>>,
+    until: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
 ) -> Result<RunEnd> {
     let observers = crate::ops::start(ops, &gcs, temp_dir).await?;
     let seed = now_ns() as u64 ^ (u64::from(std::process::id()) << 32);
@@ -217,7 +218,17 @@ pub async fn run_loop(
     if let Some(h) = head_stop {
         driver = driver.stop_head_with(h);
     }
-    Ok(driver.run(ctrl_c()).await)
+    // Ctrl-C or SIGTERM, or `until` (for `up`: the head it started is gone).
+    let shutdown = async move {
+        match until {
+            Some(u) => tokio::select! {
+                () = ctrl_c() => {}
+                () = u => {}
+            },
+            None => ctrl_c().await,
+        }
+    };
+    Ok(driver.run(shutdown).await)
 }
 
 /// After autostop, the head is stopped by `down`, with the config as it is then (it may

@@ -87,6 +87,23 @@ pub fn mentions_dir(cmdline: &str, dir: &str) -> bool {
     })
 }
 
+/// Processes (not this one) whose command line names the directory `needle`.
+pub fn pids_mentioning(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| mentions_dir(&String::from_utf8_lossy(&c), needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

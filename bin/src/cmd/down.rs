@@ -1,5 +1,5 @@
-//! `rayscale down`: with local_processes, this host's workers terminated, then the head's
-//! processes (found by its temporary directory) stopped; in a cloud, `launch`'s down.
+//! `rayscale down`: with local_processes, the head's processes (found by its temporary
+//! directory) stopped, then this host's workers terminated; in a cloud, `launch`'s down.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use rayscale_core::launcher::kept_min_workers;
 use rayscale_core::provider::CloudInstanceState;
 
 use crate::driver::load_config;
-use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider, mentions_dir};
+use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider, pids_mentioning};
 
 /// Arguments of `rayscale down`.
 #[derive(Args)]
@@ -48,24 +48,6 @@ pub struct IpsArgs {
     /// The `ray` binary (default: found on PATH).
     #[arg(long)]
     ray: Option<PathBuf>,
-}
-
-/// Pids of the processes whose command line mentions `needle`.
-/// Processes (not this one) whose command line names the directory `needle`.
-fn pids_mentioning(needle: &str) -> Vec<u32> {
-    let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
-        .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| mentions_dir(&String::from_utf8_lossy(&c), needle))
-                .unwrap_or(false)
-        })
-        .collect()
 }
 
 fn signal(pids: &[u32], sig: &str) {
@@ -150,8 +132,10 @@ async fn down_local_workers(
     ))
 }
 
-/// `down` of a local_processes cluster whose head's GCS is on 127.0.0.1:`port`: this
-/// host's workers terminated, then the head's processes stopped.
+/// `down` of a local_processes cluster whose head's GCS is on 127.0.0.1:`port`: the head's
+/// processes stopped first (a loop autoscaling it, as `up`'s, then reads no GCS and
+/// launches nothing: workers first would race one keeping `min_workers`), then this
+/// host's workers terminated.
 pub async fn down_local(
     config: &rayscale_core::config::ClusterConfig,
     port: u16,
@@ -159,6 +143,19 @@ pub async fn down_local(
 ) -> Result<String> {
     let addr = format!("127.0.0.1:{port}");
     let provider = local_provider(config, &addr, ray).await?;
+    let temp = head_temp_dir(config).display().to_string();
+    let head = pids_mentioning(&temp);
+    if !head.is_empty() {
+        tracing::info!("stopping the head ({} processes)", head.len());
+        signal(&head, "TERM");
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if pids_mentioning(&temp).is_empty() {
+                break;
+            }
+        }
+        signal(&pids_mentioning(&temp), "KILL");
+    }
     let workers = provider.list().await?;
     let ids: Vec<String> = workers
         .iter()
@@ -174,19 +171,6 @@ pub async fn down_local(
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-    }
-    let temp = head_temp_dir(config).display().to_string();
-    let head = pids_mentioning(&temp);
-    if !head.is_empty() {
-        tracing::info!("stopping the head ({} processes)", head.len());
-        signal(&head, "TERM");
-        for _ in 0..20 {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            if pids_mentioning(&temp).is_empty() {
-                break;
-            }
-        }
-        signal(&pids_mentioning(&temp), "KILL");
     }
     let left: Vec<String> = provider
         .list()

@@ -145,6 +145,7 @@ pub async fn run(args: KubeRayArgs) -> Result<String> {
         &args.ops,
         None,
         None,
+        None,
     )
     .await
     .map(|_| String::new())

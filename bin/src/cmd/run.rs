@@ -128,6 +128,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
         &args.ops,
         None,
         head_stop,
+        None,
     )
     .await?;
     autostop_end(end)

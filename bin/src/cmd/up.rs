@@ -1,6 +1,7 @@
 //! `rayscale up`: with local_processes, a Ray head on loopback if none runs (started here),
-//! autoscaled in the foreground until Ctrl-C; in a cloud, the head found or launched
-//! (`launch`), which boots Ray and `rayscale run` itself.
+//! autoscaled in the foreground until Ctrl-C (or until the head it started is stopped,
+//! by `rayscale down`); in a cloud, the head found or launched (`launch`), which boots
+//! Ray and `rayscale run` itself.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,13 +10,13 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use rayscale_core::config::ClusterConfig;
-use rayscale_core::driver::{DriverOptions, HeadStop};
+use rayscale_core::driver::{DriverOptions, HeadStop, RunEnd};
 use rayscale_core::model::resources::to_f64;
 
 use crate::driver::{DownHead, FileConfig, load_config, run_loop};
 use crate::expander::ExpanderArgs;
 use crate::gcs::{gcs_answers, loop_client};
-use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider};
+use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider, pids_mentioning};
 use crate::ops::OpsArgs;
 
 /// Arguments of `rayscale up`.
@@ -87,6 +88,19 @@ pub async fn up(args: UpArgs) -> Result<String> {
             local: Some((args.port, ray.clone())),
         }) as Arc<dyn HeadStop>
     });
+    // A head `up` started and something else stopped (`rayscale down` beside it): the
+    // loop ends, rather than asking a GCS that is gone.
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let until = started.then(|| {
+        let (temp, gone) = (head_temp_dir(&config).display().to_string(), gone.clone());
+        Box::pin(async move {
+            while !pids_mentioning(&temp).is_empty() {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            gone.store(true, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!("the head's processes are gone (rayscale down?): stopping the loop");
+        }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+    });
     let end = run_loop(
         gcs,
         provider,
@@ -99,9 +113,16 @@ pub async fn up(args: UpArgs) -> Result<String> {
         &args.ops,
         Some(&head_temp_dir(&config)),
         head_stop,
+        until,
     )
     .await?;
-    crate::cmd::run::autostop_end(end)
+    match end {
+        RunEnd::Shutdown if gone.load(std::sync::atomic::Ordering::Relaxed) => Ok(format!(
+            "cluster {}: the head at {addr} was stopped; up ends",
+            config.cluster_name
+        )),
+        end => crate::cmd::run::autostop_end(end),
+    }
 }
 
 async fn start_head(config: &ClusterConfig, ray: &Path, port: u16) -> Result<()> {
