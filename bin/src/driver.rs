@@ -52,6 +52,9 @@ pub struct FileConfig {
     first: Option<Reloaded>,
     /// Where workers fetch the file mounts (the head's server), set on every config read.
     mounts: Option<rayscale_core::config::mounts::MountsSource>,
+    /// The command line's overrides of the YAML (`up -n`, `--max-workers`), applied to
+    /// every read.
+    changes: Vec<(&'static str, serde_json::Value)>,
 }
 
 impl FileConfig {
@@ -63,6 +66,16 @@ impl FileConfig {
         expander: ExpanderArgs,
         fill: Option<Arc<dyn ResourceFill>>,
     ) -> anyhow::Result<Self> {
+        Self::open_with(path, expander, fill, Vec::new()).await
+    }
+
+    /// [`FileConfig::open`], with the command line's `changes` applied to every read.
+    pub async fn open_with(
+        path: PathBuf,
+        expander: ExpanderArgs,
+        fill: Option<Arc<dyn ResourceFill>>,
+        changes: Vec<(&'static str, serde_json::Value)>,
+    ) -> anyhow::Result<Self> {
         let mut source = FileConfig {
             path,
             expander,
@@ -72,6 +85,7 @@ impl FileConfig {
             fill_error: None,
             first: None,
             mounts: None,
+            changes,
         };
         let first = source.read().await.map_err(anyhow::Error::msg)?;
         source.first = first;
@@ -120,7 +134,8 @@ impl FileConfig {
                 },
             }
         } else {
-            let read = ClusterConfig::from_yaml_str(&text, &origin).map_err(|e| e.to_string())?;
+            let read = crate::overrides::apply(&text, &origin, &self.changes)
+                .map_err(|e| e.to_string())?;
             self.unfilled = None;
             match self.filled(&read).await {
                 Some(f) => f,
@@ -236,13 +251,16 @@ pub async fn run_loop(
 /// head's processes (`port`, `ray`) for a cluster `up` started here.
 pub struct DownHead {
     pub config: PathBuf,
+    /// The command line's overrides of the YAML (`up -n`).
+    pub changes: Vec<(&'static str, serde_json::Value)>,
     pub local: Option<(u16, PathBuf)>,
 }
 
 #[async_trait::async_trait]
 impl HeadStop for DownHead {
     async fn stop_head(&self) -> Result<String, String> {
-        let config = load_config(&self.config).map_err(|e| format!("{e:#}"))?;
+        let config = crate::overrides::load_with(&self.config, &self.changes)
+            .map_err(|e| format!("{e:#}"))?;
         let r = match &self.local {
             Some((port, ray)) => crate::cmd::down::down_local(&config, *port, ray).await,
             None => crate::launch::down(&config).await,

@@ -47,7 +47,7 @@ pub struct Wait {
 /// with `wait`, waits for rayscale to run on it.
 pub async fn up(
     config: &ClusterConfig,
-    path: &std::path::Path,
+    again: &Again,
     wait: Option<Wait>,
     yes: bool,
 ) -> Result<String> {
@@ -239,10 +239,17 @@ pub async fn up(
         launched: r.launched,
         ip,
         port,
-        path,
+        again,
         install_given: config.install != InstallSettings::Nothing,
         waited,
     }))
+}
+
+/// What names this cluster again after `rayscale up` and `rayscale down`: the config's
+/// path, and the command line's overrides (`-n`; `--max-workers` for `up`).
+pub struct Again {
+    pub up: String,
+    pub down: String,
 }
 
 /// What `up` found or launched, for [`up_message`].
@@ -253,7 +260,7 @@ struct UpReport<'a> {
     launched: bool,
     ip: &'a str,
     port: u16,
-    path: &'a std::path::Path,
+    again: &'a Again,
     /// `rayscale.install` gives a wheel (else the head runs rayscale only if it has it).
     install_given: bool,
     /// `--wait`: how long rayscale took to run on the head.
@@ -273,7 +280,7 @@ fn up_message(u: &UpReport<'_>) -> String {
             "Its boot starts Ray's head, then rayscale; not checked here: `rayscale up {} \
              --wait` waits for rayscale on the head, or says why its boot did not start it (logs \
              there: {logs}).{}",
-            u.path.display(),
+            u.again.up,
             if u.install_given {
                 ""
             } else {
@@ -288,7 +295,7 @@ fn up_message(u: &UpReport<'_>) -> String {
          {rayscale}\n\
          From inside its network: ray status --address {ip}:{port}; \
          ray job submit --address http://{ip}:8265 -- python job.py\n\
-         Stop it: rayscale down {path}",
+         Stop it: rayscale down {down}",
         name = u.cluster,
         id = u.id,
         t = u.node_type,
@@ -299,7 +306,7 @@ fn up_message(u: &UpReport<'_>) -> String {
         } else {
             "already running"
         },
-        path = u.path.display(),
+        down = u.again.down,
     )
 }
 
@@ -464,6 +471,10 @@ mod tests {
     use super::*;
 
     fn report(waited: Option<Duration>, install_given: bool) -> String {
+        report_again(waited, install_given, "c.yaml", "c.yaml")
+    }
+
+    fn report_again(waited: Option<Duration>, install_given: bool, up: &str, down: &str) -> String {
         up_message(&UpReport {
             cluster: "c",
             id: "i-1",
@@ -471,7 +482,10 @@ mod tests {
             launched: true,
             ip: "10.0.0.5",
             port: 6379,
-            path: std::path::Path::new("c.yaml"),
+            again: &Again {
+                up: up.into(),
+                down: down.into(),
+            },
             install_given,
             waited,
         })
@@ -496,6 +510,13 @@ mod tests {
             "{m}"
         );
         assert!(m.ends_with("Stop it: rayscale down c.yaml"), "{m}");
+        // The command line's overrides are said again, each to the command that takes it.
+        let m = report_again(None, true, "c.yaml --max-workers 5 -n b", "c.yaml -n b");
+        assert!(
+            m.contains("`rayscale up c.yaml --max-workers 5 -n b --wait`")
+                && m.ends_with("Stop it: rayscale down c.yaml -n b"),
+            "{m}"
+        );
         // No wheel given: the head runs rayscale only if it has it.
         let m = report(None, false);
         assert!(

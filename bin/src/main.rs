@@ -9,6 +9,7 @@ mod local_head;
 mod logging;
 mod mounts;
 mod ops;
+mod overrides;
 mod providers;
 mod ssh;
 

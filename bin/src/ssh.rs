@@ -254,7 +254,7 @@ fn remote_path(path: &str) -> String {
 }
 
 /// `s` single-quoted for a POSIX shell unless it needs no quotes.
-fn quote(s: &str) -> String {
+pub fn quote(s: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "_-./+@%=:,".contains(c);
     if !s.is_empty() && s.chars().all(plain) {
         s.to_string()

@@ -1,7 +1,7 @@
 //! `rayscale up`, `down` and the other launcher commands on moto's EC2 server, side by
 //! side with what Ray's own `ray up` does on the same emulator (`scripts/ray_aws_up.py`):
 //! Ray's YAMLs launching unchanged, resources filled in from DescribeInstanceTypes, and
-//! Ray's CLI habits (`get-head-ip`, `down --workers-only`, and Ray's own `exec`, `rsync`
+//! Ray's CLI habits (`get-head-ip`, `down --workers-only`, `-n`, and Ray's own `exec`, `rsync`
 //! and `submit` on a cluster `up` launched). The provider's own behaviour is in `aws.rs`;
 //! what Ray's bootstrap makes (subnets, security group, key pair, instance profile) in
 //! `aws_bootstrap.rs`; Ray's CloudWatch and credentials keys in `aws_up/provider_keys.rs`.
@@ -524,3 +524,6 @@ mod provider_keys;
 
 #[path = "aws_up/over_ssh.rs"]
 mod over_ssh;
+
+#[path = "aws_up/overrides.rs"]
+mod overrides;

@@ -10,7 +10,6 @@ use clap::Args;
 use rayscale_core::launcher::kept_min_workers;
 use rayscale_core::provider::CloudInstanceState;
 
-use crate::driver::load_config;
 use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider, pids_mentioning};
 
 /// Arguments of `rayscale down`.
@@ -35,6 +34,8 @@ pub struct DownArgs {
     /// Accepted for Ray's `ray down -y`; rayscale never asks.
     #[arg(short = 'y', long)]
     yes: bool,
+    #[command(flatten)]
+    name: crate::overrides::NameOverride,
 }
 
 /// Arguments of `rayscale get-head-ip` and `rayscale get-worker-ips`.
@@ -48,6 +49,8 @@ pub struct IpsArgs {
     /// The `ray` binary (default: found on PATH).
     #[arg(long)]
     ray: Option<PathBuf>,
+    #[command(flatten)]
+    name: crate::overrides::NameOverride,
 }
 
 fn signal(pids: &[u32], sig: &str) {
@@ -65,7 +68,7 @@ fn signal(pids: &[u32], sig: &str) {
 /// `rayscale down`.
 pub async fn down(args: DownArgs) -> Result<String> {
     let _ = args.yes;
-    let config = load_config(&args.config)?;
+    let config = args.name.load(&args.config)?;
     if config.provider_type != LOCAL {
         if args.workers_only {
             return crate::launch::down_workers(&config, args.keep_min_workers).await;
@@ -83,7 +86,7 @@ pub async fn down(args: DownArgs) -> Result<String> {
 /// public ones unless `use_internal_ips`; this host's on local_processes),
 /// one per line.
 pub async fn ips(args: IpsArgs, head: bool) -> Result<String> {
-    let config = load_config(&args.config)?;
+    let config = args.name.load(&args.config)?;
     if config.provider_type != LOCAL {
         return crate::launch::ips(&config, head).await;
     }

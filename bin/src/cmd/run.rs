@@ -112,6 +112,7 @@ pub async fn run(args: RunArgs) -> Result<String> {
     let head_stop: Option<Arc<dyn HeadStop>> = args.autostop_head.then(|| {
         Arc::new(DownHead {
             config: args.config.clone(),
+            changes: Vec::new(),
             local: None,
         }) as Arc<dyn HeadStop>
     });

@@ -13,7 +13,7 @@ use rayscale_core::config::ClusterConfig;
 use rayscale_core::driver::{DriverOptions, HeadStop, RunEnd};
 use rayscale_core::model::resources::to_f64;
 
-use crate::driver::{DownHead, FileConfig, load_config, run_loop};
+use crate::driver::{DownHead, FileConfig, run_loop};
 use crate::expander::ExpanderArgs;
 use crate::gcs::{gcs_answers, loop_client};
 use crate::local_head::{LOCAL, find_ray, head_temp_dir, local_provider, pids_mentioning};
@@ -46,6 +46,9 @@ pub struct UpArgs {
     /// tunnel or port forward, e.g. `127.0.0.1:6379` after `ssh -L`).
     #[arg(long, value_name = "HOST:PORT", requires = "wait")]
     gcs: Option<String>,
+    /// Ray's `ray up` overrides (`-n`, `--min-workers`, `--max-workers`) and its flags.
+    #[command(flatten)]
+    overrides: crate::overrides::UpOverrides,
     /// A cloud cluster, as `ray up -y`: a head found outdated (launched from another
     /// node_config, auth or head type than this YAML's) is terminated and a new one
     /// launched. Without it, such a head is left running and `up` says so.
@@ -55,7 +58,9 @@ pub struct UpArgs {
 
 /// `rayscale up`.
 pub async fn up(args: UpArgs) -> Result<String> {
-    let config = load_config(&args.config)?;
+    args.overrides.check()?;
+    let changes = args.overrides.changes();
+    let config = crate::overrides::load_with(&args.config, &changes)?;
     for line in config.keys_not_acted_on() {
         tracing::warn!("{}: {line}", args.config.display());
     }
@@ -64,14 +69,16 @@ pub async fn up(args: UpArgs) -> Result<String> {
             secs,
             gcs: args.gcs.clone(),
         });
-        return crate::launch::up(&config, &args.config, wait, args.yes).await;
+        let again = args.overrides.again(&args.config);
+        return crate::launch::up(&config, &again, wait, args.yes).await;
     }
     let ray = find_ray(args.ray.as_ref())?;
     let addr = format!("127.0.0.1:{}", args.port);
     let provider = local_provider(&config, &addr, &ray).await?;
     // Bad flags fail here, before the head starts; the loop rebuilds the chain from the
     // file on every change.
-    let source = FileConfig::open(args.config.clone(), args.expander, None).await?;
+    let source =
+        FileConfig::open_with(args.config.clone(), args.expander, None, changes.clone()).await?;
     // Autostop stops the head only if `up` started it.
     let started = if gcs_answers(&addr).await {
         tracing::info!("a Ray GCS already answers at {addr}: using it");
@@ -85,6 +92,7 @@ pub async fn up(args: UpArgs) -> Result<String> {
     let head_stop = started.then(|| {
         Arc::new(DownHead {
             config: args.config.clone(),
+            changes,
             local: Some((args.port, ray.clone())),
         }) as Arc<dyn HeadStop>
     });
