@@ -86,9 +86,11 @@ pub async fn up(
         println!(
             "the head {} runs as it was launched, from another node_config, auth or head type \
              than this YAML's (its launch hash or type differs); a running head keeps its boot: \
-             rayscale up -y relaunches it (terminates it and launches a new one, as ray up -y \
-             does), or rayscale down, then rayscale up",
-            r.head.cloud_instance_id
+             rayscale up {up} -y relaunches it (terminates it and launches a new one, as ray up \
+             -y does), or rayscale down {down}, then rayscale up {up}",
+            r.head.cloud_instance_id,
+            up = again.up,
+            down = again.down,
         );
     }
     if let Some(old) = &r.relaunched {
@@ -109,7 +111,10 @@ pub async fn up(
         None
     } else if r.outdated {
         if state != HeadConfig::Same {
-            println!("the head {id} keeps its config too (rayscale up -y relaunches it)");
+            println!(
+                "the head {id} keeps its config too (rayscale up {} -y relaunches it)",
+                again.up
+            );
         }
         None
     } else {
@@ -140,8 +145,10 @@ pub async fn up(
                     "the head {id} runs another cluster config than this YAML's (its {} tag \
                      differs) and up cannot push this one without SSH: give auth.ssh_user (and \
                      auth.ssh_private_key) so that up reaches the head as ray up does, or \
-                     rayscale down, then rayscale up",
-                    tags::RAYSCALE_CONFIG
+                     rayscale down {}, then rayscale up {}",
+                    tags::RAYSCALE_CONFIG,
+                    again.down,
+                    again.up
                 );
             };
             plan.key = plan.key.or_else(|| boot.ssh_key.clone());
@@ -165,8 +172,10 @@ pub async fn up(
         }
         let Some(host) = address(config, &r.head) else {
             bail!(
-                "the head {id} has no address to {what} over SSH: rayscale up again once it \
-                 has one, or rayscale down"
+                "the head {id} has no address to {what} over SSH: rayscale up {} again once \
+                 it has one, or rayscale down {}",
+                again.up,
+                again.down
             );
         };
         // Gone only when the cloud's list says so; a list that fails says nothing.

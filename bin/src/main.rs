@@ -45,7 +45,8 @@ enum Command {
     ///
     /// In a cloud: find or launch its head (which starts Ray and rayscale at boot) and
     /// print its address. With local_processes: a Ray head on loopback if none runs,
-    /// autoscaled in the foreground until Ctrl-C.
+    /// autoscaled in the foreground until Ctrl-C (or until `rayscale down` stops the head
+    /// it started).
     #[command(
         after_help = "Examples:\n  rayscale up examples/local-cluster.yaml --port 6379\n  rayscale up aws-cluster.yaml --wait"
     )]

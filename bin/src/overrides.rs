@@ -1,8 +1,9 @@
 //! Ray's command-line overrides of the cluster YAML (`ray up --min-workers/--max-workers`,
 //! `-n/--cluster-name` on `up`, `down`, `get-head-ip` and `get-worker-ips`), applied to
 //! the document before anything reads it, as Ray's `create_or_update_cluster` applies
-//! them; and the `ray up` flags that change nothing here, accepted so that Ray's command
-//! lines run unchanged (a flag rayscale cannot honour is refused, naming why).
+//! them; and the `ray up` flags that change nothing here, accepted so that Ray's usual
+//! command lines run (a flag rayscale cannot honour is refused, naming why; Ray's logging
+//! flags, `-v`, `--log-style`, `--log-color`, are not taken).
 
 use std::path::Path;
 

@@ -179,9 +179,13 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
         yaml.replacen("InstanceType: m5.large", "InstanceType: m5.xlarge", 1),
     )
     .unwrap();
-    let (ok, out) = moto.rayscale(&["up", &edited.display().to_string()]);
+    let edited_arg = edited.display().to_string();
+    let (ok, out) = moto.rayscale(&["up", &edited_arg]);
     assert!(
-        ok && out.contains(stale) && out.contains("rayscale down, then rayscale up"),
+        ok && out.contains(stale)
+            && out.contains(&format!(
+                "rayscale down {edited_arg}, then rayscale up {edited_arg}"
+            )),
         "{out}"
     );
     assert_eq!(moto.calls("RunInstances"), 1, "one head, launched once");

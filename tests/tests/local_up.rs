@@ -11,8 +11,9 @@ use std::time::Duration;
 use rayscale_tests::ray_head::{alive_workers_at, free_ports, ray_from_env};
 use rayscale_tests::{Scratch, wait_until};
 
-/// Kills what the test started, whatever happened: the cluster's workers, `up`, and
-/// the head (found by the temporary directory `up` names it with).
+/// Kills what the test started, whatever happened: `up`, the cluster's workers, and the
+/// head (found by the temporary directory `up` names it with), and removes their
+/// directories.
 struct Cleanup {
     cluster: String,
     up: std::process::Child,
@@ -23,9 +24,23 @@ impl Drop for Cleanup {
         let _ = self.up.kill();
         let _ = self.up.wait();
         rayscale_tests::kill_with_env(&format!("RAYSCALE_CLUSTER={}", self.cluster));
-        let _ = std::fs::remove_dir_all(
+        // The head's processes name its temporary directory on their command lines.
+        let head = std::env::temp_dir().join(format!("rayscale-{}-head", self.cluster));
+        let needle = head.display().to_string();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&needle)
+                && let Some(pid) = e.file_name().to_str()
+            {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
+            }
+        }
+        for dir in [
+            head,
             std::env::temp_dir().join(format!("rayscale-{}", self.cluster)),
-        );
+        ] {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -115,9 +130,8 @@ fn down_beside_up_stops_the_head_then_the_min_workers_worker_and_launches_nothin
     let out = std::fs::read_to_string(scratch.path("up.out")).unwrap_or_default();
     assert!(
         up_status.is_some_and(|s| s.success())
-            && out.contains(&format!(
-                "cluster {cluster}: the head at {gcs} was stopped; up ends"
-            )),
+            && out.contains(&format!("cluster {cluster}: the head at {gcs} is gone"))
+            && out.contains("up ends"),
         "{up_status:?} {out}\n{}",
         log()
     );

@@ -183,9 +183,8 @@ pub async fn down_local(
         .collect();
     if !left.is_empty() {
         bail!(
-            "{} workers are still running ({}): see them with `rayscale status --gcs \
-             127.0.0.1:{port}` (their processes carry RAYSCALE_CLUSTER={} in their \
-             environment), then run `rayscale down` again",
+            "{} workers are still running ({}): their processes carry \
+             RAYSCALE_CLUSTER={} in their environment; run `rayscale down` again",
             left.len(),
             left.join(", "),
             config.cluster_name

@@ -106,12 +106,12 @@ pub async fn up(args: UpArgs) -> Result<String> {
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
             gone.store(true, std::sync::atomic::Ordering::Relaxed);
-            tracing::info!("the head's processes are gone (rayscale down?): stopping the loop");
+            tracing::info!("the head's processes are gone: stopping the loop");
         }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
     });
     let end = run_loop(
         gcs,
-        provider,
+        provider.clone(),
         &config.cluster_name,
         Box::new(source),
         DriverOptions {
@@ -125,10 +125,32 @@ pub async fn up(args: UpArgs) -> Result<String> {
     )
     .await?;
     match end {
-        RunEnd::Shutdown if gone.load(std::sync::atomic::Ordering::Relaxed) => Ok(format!(
-            "cluster {}: the head at {addr} was stopped; up ends",
-            config.cluster_name
-        )),
+        RunEnd::Shutdown if gone.load(std::sync::atomic::Ordering::Relaxed) => {
+            // Stopped by `down` (which terminates the workers too) or ended on its own:
+            // the workers of a head that is gone go as well (the list reads no GCS).
+            let workers: Vec<String> = provider
+                .list()
+                .await?
+                .into_iter()
+                .filter(|c| !c.is_head())
+                .map(|c| c.cloud_instance_id)
+                .collect();
+            if !workers.is_empty() {
+                provider.terminate(&workers, "up-head-gone").await?;
+                for _ in 0..30 {
+                    if provider.list().await?.is_empty() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            Ok(format!(
+                "cluster {}: the head at {addr} is gone (stopped by rayscale down, or it \
+                 ended); {} workers left were terminated; up ends",
+                config.cluster_name,
+                workers.len()
+            ))
+        }
         end => crate::cmd::run::autostop_end(end),
     }
 }

@@ -6,8 +6,8 @@
 //! - [`up`] finds the cluster's head, or launches one (its boot script starts Ray's head
 //!   and `rayscale run`: [`crate::provider::boot::render_head`]), and waits until the
 //!   cloud runs it and knows its address. Run again, it finds the same head.
-//! - [`down`] terminates the workers, then the head, then any worker the head's
-//!   autoscaler launched meanwhile, and waits until the cloud lists nothing;
+//! - [`down`] terminates the head (its autoscaler goes with it), then every worker
+//!   (any the dying head launched too), and waits until the cloud lists nothing;
 //!   [`down_workers`] only the workers (or all but each type's `min_workers`).
 //!
 //! It waits on tokio's clock (paused in tests); it never talks to Ray: the head's Ray and
@@ -34,6 +34,11 @@ pub struct LauncherSettings {
     /// [`UpReport::outdated`] says so.
     pub relaunch_outdated: bool,
 }
+
+/// How many looks (of [`LauncherSettings::poll`], 20 s by default) `down` wants the
+/// cloud empty after it terminated a head: about the time a machine takes to shut down,
+/// during which the head's autoscaler still runs.
+pub const DOWN_QUIET_POLLS: u32 = 4;
 
 impl Default for LauncherSettings {
     fn default() -> Self {
@@ -284,13 +289,15 @@ pub async fn up(
 }
 
 /// Terminates every worker until none is listed (the head's autoscaler may launch more
-/// while this runs), adding what it asked for to `asked`.
+/// while this runs), adding what it asked for to `asked`. With `until_empty`, until the
+/// cloud lists nothing at all, on every look for that long (a head terminated a moment
+/// ago may still be shutting down, unlisted, its autoscaler running).
 async fn sweep_workers(
     provider: &dyn CloudInstanceProvider,
     asked: &mut Vec<String>,
     settings: &LauncherSettings,
     started: tokio::time::Instant,
-    until_empty: bool,
+    until_empty: Option<Duration>,
     keep_min_of: Option<&ClusterConfig>,
 ) -> Result<(), CoreError> {
     // A worker listed as stopping is on its way out (a termination under way) and is not
@@ -298,6 +305,7 @@ async fn sweep_workers(
     // TPU node, which stays until deleted) is asked once too.
     let linger = (settings.down_timeout / 4).min(std::time::Duration::from_secs(30));
     let mut stopping_since: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
+    let mut empty_since: Option<tokio::time::Instant> = None;
     loop {
         let all = provider.list().await.map_err(provider_err)?;
         let kept = keep_min_of.map_or_else(BTreeSet::new, |c| kept_min_workers(&all, c));
@@ -305,15 +313,21 @@ async fn sweep_workers(
             .iter()
             .filter(|i| !i.is_head() && !kept.contains(&i.cloud_instance_id))
             .collect();
-        let left = if until_empty {
+        let left = if until_empty.is_some() {
             all.len()
         } else {
             workers.len()
         };
-        if left == 0 {
-            return Ok(());
-        }
         let now = tokio::time::Instant::now();
+        if left == 0 {
+            let since = *empty_since.get_or_insert(now);
+            if now.duration_since(since) >= until_empty.unwrap_or_default() {
+                return Ok(());
+            }
+            tokio::time::sleep(settings.poll).await;
+            continue;
+        }
+        empty_since = None;
         stopping_since.retain(|id, _| {
             workers
                 .iter()
@@ -363,8 +377,10 @@ async fn sweep_workers(
 /// Terminates the head first, so its autoscaler goes with it (as `ray down` stops Ray on
 /// the head before it touches a worker; terminating the head is the same stop without
 /// SSH), then every worker, including any the head launched while it went; returns when
-/// the cloud lists none of the cluster's instances. Workers first would race a head
-/// that keeps `min_workers`: it launches again what `down` terminates.
+/// the cloud has listed none of the cluster's instances for [`DOWN_QUIET_POLLS`] looks
+/// (a head leaves the lists of AWS and Azure as its termination starts, while its
+/// machine still shuts down). Workers first would race a head that keeps
+/// `min_workers`: it launches again what `down` terminates.
 pub async fn down(
     provider: &dyn CloudInstanceProvider,
     settings: &LauncherSettings,
@@ -377,10 +393,30 @@ pub async fn down(
         provider
             .terminate_head(&h.cloud_instance_id)
             .await
-            .map_err(provider_err)?;
+            .map_err(|e| {
+                CoreError::Provider(format!(
+                    "{e}; no worker was terminated (the head keeps them): run down again \
+                     once the head can go"
+                ))
+            })?;
         report.heads.push(h.cloud_instance_id.clone());
     }
-    sweep_workers(provider, &mut report.workers, settings, started, true, None).await?;
+    // With a head going, the cloud must stay empty for a while: its autoscaler may
+    // launch until its machine is down.
+    let quiet = if report.heads.is_empty() {
+        Duration::ZERO
+    } else {
+        settings.poll * DOWN_QUIET_POLLS
+    };
+    sweep_workers(
+        provider,
+        &mut report.workers,
+        settings,
+        started,
+        Some(quiet),
+        None,
+    )
+    .await?;
     Ok(report)
 }
 
@@ -425,15 +461,7 @@ pub async fn down_workers(
     let started = tokio::time::Instant::now();
     let mut report = DownReport::default();
     let keep = keep_min_workers.then_some(config);
-    sweep_workers(
-        provider,
-        &mut report.workers,
-        settings,
-        started,
-        false,
-        keep,
-    )
-    .await?;
+    sweep_workers(provider, &mut report.workers, settings, started, None, keep).await?;
     Ok(report)
 }
 

@@ -451,3 +451,92 @@ async fn down_workers_only_leaves_the_head_and_with_keep_min_each_types_minimum(
         "the head is never asked to go"
     );
 }
+
+/// A cloud whose head leaves the list as its termination starts (AWS, Azure) while its
+/// machine shuts down: its autoscaler launches one worker three looks later.
+struct DyingHead {
+    cloud: FakeProvider,
+    looks_since_terminated: std::sync::Mutex<Option<u32>>,
+}
+
+#[async_trait::async_trait]
+impl CloudInstanceProvider for DyingHead {
+    fn provider_type(&self) -> &str {
+        "dying"
+    }
+    async fn list(&self) -> Result<Vec<CloudInstance>, crate::provider::ProviderError> {
+        let late = {
+            let mut looks = self
+                .looks_since_terminated
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            looks.as_mut().is_some_and(|n| {
+                *n += 1;
+                *n == 3
+            })
+        };
+        if late {
+            self.cloud
+                .insert(CloudInstance::worker("late", "w", Some("r2")));
+        }
+        self.cloud.list().await
+    }
+    async fn launch(
+        &self,
+        r: &LaunchRequest,
+    ) -> Result<crate::provider::LaunchOutcome, crate::provider::ProviderError> {
+        self.cloud.launch(r).await
+    }
+    async fn terminate(
+        &self,
+        ids: &[String],
+        r: &str,
+    ) -> Result<(), crate::provider::ProviderError> {
+        self.cloud.terminate(ids, r).await
+    }
+    async fn poll_errors(&self) -> Vec<crate::provider::ProviderError> {
+        Vec::new()
+    }
+    async fn terminate_head(&self, id: &str) -> Result<(), crate::provider::ProviderError> {
+        *self
+            .looks_since_terminated
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(0);
+        self.cloud.terminate_head(id).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn down_waits_out_a_head_that_launches_as_its_machine_shuts_down() {
+    let dying = DyingHead {
+        cloud: FakeProvider::new(),
+        looks_since_terminated: std::sync::Mutex::new(None),
+    };
+    let p = &dying.cloud;
+    p.insert(CloudInstance::worker("head", "h", None).as_head());
+    p.insert(CloudInstance::worker("w1", "w", Some("r1")));
+    let t0 = tokio::time::Instant::now();
+    let r = down(&dying, &settings())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The first empty look comes after w1 went; the late one is met within the quiet
+    // looks that follow, terminated, and waited out again.
+    assert_eq!(r.workers, ["w1", "late"], "{:?}", terminations(p));
+    assert!(p.instances().is_empty());
+    assert!(
+        t0.elapsed() >= settings().poll * DOWN_QUIET_POLLS,
+        "{:?}",
+        t0.elapsed()
+    );
+    // A head that cannot go: no worker is asked, and the error says so.
+    let p = FakeProvider::new();
+    p.insert(CloudInstance::worker("head", "h", None).as_head());
+    p.insert(CloudInstance::worker("w1", "w", Some("r1")));
+    p.fail_next(
+        crate::testing::FaultOn::Terminate,
+        crate::provider::ProviderErrorKind::Auth,
+    );
+    let e = err_text(down(&p, &settings()).await);
+    assert!(e.contains("no worker was terminated"), "{e}");
+    assert_eq!(terminations(&p), ["head:head"]);
+}

@@ -619,21 +619,7 @@ fn render(
         "}\n",
     ));
     if is_head {
-        // A cloud's agent may make the SSH user after the boot starts (GCE's guest agent,
-        // from the `ssh-keys` metadata): the head waits a while for it, since `up`
-        // pushes a changed config to that user's home, and says so when it never came.
-        s.push_str(concat!(
-            "if [ -n \"$SSH_USER\" ] && [ \"$(id -un)\" != \"$SSH_USER\" ] && ! id \"$SSH_USER\" >/dev/null 2>&1; then\n",
-            "  USER_WAIT=\"${RAYSCALE_USER_WAIT_S:-60}\"\n",
-            "  case \"$USER_WAIT\" in ''|*[!0-9]*) USER_WAIT=60 ;; esac\n",
-            "  echo \"rayscale: waiting up to $USER_WAIT s for the SSH user $SSH_USER (auth.ssh_user) to exist\"\n",
-            "  WAITED=0\n",
-            "  while [ \"$WAITED\" -lt \"$USER_WAIT\" ] && ! id \"$SSH_USER\" >/dev/null 2>&1; do sleep 1; WAITED=$((WAITED + 1)); done\n",
-            "  if ! id \"$SSH_USER\" >/dev/null 2>&1; then\n",
-            "    echo \"rayscale: the SSH user $SSH_USER (auth.ssh_user) does not exist: the head's steps run as $(id -un), its config is $HOME/ray_bootstrap_config.yaml, and a config rayscale up pushes to $SSH_USER's home is not read\"\n",
-            "  fi\n",
-            "fi\n",
-        ));
+        s.push_str(USER_WAIT);
     }
     if is_head && !fetch.is_empty() {
         // As root, reading the SSH user's home on each pass: a cloud's agent may make the
@@ -712,6 +698,23 @@ fn render(
     s.push_str("echo \"rayscale: node $RAY_CLOUD_INSTANCE_ID started\"\n");
     Ok(s)
 }
+
+/// A head's wait for `$SSH_USER`: a cloud's agent may make the user after the boot
+/// starts (GCE's guest agent, from the `ssh-keys` metadata), and `up` pushes a changed
+/// config to that user's home, so the head waits a while for it and says so when it never
+/// came (with the home its steps then use: `HOME` may be unset in a cloud's boot).
+const USER_WAIT: &str = concat!(
+    "if [ -n \"$SSH_USER\" ] && [ \"$(id -un)\" != \"$SSH_USER\" ] && ! id \"$SSH_USER\" >/dev/null 2>&1; then\n",
+    "  USER_WAIT=\"${RAYSCALE_USER_WAIT_S:-60}\"\n",
+    "  case \"$USER_WAIT\" in ''|*[!0-9]*) USER_WAIT=60 ;; esac\n",
+    "  echo \"rayscale: waiting up to $USER_WAIT s for the SSH user $SSH_USER (auth.ssh_user) to exist\"\n",
+    "  WAITED=0\n",
+    "  while [ \"$WAITED\" -lt \"$USER_WAIT\" ] && ! id \"$SSH_USER\" >/dev/null 2>&1; do sleep 1; WAITED=$((WAITED + 1)); done\n",
+    "  if ! id \"$SSH_USER\" >/dev/null 2>&1; then\n",
+    "    echo \"rayscale: the SSH user $SSH_USER (auth.ssh_user) does not exist: the head's steps run as $(id -un), its config is $(cd ~ && pwd)/ray_bootstrap_config.yaml, and a config rayscale up pushes to $SSH_USER's home is not read\"\n",
+    "  fi\n",
+    "fi\n",
+);
 
 /// The KV key (namespace `__rayscale`) where a head's boot says what stopped it before
 /// `rayscale run` started (today: a failed install); `rayscale up --wait` reads it.

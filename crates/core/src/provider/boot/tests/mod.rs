@@ -746,6 +746,7 @@ fn a_head_waits_for_its_ssh_user_and_says_when_it_never_comes() {
         "every step ran as the SSH user once it came: {sudo}"
     );
     // Never made: the head says where its config is, and goes on as itself.
+    std::fs::remove_file(dir.join("ray_bootstrap_config.yaml")).unwrap_or_else(|e| panic!("{e}"));
     let log = boot(&["ray", "rayscale"], "1");
     assert!(
         log.contains(&format!(
@@ -764,5 +765,23 @@ fn a_head_waits_for_its_ssh_user_and_says_when_it_never_comes() {
         "{log}"
     );
     assert!(dir.join("ray_bootstrap_config.yaml").exists());
+    // A cloud's boot may run without HOME: the wait says the home all the same (under
+    // `set -u`, an unset HOME read as such would end the boot).
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -euo pipefail\nSSH_USER=rayscale-no-such-user\n{USER_WAIT}echo done"
+        ))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("RAYSCALE_USER_WAIT_S", "0")
+        .output()
+        .unwrap_or_else(|e| panic!("bash: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("its config is /") && text.ends_with("done\n"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
