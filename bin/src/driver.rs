@@ -134,7 +134,7 @@ impl FileConfig {
                 },
             }
         } else {
-            let read = crate::overrides::apply(&text, &origin, &self.changes)
+            let read = crate::overrides::apply(&text, &origin, &self.changes, false)
                 .map_err(|e| e.to_string())?;
             self.unfilled = None;
             match self.filled(&read).await {
@@ -259,7 +259,7 @@ pub struct DownHead {
 #[async_trait::async_trait]
 impl HeadStop for DownHead {
     async fn stop_head(&self) -> Result<String, String> {
-        let config = crate::overrides::load_with(&self.config, &self.changes)
+        let config = crate::overrides::load_with(&self.config, &self.changes, false)
             .map_err(|e| format!("{e:#}"))?;
         let r = match &self.local {
             Some((port, ray)) => crate::cmd::down::down_local(&config, *port, ray).await,

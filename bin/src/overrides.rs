@@ -1,9 +1,9 @@
 //! Ray's command-line overrides of the cluster YAML (`ray up --min-workers/--max-workers`,
 //! `-n/--cluster-name` on `up`, `down`, `get-head-ip` and `get-worker-ips`), applied to
 //! the document before anything reads it, as Ray's `create_or_update_cluster` applies
-//! them; and the `ray up` flags that change nothing here, accepted so that Ray's usual
-//! command lines run (a flag rayscale cannot honour is refused, naming why; Ray's logging
-//! flags, `-v`, `--log-style`, `--log-color`, are not taken).
+//! them; and the `ray up` flags that change nothing here (Ray's logging flags too),
+//! accepted so that Ray's usual command lines run (a flag rayscale cannot honour is
+//! refused, naming why).
 
 use std::path::Path;
 
@@ -12,12 +12,21 @@ use clap::Args;
 use rayscale_core::config::{ClusterConfig, parse_yaml};
 use serde_json::Value;
 
-/// `-n/--cluster-name`, as on Ray's `up`, `down`, `get-head-ip` and `get-worker-ips`.
+/// `-n/--cluster-name`, as on Ray's `up`, `down`, `get-head-ip` and `get-worker-ips`,
+/// and Ray's logging flags, taken so that its command lines run.
 #[derive(Args, Clone, Debug, Default)]
 pub struct NameOverride {
     /// Override the YAML's cluster_name (as Ray's `-n`).
     #[arg(short = 'n', long, value_name = "NAME")]
     pub cluster_name: Option<String>,
+    /// Ray's `--log-style`, `--log-color` and `-v`: taken, and change nothing (rayscale's
+    /// output has one style; `RUST_LOG=debug` says more).
+    #[arg(long, value_name = "STYLE", value_parser = ["auto", "record", "pretty"])]
+    pub log_style: Option<String>,
+    #[arg(long, value_name = "COLOR", value_parser = ["auto", "false", "true"], hide = true)]
+    pub log_color: Option<String>,
+    #[arg(short = 'v', long, action = clap::ArgAction::Count, hide = true)]
+    pub verbose: u8,
 }
 
 /// `ray up`'s overrides and its flags that change nothing in rayscale.
@@ -61,7 +70,7 @@ pub struct UpOverrides {
 impl NameOverride {
     /// The config at `path` with the override applied.
     pub fn load(&self, path: &Path) -> Result<ClusterConfig> {
-        load_with(path, &self.changes())
+        load_with(path, &self.changes(), true)
     }
 
     fn changes(&self) -> Vec<(&'static str, Value)> {
@@ -135,19 +144,25 @@ impl UpOverrides {
     }
 }
 
-/// Reads the config at `path` and applies `changes` to its top level, each said as Ray
-/// says it when the YAML has the key already.
-pub fn load_with(path: &Path, changes: &[(&'static str, Value)]) -> Result<ClusterConfig> {
+/// Reads the config at `path` and applies `changes` to its top level, each said (with
+/// `say`: a command's first read, not a loop's rereads) as Ray says it when the YAML has
+/// the key already.
+pub fn load_with(
+    path: &Path,
+    changes: &[(&'static str, Value)],
+    say: bool,
+) -> Result<ClusterConfig> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {origin}"))?;
-    Ok(apply(&text, &origin, changes)?)
+    Ok(apply(&text, &origin, changes, say)?)
 }
 
-/// The config of `text` with `changes` applied to its top level.
+/// The config of `text` with `changes` applied to its top level (said with `say`).
 pub fn apply(
     text: &str,
     origin: &str,
     changes: &[(&'static str, Value)],
+    say: bool,
 ) -> Result<ClusterConfig, rayscale_core::CoreError> {
     if changes.is_empty() {
         return ClusterConfig::from_yaml_str(text, origin);
@@ -155,7 +170,7 @@ pub fn apply(
     let mut doc = parse_yaml(text, origin)?;
     if let Value::Object(map) = &mut doc {
         for (key, value) in changes {
-            if let Some(old) = map.get(*key) {
+            if let Some(old) = map.get(*key).filter(|_| say) {
                 tracing::warn!(
                     "{origin}: `{key}` override given on the command line: using {value} (the \
                      YAML has {old})"
@@ -180,19 +195,20 @@ mod tests {
         let up = UpOverrides {
             name: NameOverride {
                 cluster_name: Some("b".into()),
+                ..Default::default()
             },
             max_workers: Some(5),
             min_workers: Some(1),
             ..Default::default()
         };
-        let c = apply(YAML, "c.yaml", &up.changes()).unwrap_or_else(|e| panic!("{e}"));
+        let c = apply(YAML, "c.yaml", &up.changes(), true).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.cluster_name, "b");
         assert_eq!(c.max_workers, Some(5));
         // The top-level min_workers is dropped, as Ray drops it.
         assert!(c.node_types.iter().all(|t| t.min_workers == 0));
         assert_eq!(c.raw["cluster_name"], "b");
         // No override: the YAML as it is.
-        let c = apply(YAML, "c.yaml", &[]).unwrap_or_else(|e| panic!("{e}"));
+        let c = apply(YAML, "c.yaml", &[], true).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((c.cluster_name.as_str(), c.max_workers), ("a", Some(2)));
         assert!(up.check().is_ok());
         let again = up.again(Path::new("my dir/c.yaml"));

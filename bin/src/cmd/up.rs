@@ -60,7 +60,7 @@ pub struct UpArgs {
 pub async fn up(args: UpArgs) -> Result<String> {
     args.overrides.check()?;
     let changes = args.overrides.changes();
-    let config = crate::overrides::load_with(&args.config, &changes)?;
+    let config = crate::overrides::load_with(&args.config, &changes, true)?;
     for line in config.keys_not_acted_on() {
         tracing::warn!("{}: {line}", args.config.display());
     }

@@ -50,6 +50,9 @@ async fn rays_overrides_name_the_cluster_and_the_refused_flags_make_nothing() {
         "--no-config-cache",
         "--no-restart",
         "--redirect-command-output",
+        "--log-style",
+        "record",
+        "-v",
     ];
     let (ok, out) = moto.rayscale(&up);
     assert!(
@@ -115,7 +118,7 @@ async fn rays_overrides_name_the_cluster_and_the_refused_flags_make_nothing() {
     assert!(!ok && out.contains("has no running head"), "{out}");
 
     // `down -n` removes it.
-    let (ok, out) = moto.rayscale(&["down", &arg, "-n", &name, "-y"]);
+    let (ok, out) = moto.rayscale(&["down", &arg, "-n", &name, "-y", "--log-color", "false"]);
     assert!(
         ok && out.contains(&format!("cluster {name} is down")),
         "{out}"
