@@ -234,38 +234,72 @@ async fn up_says_at_once_when_the_head_it_waits_for_goes() {
     assert!(r.launched && r.head.cloud_instance_id == "fake-0");
 }
 
-/// A cloud whose head launches one more worker as it goes (the head's autoscaler
-/// acting during `down`).
-struct LateWorker(FakeProvider);
+/// What the head's autoscaler does during `down`, before each look at the cloud: given
+/// the cloud and how many looks ago the head was asked to go (`None`: not yet).
+type HeadHook = Box<dyn Fn(&FakeProvider, Option<u32>) + Send + Sync>;
+
+/// The fake cloud, with the head's autoscaler acting on it as `hook` says.
+struct Hooked {
+    cloud: FakeProvider,
+    hook: HeadHook,
+    looks_since_head: std::sync::Mutex<Option<u32>>,
+}
+
+impl Hooked {
+    fn new(hook: HeadHook) -> Hooked {
+        let cloud = FakeProvider::new();
+        cloud.insert(CloudInstance::worker("head", "h", None).as_head());
+        cloud.insert(CloudInstance::worker("w1", "w", Some("r1")));
+        cloud.insert(CloudInstance::worker("w2", "w", Some("r1")));
+        Hooked {
+            cloud,
+            hook,
+            looks_since_head: std::sync::Mutex::new(None),
+        }
+    }
+}
 
 #[async_trait::async_trait]
-impl CloudInstanceProvider for LateWorker {
+impl CloudInstanceProvider for Hooked {
     fn provider_type(&self) -> &str {
-        "late"
+        "hooked"
     }
     async fn list(&self) -> Result<Vec<CloudInstance>, crate::provider::ProviderError> {
-        self.0.list().await
+        let since = {
+            let mut looks = self
+                .looks_since_head
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(n) = looks.as_mut() {
+                *n += 1;
+            }
+            *looks
+        };
+        (self.hook)(&self.cloud, since);
+        self.cloud.list().await
     }
     async fn launch(
         &self,
         r: &LaunchRequest,
     ) -> Result<crate::provider::LaunchOutcome, crate::provider::ProviderError> {
-        self.0.launch(r).await
+        self.cloud.launch(r).await
     }
     async fn terminate(
         &self,
         ids: &[String],
         r: &str,
     ) -> Result<(), crate::provider::ProviderError> {
-        self.0.terminate(ids, r).await
+        self.cloud.terminate(ids, r).await
     }
     async fn poll_errors(&self) -> Vec<crate::provider::ProviderError> {
         Vec::new()
     }
     async fn terminate_head(&self, id: &str) -> Result<(), crate::provider::ProviderError> {
-        self.0
-            .insert(CloudInstance::worker("late", "w", Some("r2")));
-        self.0.terminate_head(id).await
+        *self
+            .looks_since_head
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(0);
+        self.cloud.terminate_head(id).await
     }
 }
 
@@ -283,11 +317,13 @@ fn terminations(p: &FakeProvider) -> Vec<String> {
 
 #[tokio::test(start_paused = true)]
 async fn down_removes_the_head_then_the_workers_and_what_it_launched_as_it_went() {
-    let late = LateWorker(FakeProvider::new());
-    let p = &late.0;
-    p.insert(CloudInstance::worker("head", "h", None).as_head());
-    p.insert(CloudInstance::worker("w1", "w", Some("r1")));
-    p.insert(CloudInstance::worker("w2", "w", Some("r1")));
+    // The head launches one more worker as it goes.
+    let late = Hooked::new(Box::new(|cloud, since| {
+        if since == Some(1) {
+            cloud.insert(CloudInstance::worker("late", "w", Some("r2")));
+        }
+    }));
+    let p = &late.cloud;
     let r = down(&late, &settings())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -304,57 +340,23 @@ async fn down_removes_the_head_then_the_workers_and_what_it_launched_as_it_went(
     assert_eq!(r, DownReport::default());
 }
 
-/// A cloud whose running head keeps two workers of type `w` (the head's autoscaler with
-/// `min_workers: 2`): each look at the cloud finds one launched for each that went.
-struct KeepsMinWorkers(FakeProvider);
-
-#[async_trait::async_trait]
-impl CloudInstanceProvider for KeepsMinWorkers {
-    fn provider_type(&self) -> &str {
-        "keeps-min"
-    }
-    async fn list(&self) -> Result<Vec<CloudInstance>, crate::provider::ProviderError> {
-        let all = self.0.list().await?;
+#[tokio::test(start_paused = true)]
+async fn down_launches_nothing_again_on_a_head_that_keeps_min_workers() {
+    // The running head keeps two workers of type `w` (`min_workers: 2`): each look at
+    // the cloud finds one launched for each that went.
+    let keeps = Hooked::new(Box::new(|cloud, _| {
+        let all = cloud.instances();
         let head_runs = all
             .iter()
             .any(|i| i.is_head() && i.state == CloudInstanceState::Running);
-        let workers = all.iter().filter(|i| !i.is_head()).count();
         if head_runs {
-            for n in workers..2 {
-                let id = format!("again-{}-{n}", self.0.calls().len());
-                self.0.insert(CloudInstance::worker(&id, "w", Some("r")));
+            for n in all.iter().filter(|i| !i.is_head()).count()..2 {
+                let id = format!("again-{}-{n}", cloud.calls().len());
+                cloud.insert(CloudInstance::worker(&id, "w", Some("r")));
             }
         }
-        self.0.list().await
-    }
-    async fn launch(
-        &self,
-        r: &LaunchRequest,
-    ) -> Result<crate::provider::LaunchOutcome, crate::provider::ProviderError> {
-        self.0.launch(r).await
-    }
-    async fn terminate(
-        &self,
-        ids: &[String],
-        r: &str,
-    ) -> Result<(), crate::provider::ProviderError> {
-        self.0.terminate(ids, r).await
-    }
-    async fn poll_errors(&self) -> Vec<crate::provider::ProviderError> {
-        Vec::new()
-    }
-    async fn terminate_head(&self, id: &str) -> Result<(), crate::provider::ProviderError> {
-        self.0.terminate_head(id).await
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn down_launches_nothing_again_on_a_head_that_keeps_min_workers() {
-    let keeps = KeepsMinWorkers(FakeProvider::new());
-    let p = &keeps.0;
-    p.insert(CloudInstance::worker("head", "h", None).as_head());
-    p.insert(CloudInstance::worker("w1", "w", Some("r1")));
-    p.insert(CloudInstance::worker("w2", "w", Some("r1")));
+    }));
+    let p = &keeps.cloud;
     let r = down(&keeps, &settings())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -452,76 +454,23 @@ async fn down_workers_only_leaves_the_head_and_with_keep_min_each_types_minimum(
     );
 }
 
-/// A cloud whose head leaves the list as its termination starts (AWS, Azure) while its
-/// machine shuts down: its autoscaler launches one worker three looks later.
-struct DyingHead {
-    cloud: FakeProvider,
-    looks_since_terminated: std::sync::Mutex<Option<u32>>,
-}
-
-#[async_trait::async_trait]
-impl CloudInstanceProvider for DyingHead {
-    fn provider_type(&self) -> &str {
-        "dying"
-    }
-    async fn list(&self) -> Result<Vec<CloudInstance>, crate::provider::ProviderError> {
-        let late = {
-            let mut looks = self
-                .looks_since_terminated
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            looks.as_mut().is_some_and(|n| {
-                *n += 1;
-                *n == 3
-            })
-        };
-        if late {
-            self.cloud
-                .insert(CloudInstance::worker("late", "w", Some("r2")));
-        }
-        self.cloud.list().await
-    }
-    async fn launch(
-        &self,
-        r: &LaunchRequest,
-    ) -> Result<crate::provider::LaunchOutcome, crate::provider::ProviderError> {
-        self.cloud.launch(r).await
-    }
-    async fn terminate(
-        &self,
-        ids: &[String],
-        r: &str,
-    ) -> Result<(), crate::provider::ProviderError> {
-        self.cloud.terminate(ids, r).await
-    }
-    async fn poll_errors(&self) -> Vec<crate::provider::ProviderError> {
-        Vec::new()
-    }
-    async fn terminate_head(&self, id: &str) -> Result<(), crate::provider::ProviderError> {
-        *self
-            .looks_since_terminated
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(0);
-        self.cloud.terminate_head(id).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn down_waits_out_a_head_that_launches_as_its_machine_shuts_down() {
-    let dying = DyingHead {
-        cloud: FakeProvider::new(),
-        looks_since_terminated: std::sync::Mutex::new(None),
-    };
+    // The head leaves the list as its termination starts (AWS, Azure) while its machine
+    // shuts down: its autoscaler launches one worker three looks later.
+    let dying = Hooked::new(Box::new(|cloud, since| {
+        if since == Some(3) {
+            cloud.insert(CloudInstance::worker("late", "w", Some("r2")));
+        }
+    }));
     let p = &dying.cloud;
-    p.insert(CloudInstance::worker("head", "h", None).as_head());
-    p.insert(CloudInstance::worker("w1", "w", Some("r1")));
     let t0 = tokio::time::Instant::now();
     let r = down(&dying, &settings())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    // The first empty look comes after w1 went; the late one is met within the quiet
+    // The first empty look comes after w1 and w2 went; the late one is met within the quiet
     // looks that follow, terminated, and waited out again.
-    assert_eq!(r.workers, ["w1", "late"], "{:?}", terminations(p));
+    assert_eq!(r.workers, ["w1", "w2", "late"], "{:?}", terminations(p));
     assert!(p.instances().is_empty());
     assert!(
         t0.elapsed() >= settings().poll * DOWN_QUIET_POLLS,

@@ -580,6 +580,48 @@ fn a_worker_types_own_setup_commands_replace_the_clusters_as_rays_do() {
     assert_eq!(step_commands(&head, "setup"), ["echo common", "echo head"]);
 }
 
+/// Writes `stubs` (name, script body) into `bin` as executables, in place of what was
+/// there.
+fn write_stubs(bin: &std::path::Path, stubs: &[(&str, String)]) {
+    let _ = std::fs::remove_dir_all(bin);
+    std::fs::create_dir_all(bin).unwrap_or_else(|e| panic!("{e}"));
+    for (name, body) in stubs {
+        std::fs::write(bin.join(name), format!("#!/bin/sh\n{body}\n"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let _ = std::process::Command::new("chmod")
+            .arg("755")
+            .arg(bin.join(name))
+            .status();
+    }
+}
+
+/// Runs the head script `s` as a boot would, with HOME `dir`, its boot directory in
+/// `dir/boot` (emptied first), the stubs of `dir/bin` first on the PATH and `env` added;
+/// the boot log (the boot must succeed).
+fn boot_head(s: &str, dir: &std::path::Path, env: &[(&str, &str)]) -> String {
+    let _ = std::fs::remove_dir_all(dir.join("boot"));
+    let bin = dir.join("bin");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(s)
+        .env("RAYSCALE_USER_WAIT_S", "0")
+        .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
+        .env("RAYSCALE_BIN", bin.join("rayscale"))
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("HOME", dir)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("bash: {e}"));
+    let log = std::fs::read_to_string(dir.join("boot/boot.log")).unwrap_or_default();
+    assert!(out.status.success(), "{log}");
+    log
+}
+
+/// `ray` and `rayscale` that do nothing.
+fn ray_stubs() -> Vec<(&'static str, String)> {
+    vec![("ray", "exit 0".into()), ("rayscale", "exit 0".into())]
+}
+
 /// The head's boot writes [`head_config_text`] to `~/ray_bootstrap_config.yaml`, unless
 /// `rayscale up` pushed one to this very instance since ([`PUSHED_MARK`] names it): that
 /// one is newer and stays, at a reboot as when the push came before the boot's config
@@ -590,40 +632,9 @@ fn a_config_up_pushed_to_this_head_outlives_its_boot() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join(".rayscale")).unwrap_or_else(|e| panic!("{e}"));
     let c = cfg("head_start_ray_commands: ['ray start --head --port=7000']\n");
-    let s = render_head(
-        &c,
-        &HeadBootTarget {
-            node_type: "h",
-            instance_id_command: "echo i-head",
-            private_ip_command: "echo 10.9.8.7",
-            per_boot: false,
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{e}"));
-    for stub in ["ray", "rayscale"] {
-        std::fs::write(bin.join(stub), "#!/bin/sh\nexit 0\n").unwrap_or_else(|e| panic!("{e}"));
-        let _ = std::process::Command::new("chmod")
-            .arg("755")
-            .arg(bin.join(stub))
-            .status();
-    }
-    let boot = || {
-        let out = std::process::Command::new("bash")
-            .env("RAYSCALE_USER_WAIT_S", "0")
-            .arg("-c")
-            .arg(&s)
-            .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
-            .env("RAYSCALE_BIN", bin.join("rayscale"))
-            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-            .env("HOME", &dir)
-            .output()
-            .unwrap_or_else(|e| panic!("bash: {e}"));
-        let log = std::fs::read_to_string(dir.join("boot/boot.log")).unwrap_or_default();
-        assert!(out.status.success(), "{log}");
-        log
-    };
+    let s = head_script(&c).unwrap_or_else(|e| panic!("{e}"));
+    write_stubs(&dir.join("bin"), &ray_stubs());
+    let boot = || boot_head(&s, &dir, &[]);
     let config = dir.join("ray_bootstrap_config.yaml");
     let read = || std::fs::read_to_string(&config).unwrap_or_default();
     let own = format!(
@@ -634,7 +645,7 @@ fn a_config_up_pushed_to_this_head_outlives_its_boot() {
     assert_eq!(read(), own, "a first boot writes its own");
     let pushed = "{\"cluster_name\": \"pushed\"}\n";
     std::fs::write(&config, pushed).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(dir.join(PUSHED_MARK), "i-head").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.join(PUSHED_MARK), "i").unwrap_or_else(|e| panic!("{e}"));
     let log = boot();
     assert_eq!(read(), pushed, "a reboot keeps what up pushed to it");
     assert!(
@@ -670,23 +681,12 @@ fn a_config_up_pushed_to_this_head_outlives_its_boot() {
 fn a_head_waits_for_its_ssh_user_and_says_when_it_never_comes() {
     let dir = std::env::temp_dir().join(format!("rayscale-user-wait-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     let c = cfg("head_start_ray_commands: ['ray start --head --port=7000']\n");
-    let s = render_head(
-        &c,
-        &HeadBootTarget {
-            node_type: "h",
-            instance_id_command: "echo i-head",
-            private_ip_command: "echo 10.9.8.7",
-            per_boot: false,
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let s = head_script(&c).unwrap_or_else(|e| panic!("{e}"));
     let count = dir.join("id-calls");
-    let stubs = [
-        ("ray", "exit 0".to_string()),
-        ("rayscale", "exit 0".to_string()),
+    let mut stubs = ray_stubs();
+    stubs.extend([
         ("chown", "exit 0".to_string()),
         // The user appears at the third look (a guest agent making it).
         (
@@ -706,35 +706,9 @@ fn a_head_waits_for_its_ssh_user_and_says_when_it_never_comes() {
                 dir.join("sudo.log").display()
             ),
         ),
-    ];
-    let boot = |stubbed: &[&str], wait: &str| {
-        let _ = std::fs::remove_dir_all(dir.join("boot"));
-        for f in std::fs::read_dir(&bin).into_iter().flatten().flatten() {
-            let _ = std::fs::remove_file(f.path());
-        }
-        for (name, body) in stubs.iter().filter(|(n, _)| stubbed.contains(n)) {
-            std::fs::write(bin.join(name), format!("#!/bin/sh\n{body}\n"))
-                .unwrap_or_else(|e| panic!("{e}"));
-            let _ = std::process::Command::new("chmod")
-                .arg("755")
-                .arg(bin.join(name))
-                .status();
-        }
-        let out = std::process::Command::new("bash")
-            .arg("-c")
-            .arg(&s)
-            .env("RAYSCALE_USER_WAIT_S", wait)
-            .env("RAYSCALE_BOOT_DIR", dir.join("boot"))
-            .env("RAYSCALE_BIN", bin.join("rayscale"))
-            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-            .env("HOME", &dir)
-            .output()
-            .unwrap_or_else(|e| panic!("bash: {e}"));
-        let log = std::fs::read_to_string(dir.join("boot/boot.log")).unwrap_or_default();
-        assert!(out.status.success(), "{log}");
-        log
-    };
-    let log = boot(&["ray", "rayscale", "chown", "id", "sudo"], "30");
+    ]);
+    write_stubs(&dir.join("bin"), &stubs);
+    let log = boot_head(&s, &dir, &[("RAYSCALE_USER_WAIT_S", "30")]);
     assert!(
         log.contains("waiting up to 30 s for the SSH user rayscale-no-such-user")
             && !log.contains("does not exist"),
@@ -747,7 +721,8 @@ fn a_head_waits_for_its_ssh_user_and_says_when_it_never_comes() {
     );
     // Never made: the head says where its config is, and goes on as itself.
     std::fs::remove_file(dir.join("ray_bootstrap_config.yaml")).unwrap_or_else(|e| panic!("{e}"));
-    let log = boot(&["ray", "rayscale"], "1");
+    write_stubs(&dir.join("bin"), &ray_stubs());
+    let log = boot_head(&s, &dir, &[("RAYSCALE_USER_WAIT_S", "1")]);
     assert!(
         log.contains(&format!(
             "the SSH user rayscale-no-such-user (auth.ssh_user) does not exist: the head's \
