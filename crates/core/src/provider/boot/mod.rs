@@ -34,9 +34,9 @@
 //! keeps it (`~/ray_bootstrap_config.yaml`), and starts Ray's head as the head of an
 //! external autoscaler: `RAY_enable_autoscaler_v2=1` and `--no-monitor` added to every
 //! `ray start --head` that lacks it (Ray's own monitor would act on the cluster too).
-//! Then it starts `rayscale run` in the background (with `--autostop-head` when
-//! `rayscale.autostop_minutes` is set: autostop stops the head of a cluster `up`
-//! launched too), as the SSH user, on the
+//! Then it starts `rayscale run` in the background (with `--autostop-head`: autostop,
+//! when `rayscale.autostop_minutes` is set now or in a config `up` pushes later, stops
+//! the head of a cluster `up` launched too), as the SSH user, on the
 //! host (with a `docker:` block too), logging to `~/rayscale.log`. `RAYSCALE_BIN` names
 //! the binary; else `rayscale` on the user's `PATH` (an image with it, or a
 //! `head_setup_commands` that installs it); else the boot installs the `rayscale` wheel
@@ -682,16 +682,11 @@ fn render(
     }
     step(&mut s, "start", &start, docker.is_some());
     if is_head {
-        // Autostop stops the head of a cluster `up` launched (only asked when it is on:
-        // a head's older rayscale need not know the flag).
-        let autostop = if config.limits.autostop_minutes.is_some() {
-            " --autostop-head"
-        } else {
-            ""
-        };
+        // Autostop stops the head of a cluster `up` launched, set now or in a config `up`
+        // pushes later (without `rayscale.autostop_minutes` the flag does nothing).
         let mut run = install_lines(config, gcs_port, wheel_sha256.as_deref());
         run.push(format!(
-                "nohup \"$RAYSCALE_BIN\" run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{gcs_port} --head-ip \"$RAY_HEAD_IP\"{autostop} >>~/rayscale.log 2>&1 </dev/null &"
+                "nohup \"$RAYSCALE_BIN\" run --config ~/ray_bootstrap_config.yaml --gcs 127.0.0.1:{gcs_port} --head-ip \"$RAY_HEAD_IP\" --autostop-head >>~/rayscale.log 2>&1 </dev/null &"
             ));
         step(&mut s, "autoscaler", &run, false);
     }

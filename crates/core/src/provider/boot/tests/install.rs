@@ -124,7 +124,7 @@ fn a_head_without_rayscale_installs_it_from_find_links_without_the_index() {
             "python -m pip install --quiet --disable-pip-version-check --upgrade --target \
              {home}/.rayscale --no-index --find-links /opt/wheels rayscale==9.9\n\
              rayscale run --config {home}/ray_bootstrap_config.yaml --gcs 127.0.0.1:7000 \
-             --head-ip 10.9.8.7\n"
+             --head-ip 10.9.8.7 --autostop-head\n"
         ),
         "{}",
         r.log
@@ -250,7 +250,7 @@ fn a_wheel_by_path_is_pinned_when_rendered_checked_and_installed_offline() {
              {home}/.rayscale --no-index --no-deps \
              {home}/.rayscale-wheel/rayscale-9.9-py3-none-manylinux_2_34_x86_64.whl\n\
              rayscale run --config {home}/ray_bootstrap_config.yaml --gcs 127.0.0.1:7000 \
-             --head-ip 10.9.8.7\n"
+             --head-ip 10.9.8.7 --autostop-head\n"
         ),
         "{}",
         r.log

@@ -257,7 +257,7 @@ fn the_head_script_starts_rays_head_without_its_monitor_and_rayscale_beside_it()
         format!(
             "setup\nhead-setup\nv2=1 ray start --head --no-monitor --port=7000\n\
              rayscale run --config {home}/ray_bootstrap_config.yaml --gcs 127.0.0.1:7000 \
-             --head-ip 10.9.8.7\n"
+             --head-ip 10.9.8.7 --autostop-head\n"
         ),
         "{log}"
     );
