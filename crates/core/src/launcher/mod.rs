@@ -7,7 +7,8 @@
 //!   and `rayscale run`: [`crate::provider::boot::render_head`]), and waits until the
 //!   cloud runs it and knows its address. Run again, it finds the same head.
 //! - [`down`] terminates the head (its autoscaler goes with it), then every worker
-//!   (any the dying head launched too), and waits until the cloud lists nothing;
+//!   (any the dying head launched too), and waits until the cloud has listed nothing
+//!   for [`DOWN_QUIET_POLLS`] polls;
 //!   [`down_workers`] only the workers (or all but each type's `min_workers`).
 //!
 //! It waits on tokio's clock (paused in tests); it never talks to Ray: the head's Ray and
@@ -35,9 +36,10 @@ pub struct LauncherSettings {
     pub relaunch_outdated: bool,
 }
 
-/// How many looks (of [`LauncherSettings::poll`], 20 s by default) `down` wants the
-/// cloud empty after it terminated a head: about the time a machine takes to shut down,
-/// during which the head's autoscaler still runs.
+/// For how many polls ([`LauncherSettings::poll`]; 4 × 5 s = 20 s by default) `down`
+/// wants every look at the cloud empty after it terminated a head (at most until
+/// `down_timeout`): about the time a machine takes to shut down, during which the head's
+/// autoscaler still runs.
 pub const DOWN_QUIET_POLLS: u32 = 4;
 
 impl Default for LauncherSettings {
@@ -307,7 +309,18 @@ async fn sweep_workers(
     let mut stopping_since: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
     let mut empty_since: Option<tokio::time::Instant> = None;
     loop {
-        let all = provider.list().await.map_err(provider_err)?;
+        let all = match provider.list().await {
+            Ok(all) => all,
+            // While the cloud is waited out empty, a look that fails says nothing: the
+            // wait starts again (until `down_timeout`). Elsewhere it ends the sweep.
+            Err(e) if empty_since.is_some() && started.elapsed() < settings.down_timeout => {
+                tracing::warn!("listing the cluster's instances: {e}; looking again");
+                empty_since = None;
+                tokio::time::sleep(settings.poll).await;
+                continue;
+            }
+            Err(e) => return Err(provider_err(e)),
+        };
         let kept = keep_min_of.map_or_else(BTreeSet::new, |c| kept_min_workers(&all, c));
         let workers: Vec<&CloudInstance> = all
             .iter()
@@ -321,7 +334,9 @@ async fn sweep_workers(
         let now = tokio::time::Instant::now();
         if left == 0 {
             let since = *empty_since.get_or_insert(now);
-            if now.duration_since(since) >= until_empty.unwrap_or_default() {
+            if now.duration_since(since) >= until_empty.unwrap_or_default()
+                || started.elapsed() >= settings.down_timeout
+            {
                 return Ok(());
             }
             tokio::time::sleep(settings.poll).await;
@@ -377,7 +392,7 @@ async fn sweep_workers(
 /// Terminates the head first, so its autoscaler goes with it (as `ray down` stops Ray on
 /// the head before it touches a worker; terminating the head is the same stop without
 /// SSH), then every worker, including any the head launched while it went; returns when
-/// the cloud has listed none of the cluster's instances for [`DOWN_QUIET_POLLS`] looks
+/// the cloud has listed none of the cluster's instances for [`DOWN_QUIET_POLLS`] polls
 /// (a head leaves the lists of AWS and Azure as its termination starts, while its
 /// machine still shuts down). Workers first would race a head that keeps
 /// `min_workers`: it launches again what `down` terminates.

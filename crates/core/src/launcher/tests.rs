@@ -489,3 +489,37 @@ async fn down_waits_out_a_head_that_launches_as_its_machine_shuts_down() {
     assert!(e.contains("no worker was terminated"), "{e}");
     assert_eq!(terminations(&p), ["head:head"]);
 }
+
+/// A look that fails while `down` waits the cloud out empty says nothing: the wait starts
+/// again, and `down` ends well. One that fails before ends it, as before.
+#[tokio::test(start_paused = true)]
+async fn a_failed_look_while_down_waits_the_cloud_out_starts_the_wait_again() {
+    let flaky = Hooked::new(Box::new(|cloud, since| {
+        if since == Some(3) {
+            cloud.fail_next(
+                crate::testing::FaultOn::List,
+                crate::provider::ProviderErrorKind::Transient,
+            );
+        }
+    }));
+    let t0 = tokio::time::Instant::now();
+    let r = down(&flaky, &settings())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.workers, ["w1", "w2"]);
+    // Empty at look 2, failed at 3, empty again from 4: the quiet polls count from 4.
+    assert!(
+        t0.elapsed() >= settings().poll * (DOWN_QUIET_POLLS + 2),
+        "{:?}",
+        t0.elapsed()
+    );
+    let failing = Hooked::new(Box::new(|cloud, since| {
+        if since == Some(1) {
+            cloud.fail_next(
+                crate::testing::FaultOn::List,
+                crate::provider::ProviderErrorKind::Auth,
+            );
+        }
+    }));
+    assert!(!err_text(down(&failing, &settings()).await).is_empty());
+}
