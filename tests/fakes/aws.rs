@@ -38,6 +38,21 @@ pub struct FakeSshHead<'a> {
     pub ssh_log: &'a std::path::Path,
 }
 
+impl FakeSshHead<'_> {
+    /// The environment that points a command's `ssh` and `rsync` at this head: `PATH`
+    /// with `tests/fakes/ray_up` before `path_after`, and the fakes' `FAKE_*` settings.
+    pub fn env(&self, path_after: &str) -> Vec<(&'static str, String)> {
+        let fakes = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fakes/ray_up");
+        vec![
+            ("PATH", format!("{}:{path_after}", fakes.display())),
+            ("FAKE_HEAD_HOME", self.home.display().to_string()),
+            ("FAKE_HEAD_PATH", self.path.clone()),
+            ("FAKE_HEAD_MARKER", self.marker.to_string()),
+            ("FAKE_SSH_LOG", self.ssh_log.display().to_string()),
+        ]
+    }
+}
+
 /// The region every test uses (moto serves any).
 pub const REGION: &str = "us-east-1";
 
@@ -178,24 +193,15 @@ impl MotoEc2 {
     pub fn ray_cli(&self, home: &std::path::Path, head: &FakeSshHead<'_>) -> Command {
         let (python, _) = ray_from_env();
         let venv_bin = python.parent().map(PathBuf::from).unwrap_or_default();
-        let fakes = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fakes/ray_up");
         let mut cmd = Command::new(venv_bin.join("ray"));
         cmd.envs(self.cli_env())
             .env("HOME", home)
             .env("AWS_DEFAULT_REGION", REGION)
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}:{}",
-                    fakes.display(),
-                    venv_bin.display(),
-                    std::env::var("PATH").unwrap_or_default()
-                ),
-            )
-            .env("FAKE_HEAD_HOME", head.home)
-            .env("FAKE_HEAD_PATH", &head.path)
-            .env("FAKE_HEAD_MARKER", head.marker)
-            .env("FAKE_SSH_LOG", head.ssh_log)
+            .envs(head.env(&format!(
+                "{}:{}",
+                venv_bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            )))
             .env("RAY_USAGE_STATS_ENABLED", "0")
             .stdin(Stdio::null());
         cmd

@@ -15,8 +15,42 @@ use rayscale_core::provider::{
 use rayscale_provider_aws::AwsProvider;
 use rayscale_tests::fakes::aws::{FakeSshHead, MotoEc2, REGION};
 
+/// The addresses among `out`'s lines, sorted (what `get-head-ip` and `get-worker-ips`
+/// print, Ray's or rayscale's, after any log lines).
+fn ip_lines(out: &str) -> Vec<String> {
+    let mut v: Vec<String> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.parse::<std::net::IpAddr>().is_ok())
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
 /// A moto AMI (moto 5.2.5 ships it).
 const AMI: &str = "ami-12c6146b";
+
+/// A cluster YAML of a head and a `cpu` type (m5.large, `cache_stopped_nodes: false`;
+/// `cpu_min` goes before the type's `max_workers`), written to
+/// `<tmp>/rayscale-aws-<tag>-<pid>/cluster.yaml`: that directory, the path and the text.
+fn small_cluster(
+    tag: &str,
+    cluster: &str,
+    cpu_min: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("rayscale-aws-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cluster.yaml");
+    let yaml = format!(
+        "cluster_name: {cluster}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
+         head_node_type: head\nmax_workers: 10\n\
+         available_node_types:\n  head: {{resources: {{}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
+         cpu: {{resources: {{CPU: 2}}, {cpu_min}max_workers: 10, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
+    );
+    std::fs::write(&path, &yaml).unwrap();
+    (dir, path, yaml)
+}
 
 /// Ray's AWS YAMLs from the wheel and rayscale's spot and GPU variants: every node type
 /// launches on moto (the requests go to the contract check, tests/contract). The region is
@@ -123,16 +157,7 @@ async fn resources_are_filled_in_from_ec2_as_rays_ray_up_fills_them() {
 async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers() {
     let moto = MotoEc2::start();
     let cluster = format!("ips{}", std::process::id());
-    let dir = std::env::temp_dir().join(format!("rayscale-aws-ips-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("cluster.yaml");
-    let yaml = format!(
-        "cluster_name: {cluster}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
-         head_node_type: head\nmax_workers: 10\n\
-         available_node_types:\n  head: {{resources: {{}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
-         cpu: {{resources: {{CPU: 2}}, min_workers: 1, max_workers: 10, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
-    );
-    std::fs::write(&path, &yaml).unwrap();
+    let (dir, path, yaml) = small_cluster("ips", &cluster, "min_workers: 1, ");
     let arg = path.display().to_string();
     let cfg = ClusterConfig::from_yaml_str(&yaml, &arg).unwrap();
     let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();
@@ -253,16 +278,6 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
         v.sort();
         v
     };
-    let sorted_lines = |out: &str| {
-        let mut v: Vec<String> = out
-            .lines()
-            .map(str::trim)
-            .filter(|l| l.parse::<std::net::IpAddr>().is_ok())
-            .map(str::to_string)
-            .collect();
-        v.sort();
-        v
-    };
     // Ray's own `ray get-head-ip`/`get-worker-ips` on the same cluster are the oracle
     // (Ray wants its head `up-to-date`, which the head's rayscale sets once it runs).
     p.mark_head_up_to_date(
@@ -292,15 +307,15 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
             "ray {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        sorted_lines(&String::from_utf8_lossy(&out.stdout))
+        ip_lines(&String::from_utf8_lossy(&out.stdout))
     };
     let (ok, out) = moto.rayscale(&["get-head-ip", &arg]);
     assert!(ok, "{out}");
-    assert_eq!(sorted_lines(&out), ip_of(true, true), "public, as Ray's");
-    assert_eq!(sorted_lines(&out), rays(&["get-head-ip", &arg]));
+    assert_eq!(ip_lines(&out), ip_of(true, true), "public, as Ray's");
+    assert_eq!(ip_lines(&out), rays(&["get-head-ip", &arg]));
     let (ok, out) = moto.rayscale(&["get-worker-ips", &arg]);
     assert!(ok, "{out}");
-    let got = sorted_lines(&out);
+    let got = ip_lines(&out);
     assert_eq!(got, ip_of(false, true));
     assert_eq!(got, rays(&["get-worker-ips", &arg]));
     assert_eq!(got.len(), 3);
@@ -317,12 +332,12 @@ async fn get_ips_and_down_workers_only_keep_the_head_and_each_types_min_workers(
     let iarg = internal.display().to_string();
     let (ok, out) = moto.rayscale(&["get-head-ip", &iarg]);
     assert!(ok, "{out}");
-    assert_eq!(sorted_lines(&out), ip_of(true, false));
-    assert_eq!(sorted_lines(&out), rays(&["get-head-ip", &iarg]));
+    assert_eq!(ip_lines(&out), ip_of(true, false));
+    assert_eq!(ip_lines(&out), rays(&["get-head-ip", &iarg]));
     let (ok, out) = moto.rayscale(&["get-worker-ips", &iarg]);
     assert!(ok, "{out}");
-    assert_eq!(sorted_lines(&out), ip_of(false, false));
-    assert_eq!(sorted_lines(&out), rays(&["get-worker-ips", &iarg]));
+    assert_eq!(ip_lines(&out), ip_of(false, false));
+    assert_eq!(ip_lines(&out), rays(&["get-worker-ips", &iarg]));
 
     // --keep-min-workers needs --workers-only (it would orphan workers without a head).
     let (ok, out) = moto.rayscale(&["down", &arg, "--keep-min-workers"]);

@@ -251,23 +251,14 @@ async fn up_pushes_a_changed_config_to_the_running_head_and_releases_its_mounts(
     let (dir, path, head_home) = ray_cli_cluster("push", &mounts);
     let arg = path.display().to_string();
     let ssh_log = dir.join("ssh.log");
-    let fakes = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fakes/ray_up");
-    let fake_path = format!(
-        "{}:{}",
-        fakes.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let (home, log) = (
-        head_home.display().to_string(),
-        ssh_log.display().to_string(),
-    );
-    let env = [
-        ("PATH", fake_path.as_str()),
-        ("FAKE_HEAD_HOME", home.as_str()),
-        ("FAKE_HEAD_PATH", "/usr/bin:/bin"),
-        ("FAKE_HEAD_MARKER", "no-such-head"),
-        ("FAKE_SSH_LOG", log.as_str()),
-    ];
+    let fake_env = FakeSshHead {
+        home: &head_home,
+        path: "/usr/bin:/bin".into(),
+        marker: "no-such-head",
+        ssh_log: &ssh_log,
+    }
+    .env(&std::env::var("PATH").unwrap_or_default());
+    let env: Vec<(&str, &str)> = fake_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let up = |yaml: &std::path::Path| moto.rayscale_env(&["up", &yaml.display().to_string()], &env);
     let cfg = ClusterConfig::from_yaml_str(&std::fs::read_to_string(&path).unwrap(), &arg).unwrap();
     let p = AwsProvider::new(moto.client(), &cfg, None).unwrap();

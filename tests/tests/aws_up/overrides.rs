@@ -11,16 +11,7 @@ async fn rays_overrides_name_the_cluster_and_the_refused_flags_make_nothing() {
         format!("ovy{}", std::process::id()),
         format!("ovn{}", std::process::id()),
     );
-    let dir = std::env::temp_dir().join(format!("rayscale-aws-ov-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("cluster.yaml");
-    let yaml = format!(
-        "cluster_name: {yaml_name}\nprovider: {{type: aws, region: {REGION}, cache_stopped_nodes: false}}\n\
-         head_node_type: head\nmax_workers: 10\n\
-         available_node_types:\n  head: {{resources: {{}}, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n  \
-         cpu: {{resources: {{CPU: 2}}, max_workers: 10, node_config: {{InstanceType: m5.large, ImageId: {AMI}}}}}\n"
-    );
-    std::fs::write(&path, &yaml).unwrap();
+    let (dir, path, yaml) = small_cluster("ov", &yaml_name, "");
     let arg = path.display().to_string();
     let provider_of = |cluster: &str| {
         let cfg = ClusterConfig::from_yaml_str(&yaml.replace(&yaml_name, cluster), &arg).unwrap();
@@ -105,15 +96,11 @@ async fn rays_overrides_name_the_cluster_and_the_refused_flags_make_nothing() {
         .args(["get-head-ip", &arg, "-n", &name])
         .output()
         .unwrap();
-    let ip = |text: &str| {
-        text.lines()
-            .map(str::trim)
-            .filter(|l| l.parse::<std::net::IpAddr>().is_ok())
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(ip(&ours).len(), 1, "{ours}");
-    assert_eq!(ip(&ours), ip(&String::from_utf8_lossy(&rays.stdout)));
+    assert_eq!(ip_lines(&ours).len(), 1, "{ours}");
+    assert_eq!(
+        ip_lines(&ours),
+        ip_lines(&String::from_utf8_lossy(&rays.stdout))
+    );
     let (ok, out) = moto.rayscale(&["get-head-ip", &arg]);
     assert!(!ok && out.contains("has no running head"), "{out}");
 

@@ -72,6 +72,21 @@ fn notice(w: &mut World, k: usize, deadline_s: i64) {
     });
 }
 
+/// After a tick that read the notice: `i1` is stopping, said preempted by the notice
+/// (its status details returned), and `out` launched one node for what ran on it.
+fn stopped_for_a_notice(w: &World, out: &Outcome) -> (String, LaunchRequest) {
+    let i1 = w.instance("i1");
+    assert_eq!(i1.status, InstanceStatus::RayStopping);
+    let details = i1.status_history.last().expect("history").details.clone();
+    assert!(
+        details.contains("preempted (AWS spot interruption"),
+        "{details}"
+    );
+    let l = launches(out);
+    assert_eq!(l.len(), 1, "{l:?}");
+    (details, l[0].clone())
+}
+
 #[test]
 fn a_notice_launches_the_replacement_in_the_same_iteration_in_another_zone() {
     let cloud = FakeProvider::new();
@@ -79,18 +94,14 @@ fn a_notice_launches_the_replacement_in_the_same_iteration_in_another_zone() {
     notice(&mut w, 1, 120);
     w.now += SEC;
     let out = w.tick();
-    let i1 = w.instance("i1");
-    assert_eq!(i1.status, InstanceStatus::RayStopping);
-    let details = &i1.status_history.last().expect("history").details;
+    let (details, l) = stopped_for_a_notice(&w, &out);
     assert!(
         details.contains("preempted (AWS spot interruption, deadline"),
         "{details}"
     );
     // What ran on it is demand now: one spot node, not in z1.
-    let l = launches(&out);
-    assert_eq!(l.len(), 1, "{l:?}");
-    assert_eq!((l[0].node_type.as_str(), l[0].count), ("spot", 1));
-    assert_eq!(l[0].avoid_zones, ["z1"]);
+    assert_eq!((l.node_type.as_str(), l.count), ("spot", 1));
+    assert_eq!(l.avoid_zones, ["z1"]);
     assert_eq!(out.drained_outside.len(), 1);
     let d = &out.drained_outside[0];
     assert!(d.new && d.zone.as_deref() == Some("z1"));
@@ -121,8 +132,12 @@ fn a_notice_launches_the_replacement_in_the_same_iteration_in_another_zone() {
 
     // The cloud takes the node at its deadline: the record ends as any other.
     w.now += 120 * SEC;
-    w.cloud
-        .retain(|c| c.cloud_instance_id != i1.cloud_instance_id.clone().unwrap_or_default());
+    let gone = w
+        .instance("i1")
+        .cloud_instance_id
+        .clone()
+        .unwrap_or_default();
+    w.cloud.retain(|c| c.cloud_instance_id != gone);
     w.ray.node_states.remove(1);
     w.tick();
     assert_eq!(w.instance("i1").status, InstanceStatus::Terminated);
@@ -259,17 +274,9 @@ fn a_node_drained_before_rayscale_saw_it_run_is_replaced_too() {
     notice(&mut w, 1, 120);
     w.now += SEC;
     let out = w.tick();
-    let i1 = w.instance("i1");
-    assert_eq!(i1.status, InstanceStatus::RayStopping);
-    let details = &i1.status_history.last().expect("history").details;
-    assert!(
-        details.contains("preempted (AWS spot interruption"),
-        "{details}"
-    );
-    let l = launches(&out);
-    assert_eq!(l.len(), 1, "{l:?}");
+    let (_, l) = stopped_for_a_notice(&w, &out);
     assert_eq!(
-        (l[0].node_type.as_str(), l[0].avoid_zones.clone()),
+        (l.node_type.as_str(), l.avoid_zones.clone()),
         ("spot", vec!["z1".to_string()])
     );
     assert!(out.drained_outside.first().is_some_and(|d| d.new));
